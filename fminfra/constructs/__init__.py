@@ -1,0 +1,1 @@
+"""Reusable constructs: one file per AWS concept. They never read config files or context."""

@@ -1,0 +1,98 @@
+"""Policy gates over a synthesized assembly, and the summary table `make synth` prints.
+
+cdk-nag runs inside synth (a finding makes synth fail); this module adds fminfra's own rules and
+cfn-lint over every template, then prints per environment the stacks with their resource counts,
+GPUs, EFA interfaces attached/maximum and, when present, FSx throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from fminfra.assembly import StackTemplate, read_assembly
+from fminfra.checks import Finding, check_templates
+from fminfra.config import EnvironmentConfig
+from fminfra.plan import format_table, group_plans
+
+CFN_LINT_CONFIG = ".cfnlintrc.yaml"
+
+
+def own_rule_findings(stacks: list[StackTemplate]) -> list[Finding]:
+    return check_templates({s.stack_name: s.template for s in stacks})
+
+
+def cfn_lint(paths: list[Path], config_file: Path | None = None) -> tuple[int, str]:
+    """Run cfn-lint (the one installed beside this Python) over templates: (exit code, output)."""
+    exe = Path(sys.executable).with_name("cfn-lint")
+    cmd = [str(exe) if exe.exists() else "cfn-lint"]
+    if config_file is not None and config_file.exists():
+        cmd += ["--config-file", str(config_file)]
+    result = subprocess.run([*cmd, "--", *map(str, paths)], capture_output=True, text=True, check=False)
+    return result.returncode, (result.stdout + result.stderr).strip()
+
+
+def environment_summary(cfg: EnvironmentConfig | None, stacks: list[StackTemplate]) -> str:
+    """The per-environment table `make synth` prints."""
+    lines = [f"== {stacks[0].environment if stacks else '?'}"]
+    lines.append(format_table(["stack", "resources"], [[s.stack_name, str(s.resource_count)] for s in stacks]))
+    if cfg is not None:
+        rows = group_plans(cfg)
+        if rows:
+            lines.append(
+                format_table(
+                    ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max"],
+                    [[r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text] for r in rows],
+                )
+            )
+        lines.append(f"GPUs: {sum(r.gpus for r in rows)}")
+    fsx = [
+        (lid, res.get("Properties") or {})
+        for s in stacks
+        for lid, res in (s.template.get("Resources") or {}).items()
+        if res.get("Type") == "AWS::FSx::FileSystem"
+    ]
+    for lid, props in fsx:
+        lustre = props.get("LustreConfiguration") or {}
+        capacity = props.get("StorageCapacity")
+        per_tib = lustre.get("PerUnitStorageThroughput")
+        if isinstance(capacity, int) and isinstance(per_tib, int):
+            lines.append(f"FSx {lid}: {capacity} GiB at {per_tib} MB/s/TiB = {capacity / 1024 * per_tib / 1000:.1f} GB/s")
+        else:
+            lines.append(f"FSx {lid}: {capacity} GiB ({lustre.get('DeploymentType')})")
+    return "\n".join(lines)
+
+
+def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_config: Path | None = None) -> int:
+    """Own rules and cfn-lint over every template; print the tables. 0 clean, 1 on findings."""
+    assembly = read_assembly(outdir)
+    if not assembly:
+        print(f"{outdir}: (assembly): no environments found; run synth first", file=sys.stderr)
+        return 2
+    own_findings = 0
+    all_paths: list[Path] = []
+    for env, stacks in assembly.items():
+        print(environment_summary(configs.get(env), stacks))
+        print()
+        all_paths.extend(s.path for s in stacks)
+        for finding in own_rule_findings(stacks):
+            print(f"FAIL own rule: {finding}")
+            own_findings += 1
+    code, output = cfn_lint(all_paths, cfn_lint_config)
+    if code != 0:
+        print(f"FAIL cfn-lint (exit {code}):\n{output}")
+    report = outdir / "validation-report.json"
+    nag_violations = 0
+    if report.exists():
+        for plugin in json.loads(report.read_text()).get("pluginReports", []):
+            nag_violations += len(plugin.get("violations") or [])
+    if nag_violations:
+        print(f"FAIL cdk-nag: {nag_violations} unsuppressed findings (see {report})")
+    print(
+        f"policy gates: cdk-nag {'FAIL' if nag_violations else 'ok'}, "
+        f"cfn-lint {'FAIL' if code else 'ok'} ({len(all_paths)} templates), "
+        f"own rules {'FAIL' if own_findings else 'ok'}"
+    )
+    return 1 if (own_findings or code or nag_violations) else 0

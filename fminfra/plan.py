@@ -1,0 +1,108 @@
+"""What an environment will run, computed from the config alone (no synth, no AWS calls)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fminfra import catalog
+from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupPlan:
+    """One row of `plan`: a training group or an inference node group."""
+
+    name: str
+    kind: str
+    instance_type: str
+    count: int
+    count_text: str
+    gpus: int
+    efa_attached: int
+    efa_max: int
+    network_gbps: int
+    capacity: str
+    placement: str
+    notes: tuple[str, ...]
+
+    @property
+    def efa_text(self) -> str:
+        return f"{self.efa_attached}/{self.efa_max}"
+
+
+def _capacity_text(group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:
+    cap = group.capacity
+    if cap.type in ("reservation", "capacity-block"):
+        return f"{cap.type} {','.join(cap.reservation_ids or [])}"
+    if cap.type == "training-plan":
+        return f"training-plan {(cap.training_plan_arn or '').rsplit('/', 1)[-1]}"
+    return cap.type
+
+
+def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
+    """Rows for every training group and inference node group of the environment."""
+    rows: list[GroupPlan] = []
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2"}[cfg.compute.orchestrator]
+    groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
+        *((kind, g) for g in cfg.compute.instance_groups),
+        *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
+    ]
+    for group_kind, group in groups:
+        spec = catalog.get(group.instance_type)
+        if isinstance(group, InstanceGroupConfig):
+            count, count_text = group.count, str(group.count)
+        else:
+            count, count_text = group.max_size, f"{group.min_size}-{group.desired_size}-{group.max_size}"
+        notes: list[str] = []
+        if not spec.verified:
+            notes.append(f"{spec.name}: network layout unverified (facts §1 ⚠)")
+        if group.capacity.type == "odcr":
+            notes.append("an ODCR bills from creation whether or not instances run")
+        rows.append(
+            GroupPlan(
+                name=group.name,
+                kind=group_kind,
+                instance_type=spec.hyperpod_name if group_kind.startswith("hyperpod") else spec.name,
+                count=count,
+                count_text=count_text,
+                gpus=count * spec.gpus,
+                efa_attached=catalog.attached_efa_interfaces(spec.name),
+                efa_max=spec.max_efa_interfaces,
+                network_gbps=spec.network_gbps,
+                capacity=_capacity_text(group),
+                placement=cfg.compute.placement_of(group),
+                notes=tuple(notes),
+            )
+        )
+    return rows
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain text table, columns left-aligned."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_plan(cfg: EnvironmentConfig) -> str:
+    """The text `python -m fminfra plan` prints for one environment."""
+    rows = group_plans(cfg)
+    out = [
+        f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), orchestrator {cfg.compute.orchestrator}"
+    ]
+    out.append(
+        format_table(
+            ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
+            [
+                [r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text, str(r.network_gbps), r.capacity, r.placement]
+                for r in rows
+            ],
+        )
+    )
+    total = sum(r.gpus for r in rows)
+    out.append(f"total GPUs (training groups and inference at max size): {total}")
+    for r in rows:
+        for note in r.notes:
+            out.append(f"WARN {r.name}: {note}")
+    return "\n".join(out)

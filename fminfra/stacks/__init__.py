@@ -1,0 +1,1 @@
+"""Stacks split by lifecycle: Network, Data, Storage, Observability, Compute (deploy order)."""

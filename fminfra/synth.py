@@ -1,0 +1,68 @@
+"""Build the CDK app: one Stage per environment config, with the policy packs attached."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from fminfra.config import EnvironmentConfig, config_files, load_config
+from fminfra.errors import ConfigError
+from fminfra.stage import EnvironmentStage
+
+DEFAULT_CONFIG_DIR = Path("config")
+
+
+def build_app(
+    configs: Sequence[EnvironmentConfig], *, app: cdk.App | None = None, outdir: str | None = None
+) -> tuple[cdk.App, list[EnvironmentStage]]:
+    """An app with one `EnvironmentStage` per config and cdk-nag's AwsSolutions pack."""
+    app = app or cdk.App(outdir=outdir)
+    names = [c.name for c in configs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ConfigError([f"(configs): name: environment names must be unique, repeated: {', '.join(duplicates)}"])
+    stages = [EnvironmentStage(app, cfg) for cfg in configs]
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stages
+
+
+def config_paths_from_context(app: cdk.App, config_dir: Path = DEFAULT_CONFIG_DIR) -> list[Path]:
+    """`-c config=PATH[,PATH...]` when given, else every file in config/."""
+    given = app.node.try_get_context("config")
+    if given:
+        return [Path(p) for p in str(given).split(",") if p]
+    return config_files(config_dir)
+
+
+def main() -> int:
+    """Entry point of app.py: exit 2 on bad config, 1 when a policy check fails."""
+    app = cdk.App()
+    try:
+        paths = config_paths_from_context(app)
+        if not paths:
+            print(f"{DEFAULT_CONFIG_DIR}: (folder): no environment files (*.yaml) found", file=sys.stderr)
+            return 2
+        configs = []
+        problems: list[str] = []
+        for path in paths:
+            try:
+                configs.append(load_config(path))
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise ConfigError(problems)
+        build_app(configs, app=app)
+        app.synth()
+    except ConfigError as exc:
+        print("\n".join(exc.problems), file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        if "ValidationFailed" in str(exc):
+            print(f"policy checks failed (cdk-nag): {exc}", file=sys.stderr)
+            return 1
+        raise
+    return 0

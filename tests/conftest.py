@@ -1,0 +1,75 @@
+"""Shared fixtures. Synth is slow (a Node process behind every call), so the whole app, every
+shipped config, example and test config together, is synthesized once per test session."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+
+from fminfra.assembly import StackTemplate, read_assembly
+from fminfra.config import EnvironmentConfig, config_files, load_config
+from fminfra.stage import EnvironmentStage
+from fminfra.synth import build_app
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_CONFIGS = config_files(ROOT / "config")
+EXAMPLE_CONFIGS = config_files(ROOT / "examples")
+# Extra configs that exercise paths the shipped ones do not; synthesized in the same session.
+TEST_CONFIGS = config_files(ROOT / "tests" / "configs")
+ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
+SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
+
+
+@dataclass
+class Synth:
+    """The synthesized app: stages, configs and templates by environment and stack id."""
+
+    outdir: Path
+    stages: dict[str, EnvironmentStage]
+    configs: dict[str, EnvironmentConfig]
+    stacks: dict[str, list[StackTemplate]]
+
+    def template(self, env: str, stack: str) -> dict[str, Any]:
+        for s in self.stacks[env]:
+            if s.display_name == f"{env}/{stack}":
+                return s.template
+        raise KeyError(f"{env}/{stack} not synthesized; have {[s.display_name for s in self.stacks[env]]}")
+
+    def resources(self, env: str, stack: str, resource_type: str) -> dict[str, dict[str, Any]]:
+        """Resources of one type in a stack: logical id -> resource."""
+        return {lid: r for lid, r in (self.template(env, stack).get("Resources") or {}).items() if r.get("Type") == resource_type}
+
+    def all_templates(self) -> Iterator[StackTemplate]:
+        for stacks in self.stacks.values():
+            yield from stacks
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    configs = [load_config(p) for p in ALL_CONFIGS]
+    app = cdk.App(outdir=str(outdir), context=context)
+    _, stages = build_app(configs, app=app)
+    app.synth()
+    return Synth(
+        outdir=outdir,
+        stages={s.cfg.name: s for s in stages},
+        configs={c.name: c for c in configs},
+        stacks=read_assembly(outdir),
+    )
+
+
+_ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def mask_assets(template: dict[str, Any]) -> dict[str, Any]:
+    """The template with asset hashes masked, for snapshots that survive unrelated asset edits."""
+    return json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template)))

@@ -1,0 +1,145 @@
+"""The CLI: exit codes, one-line messages, and `cdk synth -c config=...` on a new environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fminfra.cli import main
+from tests.conftest import ROOT, SHIPPED_CONFIGS
+
+ALL_TRAINING_TYPES_INTERFACES = {"p5.48xlarge": "32/32", "p5en.48xlarge": "16/16", "p6-b200.48xlarge": "8/8"}
+
+
+def test_validate_prints_ok_for_each(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", *map(str, SHIPPED_CONFIGS)]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{p}: ok" for p in SHIPPED_CONFIGS]
+
+
+def test_validate_accepts_environment_names(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(["validate", "dev"]) == 0
+    assert capsys.readouterr().out == "config/dev.yaml: ok\n"
+
+
+def _write(tmp_path: Path, file_name: str, **changes: object) -> Path:
+    data = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+    path = tmp_path / file_name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"network__compute_az_idd": "usw2-az4"}, "network.compute_az_idd"),
+        ({"network__compute_az_id": "usw2-az3"}, "network.compute_az_id"),
+        ({"network__az_ids": ["usw2-az1", "use1-az1", "usw2-az4"]}, "network.az_ids[1]"),
+        ({"compute__instance_groups__0__instance_type": "p7.48xlarge"}, "compute.instance_groups[0].instance_type"),
+        ({"compute__instance_groups__0__count": -1}, "compute.instance_groups[0].count"),
+    ],
+)
+def test_bad_config_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], changes: dict, field: str) -> None:
+    path = _write(tmp_path, "bad.yaml", **changes)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{path}: {field}: ")
+
+
+def test_validate_missing_file_and_bad_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "no/such.yaml"]) == 2
+    assert capsys.readouterr().err == "no/such.yaml: (file): no such file\n"
+    assert main(["frobnicate"]) == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False
+    assert {"name", "account", "region", "network", "compute"} <= set(schema["required"])
+
+
+def test_plan_reports_every_efa_interface(capsys: pytest.CaptureFixture[str]) -> None:
+    paths = [*SHIPPED_CONFIGS, *sorted((ROOT / "examples").glob("*.yaml"))]
+    assert main(["plan", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    assert "ml.p5.48xlarge  2      16    32/32" in out
+    for line in out.splitlines():
+        for type_name, efa in ALL_TRAINING_TYPES_INTERFACES.items():
+            if f" {type_name} " in line or f" ml.{type_name} " in line:
+                assert f" {efa} " in line
+
+
+def test_python_m_entry_point_has_no_traceback(tmp_path: Path) -> None:
+    bad = _write(tmp_path, "typo.yaml", compute__orchestratr="slurm")
+    result = subprocess.run([sys.executable, "-m", "fminfra", "validate", str(bad)], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr and result.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -> None:
+    """A copy of dev with another name, region and AZ IDs: its physical names differ from dev's."""
+    path = _write(
+        tmp_path,
+        "eu.yaml",
+        name="euro",
+        region="eu-west-1",
+        network__az_ids=["euw1-az1", "euw1-az3"],
+        network__compute_az_id="euw1-az3",
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        "CDK_DISABLE_CLI_TELEMETRY": "true",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    out = tmp_path / "out"
+    result = subprocess.run(
+        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(out), "**"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    from fminfra.assembly import read_assembly
+
+    stacks = read_assembly(out)
+    assert list(stacks) == ["euro"]
+    text = "".join(json.dumps(s.template) for s in stacks["euro"])
+    assert "fminfra-euro-" in text and "fminfra-dev-" not in text
+    assert "euw1-az3" in text and "usw2" not in text
+
+
+@pytest.mark.slow
+def test_cdk_cli_bad_config_fails_with_one_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, "bad.yaml", network__compute_az_id="usw2-az9")
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    result = subprocess.run(
+        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(tmp_path / "o")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert f"{path}: network.compute_az_id: 'usw2-az9' is not one of az_ids" in result.stderr
+    assert "Traceback" not in result.stderr
