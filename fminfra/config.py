@@ -501,6 +501,13 @@ def lustre_capacity_for_throughput(target_gb_per_s: float, mb_per_tib: int) -> i
     return gib
 
 
+RepositoryEvent = Literal["new", "changed", "deleted"]
+
+
+def _all_events() -> list[RepositoryEvent]:
+    return ["new", "changed", "deleted"]
+
+
 def _events(value: list[str]) -> list[str]:
     repeated = sorted({e for e in value if value.count(e) > 1})
     if repeated:
@@ -513,12 +520,12 @@ class RepositoryConfig(Model):
 
     s3_prefix: str = Field(description="Prefix in the data bucket, ending in '/', e.g. datasets/.")
     file_system_path: str = Field(description="Directory in the file system, starting with '/', e.g. /datasets.")
-    import_events: list[Literal["new", "changed", "deleted"]] = Field(
-        default_factory=lambda: ["new", "changed", "deleted"],
+    import_events: list[RepositoryEvent] = Field(
+        default_factory=_all_events,
         alias="import",
         description="S3 changes imported automatically: new, changed, deleted (default all; [] for none).",
     )
-    export_events: list[Literal["new", "changed", "deleted"]] = Field(
+    export_events: list[RepositoryEvent] = Field(
         default_factory=list,
         alias="export",
         description="File system changes exported automatically to S3: new, changed, deleted (default none).",
