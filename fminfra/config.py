@@ -742,6 +742,20 @@ class StorageConfig(Model):
     )
     lustre: LustreConfig | None = Field(default=None, description="Omitted: no file system.")
 
+    @model_validator(mode="after")
+    def _key_has_a_use(self) -> StorageConfig:
+        if self.encryption == "kms" and self.bucket.existing and not (self.lustre and self.lustre.persistent):
+            raise Problems(
+                [
+                    (
+                        "encryption",
+                        "kms creates a key for a created bucket or a persistent_2 file system; with an existing bucket "
+                        "and no persistent_2 file system it would encrypt nothing: use s3 (the existing bucket keeps its own encryption)",
+                    )
+                ]
+            )
+        return self
+
     def bucket_name(self, cfg: EnvironmentConfig) -> str:
         """The bucket's name: given, or fminfra-ENV-data-ACCOUNT-REGION (bucket names are global)."""
         return self.bucket.name or cfg.physical_name("data", cfg.account, cfg.region)
