@@ -223,6 +223,9 @@ class EfaLaunchTemplate(Construct):
                 tag_specifications=tag_specs,
             ),
         )
+        # cfn-lint's per-region instance type lists lag new GPU types (1.58 lacks p5e.48xlarge and
+        # p6e-gb200.36xlarge); the type was checked against fminfra.catalog above instead.
+        self.cfn_launch_template.add_metadata("cfn-lint", {"config": {"ignore_checks": ["E3628"]}})
         self.launch_template_id: str = self.cfn_launch_template.ref
         self.latest_version_number: str = self.cfn_launch_template.attr_latest_version_number
         self.launch_template: ec2.ILaunchTemplate = ec2.LaunchTemplate.from_launch_template_attributes(
