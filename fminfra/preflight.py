@@ -457,10 +457,12 @@ class Preflight:
         if nodes > free:
             self.add("FAIL", subject, "free IP addresses", f"the nodes need up to {nodes} addresses; {where}")
         elif with_pods > free:
-            self.add("WARN", subject, "free IP addresses", f"nodes need up to {nodes}, with EKS pods about {with_pods}; {where}")
+            self.add(
+                "WARN", subject, "free IP addresses", f"the nodes need up to {nodes} addresses, with EKS pods about {with_pods}; {where}"
+            )
         else:
             pods = f" ({with_pods} with EKS pods)" if with_pods != nodes else ""
-            self.add("PASS", subject, "free IP addresses", f"the nodes need up to {nodes}{pods}; {where}")
+            self.add("PASS", subject, "free IP addresses", f"the nodes need up to {nodes} addresses{pods}; {where}")
 
     def _addresses_needed(self) -> tuple[int, int]:
         """(addresses the nodes take, the same plus EKS pods). ec2 nodes: one (the primary; the
