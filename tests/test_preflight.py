@@ -131,17 +131,24 @@ class Aws:
         return rows
 
 
+@pytest.fixture(scope="module")
+def moto_aws() -> Iterator[None]:
+    """One moto backend for the module (starting one costs seconds); tests leave it as found."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": "us-west-2",
+        }.items():
+            mp.setenv(key, value)
+        with mock_aws():
+            yield
+
+
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": "us-west-2",
-    }.items():
-        monkeypatch.setenv(key, value)
-    with mock_aws():
-        yield Aws()
+def aws(moto_aws: None) -> Aws:
+    return Aws()
 
 
 def _rows(rows: list[Row], status: str) -> list[tuple[str, str, str]]:
@@ -328,14 +335,18 @@ def test_subnet_free_addresses(aws: Aws) -> None:
         ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
     ]
     vpc = aws.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
-    aws.ec2.create_subnet(
+    subnet = aws.ec2.create_subnet(
         VpcId=vpc,
         CidrBlock="10.9.0.0/28",
         AvailabilityZone="us-west-2d",
         TagSpecifications=[{"ResourceType": "subnet", "Tags": [{"Key": "Name", "Value": "fminfra-pf-private-usw2-az4"}]}],
-    )
+    )["Subnet"]["SubnetId"]
     aws.ec2_quota("L-417A185B", 10000)
-    deployed = [r for r in aws.run(_cfg(count=20, capacity={"type": "on-demand"})) if r.check == "free IP addresses"]
+    try:
+        deployed = [r for r in aws.run(_cfg(count=20, capacity={"type": "on-demand"})) if r.check == "free IP addresses"]
+    finally:
+        aws.ec2.delete_subnet(SubnetId=subnet)
+        aws.ec2.delete_vpc(VpcId=vpc)
     assert [r.status for r in deployed] == ["FAIL"]
     assert deployed[0].reason.startswith("the nodes need up to 20 addresses; subnet-") and deployed[0].reason.endswith(
         "has 11 free addresses"
