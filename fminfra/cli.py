@@ -113,17 +113,18 @@ def cmd_capacity_blocks(ns: argparse.Namespace) -> int:
 
     if ns.cb_command == "purchase" and not ns.yes:
         raise UsageError(f"capacity-blocks purchase: buying {ns.offering_id} charges its upfront fee at once; add --yes to buy it")
+    instance_type, start_after = "", None  # set by find's checks below
     if ns.cb_command == "find":
         spec = catalog.CATALOG.get(catalog.normalize_instance_type(ns.instance_type))
         if spec is None or not spec.training:
             raise UsageError(
                 f"--instance-type: {ns.instance_type!r} is not an EFA training type; allowed: {', '.join(catalog.TRAINING_TYPES)}"
             )
+        instance_type = spec.name
         if not 1 <= ns.count <= cb.MAX_INSTANCES_PER_BLOCK:
             raise UsageError(f"--count must be 1-{cb.MAX_INSTANCES_PER_BLOCK} (instances per Capacity Block), got {ns.count}")
-        if problem := cb.duration_problem(ns.duration_days):
-            raise UsageError(problem)
-        start_after = None
+        if duration := cb.duration_problem(ns.duration_days):
+            raise UsageError(duration)
         if ns.start_after:
             try:
                 start_after = datetime.fromisoformat(ns.start_after)
@@ -136,10 +137,10 @@ def cmd_capacity_blocks(ns: argparse.Namespace) -> int:
     try:
         if ns.cb_command == "find":
             offerings = cb.find_offerings(
-                ec2, instance_type=spec.name, count=ns.count, duration_days=ns.duration_days, start_after=start_after
+                ec2, instance_type=instance_type, count=ns.count, duration_days=ns.duration_days, start_after=start_after
             )
             if not offerings:
-                print(f"no Capacity Block offerings for {ns.count} x {spec.name} for {ns.duration_days} days in {ns.region}")
+                print(f"no Capacity Block offerings for {ns.count} x {instance_type} for {ns.duration_days} days in {ns.region}")
                 return EXIT_OK
             print(
                 format_table(
