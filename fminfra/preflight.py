@@ -185,6 +185,8 @@ class Preflight:
     def reservations(self) -> None:
         for kind, group in _groups(self.cfg):
             cap = group.capacity
+            if cap.type == "odcr" and cap.end_date is not None:
+                self._check_odcr_end(group.name, cap.end_date)
             if cap.type not in ("reservation", "capacity-block"):
                 continue
             total = 0
@@ -202,6 +204,18 @@ class Preflight:
                 self.add("FAIL", subject, "reserved count", f"its reservations hold {total} instances; the group needs {need}")
             elif all_found:
                 self.add("PASS", subject, "reserved count", f"its reservations hold {total} instances for {need}")
+
+    def _check_odcr_end(self, name: str, end_date: datetime) -> None:
+        subject = f"group {name}"
+        if end_date <= self.now:
+            self.add(
+                "FAIL",
+                subject,
+                "odcr end_date ahead",
+                f"end_date {_when(end_date, self.now)} has passed: EC2 cannot create the reservation",
+            )
+        else:
+            self.add("PASS", subject, "odcr end_date ahead", f"the reservation the stack creates ends {_when(end_date, self.now)}")
 
     def _reservation(self, rid: str) -> dict[str, Any] | None:
         try:

@@ -395,3 +395,34 @@ def test_plan_warns_about_reservation_billing_and_block_windows() -> None:
     assert "WARN blocks: Capacity Block group starts at 0 instances" in text
     block = render_plan(load_config(ROOT / "examples" / "ec2-capacity-block.yaml"))
     assert "WARN block: Capacity Block: the group scales to 8 at 2027-01-10T11:30:00Z and to 0 at 2027-01-17T11:00:00Z" in block
+
+
+# ------------------------------------------------------------------------------------------
+# HyperPod on EKS with a training plan; inference node groups on reservations and a block
+
+
+def test_inference_node_groups_get_reservation_targets(synth: Synth) -> None:
+    compute = synth.stages["cap-eks"].compute
+    reserved = compute.capacity_targets["serve-reserved"]
+    group = compute.reservation_groups["serve-reserved"]
+    assert compute.resolve(reserved.resource_group_arn) == compute.resolve(group.group_arn)
+    assert reserved.reservation_id is None and not reserved.capacity_block
+    block = compute.capacity_targets["serve-block"]
+    assert (block.reservation_id, block.capacity_block) == ("cr-0ddddddddddddddd1", True)
+    groups = synth.resources("cap-eks", "Compute", "AWS::ResourceGroups::Group")
+    assert [g["Properties"]["Resources"] for g in groups.values()] == [
+        [
+            "arn:aws:ec2:us-east-1:555555555555:capacity-reservation/cr-0ccccccccccccccc1",
+            "arn:aws:ec2:us-east-1:555555555555:capacity-reservation/cr-0ccccccccccccccc2",
+        ]
+    ]
+    # placement: cluster on the reserved group; none (the default) on the block.
+    assert set(compute.placement_groups) == {"serve-reserved"}
+
+
+def test_hyperpod_training_plan_group_creates_no_ec2_capacity(synth: Synth) -> None:
+    compute = synth.stages["cap-eks"].compute
+    assert "train" not in compute.capacity_targets
+    assert compute.launch_templates == {} and compute.auto_scaling_groups == {}
+    assert synth.resources("cap-eks", "Compute", "AWS::EC2::CapacityReservation") == {}
+    assert synth.resources("cap-eks", "Compute", "AWS::AutoScaling::AutoScalingGroup") == {}

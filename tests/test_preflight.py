@@ -535,3 +535,16 @@ def test_bad_config_exits_2_before_any_aws_call(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().err.strip().splitlines() == [
         f"{path}: compute.instance_groups[0].capacity.reservation_ids[0]: must be 'cr-' followed by 17 lowercase hex digits, got 'cr-1'"
     ]
+
+
+@pytest.mark.parametrize(
+    ("end_date", "status", "reason"),
+    [
+        ("2027-01-01T00:00:00Z", "FAIL", "end_date 2027-01-01T00:00:00Z (11.3 days ago) has passed: EC2 cannot create the reservation"),
+        ("2027-06-30T00:00:00Z", "PASS", "the reservation the stack creates ends 2027-06-30T00:00:00Z (in 168.7 days)"),
+    ],
+)
+def test_odcr_end_date_must_lie_ahead(aws: Aws, end_date: str, status: str, reason: str) -> None:
+    aws.ec2_quota("L-417A185B", 10000)
+    rows = [r for r in aws.run(_cfg(capacity={"type": "odcr", "end_date": end_date})) if r.check == "odcr end_date ahead"]
+    assert [(r.status, r.reason) for r in rows] == [(status, reason)]
