@@ -8,6 +8,7 @@ from constructs import Construct
 from fminfra.config import EnvironmentConfig
 from fminfra.stacks.compute import ComputeStack
 from fminfra.stacks.network import NetworkStack
+from fminfra.stacks.observability import ObservabilityStack
 
 
 class EnvironmentStage(cdk.Stage):
@@ -34,14 +35,23 @@ class EnvironmentStage(cdk.Stage):
             description=f"fminfra {cfg.name}: VPC by AZ ID, endpoints, flow logs, EFA security group",
             termination_protection=cfg.removal_policy == "retain",
         )
+        self.observability = ObservabilityStack(
+            self,
+            "Observability",
+            cfg=cfg,
+            description=f"fminfra {cfg.name}: Amazon Managed Prometheus, alert rules and alerting, Grafana",
+        )
+        self.observability.add_stack_dependency(self.network)
         self.compute = ComputeStack(
             self,
             "Compute",
             cfg=cfg,
             network=self.network,
+            observability=self.observability,
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)
+        self.compute.add_stack_dependency(self.observability)
 
     @property
     def stacks(self) -> list[cdk.Stack]:

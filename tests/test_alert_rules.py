@@ -76,7 +76,7 @@ def test_every_alert_has_a_summary_a_runbook_and_a_severity() -> None:
 
 def test_the_required_conditions_have_alerts_and_names_are_unique() -> None:
     names = alert_names()
-    assert REQUIRED_ALERTS <= set(names), REQUIRED_ALERTS - set(names)
+    assert set(names) >= REQUIRED_ALERTS, REQUIRED_ALERTS - set(names)
     assert len(names) == len(set(names))
     assert len(recording_names()) == len(set(recording_names()))
 
