@@ -40,6 +40,7 @@ class EnvironmentStage(cdk.Stage):
             "Observability",
             cfg=cfg,
             description=f"fminfra {cfg.name}: Amazon Managed Prometheus, alert rules and alerting, Grafana",
+            termination_protection=cfg.removal_policy == "retain",
         )
         self.observability.add_stack_dependency(self.network)
         self.compute = ComputeStack(
