@@ -1,8 +1,8 @@
 """Observability as code: alert and recording rules, dashboards, exporter metric names.
 
 The files live beside this module (package data): `rules/*.yaml` (Prometheus rule files, checked
-with promtool), `dashboards/*.json` (Grafana dashboards), `dcgm-counters.csv` (the DCGM fields the
-exporter collects) and `exporter_metrics.yaml` (what the other exporters emit).
+with promtool), `dashboards/*.json` (Grafana dashboards) and `exporter_metrics.yaml` (what the exporters emit;
+the DCGM fields are those of `scripts/observability/dcgm-counters.csv`, which nodes install).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from typing import Any
 
 import yaml
 
+from fminfra.resources import scripts_root
+
 HERE = Path(__file__).resolve().parent
 RULES_DIR = HERE / "rules"
 DASHBOARDS_DIR = HERE / "dashboards"
-DCGM_COUNTERS = HERE / "dcgm-counters.csv"
 EXPORTER_METRICS = HERE / "exporter_metrics.yaml"
 
 
@@ -49,10 +50,15 @@ def recording_names() -> list[str]:
     return [r["record"] for g in load_rule_groups() for r in g["rules"] if "record" in r]
 
 
+def dcgm_counters_file() -> Path:
+    """The DCGM exporter's counters file; it travels with the node scripts."""
+    return scripts_root() / "observability" / "dcgm-counters.csv"
+
+
 @cache
 def dcgm_fields() -> tuple[str, ...]:
     """DCGM fields of dcgm-counters.csv (the exporter's metric names)."""
-    lines = [line for line in DCGM_COUNTERS.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line for line in dcgm_counters_file().read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
     return tuple(row[0].strip() for row in csv.reader(lines))
 
 
