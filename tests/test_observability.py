@@ -204,10 +204,24 @@ def test_fsx_alarms_on_aws_fsx_metrics_into_the_topic() -> None:
     )
 
 
-def test_fsx_alarms_added_through_the_stack_use_its_topic(synth: Synth) -> None:
-    # The storage branch provides the file system; the stack method is what the stage calls.
-    stack = synth.stages["dev"].observability
-    assert callable(stack.add_fsx_alarms) and stack.fsx_alarms == {}
+@pytest.mark.parametrize("env", SHIPPED_NAMES)
+def test_shipped_file_systems_get_fsx_alarms_into_the_topic(synth: Synth, env: str) -> None:
+    cfg = synth.configs[env]
+    assert cfg.storage is not None and cfg.storage.lustre is not None
+    lustre = cfg.storage.lustre
+    alarms = synth.resources(env, "Observability", "AWS::CloudWatch::Alarm")
+    topic_lid = next(iter(synth.resources(env, "Observability", "AWS::SNS::Topic")))
+    assert len(alarms) == 2
+    free = next(a["Properties"] for a in alarms.values() if a["Properties"].get("MetricName") == "FreeDataStorageCapacity")
+    fs_id = free["Dimensions"][0]["Value"]
+    assert "Fn::ImportValue" in fs_id and "Storage" in fs_id["Fn::ImportValue"]
+    assert free["Threshold"] == lustre.capacity_gib * 1024**3 // 10
+    throughput = next(a["Properties"] for a in alarms.values() if "Metrics" in a["Properties"])
+    assert throughput["Threshold"] == pytest.approx(round(lustre.throughput_gb_per_s * 1000) * 0.9)
+    for alarm in alarms.values():
+        assert alarm["Properties"]["AlarmActions"] == [{"Ref": topic_lid}]
+    stage = synth.stages[env]
+    assert stage.storage in stage.observability.dependencies
 
 
 @pytest.mark.parametrize(

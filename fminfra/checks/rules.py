@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fminfra.checks import Resource, Template, rule
+from fminfra.checks import EXPORTS_KEY, Resource, Template, rule
 
 EFA_GROUP_DESCRIPTION_PREFIX = "EFA:"
 
@@ -60,3 +60,57 @@ def subnet_is_placed_by_az_id(logical_id: str, resource: Resource, template: Tem
     if not props.get("AvailabilityZoneId"):
         return "subnet has no AvailabilityZoneId"
     return None
+
+
+def resolve(value: Any, template: Template) -> tuple[str, Resource, Template] | None:
+    """The resource a Ref/GetAtt points to, following Fn::ImportValue into the exporting template
+    (see `EXPORTS_KEY`): (logical id, resource, its template), or None when it cannot be traced."""
+    if isinstance(value, dict) and "Fn::ImportValue" in value:
+        exported = (template.get(EXPORTS_KEY) or {}).get(value["Fn::ImportValue"])
+        if exported is None:
+            return None
+        owner, exported_value = exported
+        return resolve(exported_value, owner)
+    if isinstance(value, dict):
+        logical_id = value.get("Ref")
+        get_att = value.get("Fn::GetAtt")
+        if isinstance(get_att, list) and get_att:
+            logical_id = get_att[0]
+        resource = (template.get("Resources") or {}).get(logical_id) if isinstance(logical_id, str) else None
+        if resource is not None:
+            return logical_id, resource, template
+    return None
+
+
+def _tags(resource: Resource) -> dict[str, Any]:
+    return {t.get("Key"): t.get("Value") for t in (resource.get("Properties") or {}).get("Tags") or []}
+
+
+@rule("FMI-FSX-COMPUTE-SUBNET", "AWS::FSx::FileSystem")
+def file_system_is_in_the_compute_subnet(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """A file system sits in the compute AZ's subnet, next to the GPUs (no cross-AZ traffic)."""
+    subnets = (resource.get("Properties") or {}).get("SubnetIds") or []
+    if len(subnets) != 1:
+        return f"file system has {len(subnets)} subnets; it needs exactly the compute subnet"
+    target = resolve(subnets[0], template)
+    if target is None or target[1].get("Type") != "AWS::EC2::Subnet":
+        return "file system subnet cannot be traced to a subnet of the environment's network; it must be the compute subnet"
+    if _tags(target[1]).get("fminfra:subnet-kind") != "compute":
+        return f"file system is in subnet {target[0]}, not the compute AZ's subnet (tag fminfra:subnet-kind=compute)"
+    return None
+
+
+@rule("FMI-FSX-EFA-SG-SELF", "AWS::FSx::FileSystem")
+def efa_file_system_group_allows_all_traffic_to_and_from_itself(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """An EFA-enabled file system uses a security group allowing all traffic in from and out to itself."""
+    props = resource.get("Properties") or {}
+    if (props.get("LustreConfiguration") or {}).get("EfaEnabled") is not True:
+        return None
+    for group in props.get("SecurityGroupIds") or []:
+        target = resolve(group, template)
+        if target is None or target[1].get("Type") != "AWS::EC2::SecurityGroup":
+            continue
+        group_id, group_resource, owner = target
+        if _self_rules(group_id, group_resource, owner, "ingress") and _self_rules(group_id, group_resource, owner, "egress"):
+            return None
+    return "EFA-enabled file system has no security group that allows all traffic in from and out to itself (FSx requires one)"
