@@ -501,6 +501,13 @@ def lustre_capacity_for_throughput(target_gb_per_s: float, mb_per_tib: int) -> i
     return gib
 
 
+RepositoryEvent = Literal["new", "changed", "deleted"]
+
+
+def _all_events() -> list[RepositoryEvent]:
+    return ["new", "changed", "deleted"]
+
+
 def _events(value: list[str]) -> list[str]:
     repeated = sorted({e for e in value if value.count(e) > 1})
     if repeated:
@@ -513,12 +520,12 @@ class RepositoryConfig(Model):
 
     s3_prefix: str = Field(description="Prefix in the data bucket, ending in '/', e.g. datasets/.")
     file_system_path: str = Field(description="Directory in the file system, starting with '/', e.g. /datasets.")
-    import_events: list[Literal["new", "changed", "deleted"]] = Field(
-        default_factory=lambda: ["new", "changed", "deleted"],
+    import_events: list[RepositoryEvent] = Field(
+        default_factory=_all_events,
         alias="import",
         description="S3 changes imported automatically: new, changed, deleted (default all; [] for none).",
     )
-    export_events: list[Literal["new", "changed", "deleted"]] = Field(
+    export_events: list[RepositoryEvent] = Field(
         default_factory=list,
         alias="export",
         description="File system changes exported automatically to S3: new, changed, deleted (default none).",
@@ -734,6 +741,20 @@ class StorageConfig(Model):
         description="kms: a rotating customer-managed key for the bucket and the persistent file system; s3: SSE-S3 and FSx's AWS-managed key.",
     )
     lustre: LustreConfig | None = Field(default=None, description="Omitted: no file system.")
+
+    @model_validator(mode="after")
+    def _key_has_a_use(self) -> StorageConfig:
+        if self.encryption == "kms" and self.bucket.existing and not (self.lustre and self.lustre.persistent):
+            raise Problems(
+                [
+                    (
+                        "encryption",
+                        "kms creates a key for a created bucket or a persistent_2 file system; with an existing bucket "
+                        "and no persistent_2 file system it would encrypt nothing: use s3 (the existing bucket keeps its own encryption)",
+                    )
+                ]
+            )
+        return self
 
     def bucket_name(self, cfg: EnvironmentConfig) -> str:
         """The bucket's name: given, or fminfra-ENV-data-ACCOUNT-REGION (bucket names are global)."""

@@ -172,13 +172,19 @@ BAD = [
     ),
     (
         "existing bucket without name",
-        {**PROD, "storage": {"bucket": {"existing": True}}},
+        {**PROD, "storage": {"bucket": {"existing": True}, "encryption": "s3"}},
         "f.yaml: storage.bucket.name: required with existing: true (the name of the bucket to use)",
     ),
     (
         "bad bucket name",
         {**PROD, "storage": {"bucket": {"name": "Bad_Bucket"}}},
         "f.yaml: storage.bucket.name: must be an S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, got 'Bad_Bucket'",
+    ),
+    (
+        "kms key without a use",
+        {**PROD, "storage": {"bucket": {"name": "team-data", "existing": True}, "encryption": "kms"}},
+        "f.yaml: storage.encryption: kms creates a key for a created bucket or a persistent_2 file system; with an existing bucket "
+        "and no persistent_2 file system it would encrypt nothing: use s3 (the existing bucket keeps its own encryption)",
     ),
     (
         "encryption",

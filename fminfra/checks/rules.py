@@ -76,9 +76,10 @@ def resolve(value: Any, template: Template) -> tuple[str, Resource, Template] | 
         get_att = value.get("Fn::GetAtt")
         if isinstance(get_att, list) and get_att:
             logical_id = get_att[0]
-        resource = (template.get("Resources") or {}).get(logical_id) if isinstance(logical_id, str) else None
-        if resource is not None:
-            return logical_id, resource, template
+        if isinstance(logical_id, str):
+            resource = (template.get("Resources") or {}).get(logical_id)
+            if resource is not None:
+                return logical_id, resource, template
     return None
 
 

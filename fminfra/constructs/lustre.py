@@ -30,6 +30,7 @@ REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
 MAX_REPOSITORY_ASSOCIATIONS = 8
 # Lustre's ports (facts §3): LNet on TCP 988 and the 1018-1023 range.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+LUSTRE_PORT_NAMES = ("988", "1018-1023")
 
 
 def _unresolved(value: object) -> bool:
@@ -162,8 +163,8 @@ class LustreFileSystem(Construct):
                 description="Lustre: TCP 988 and 1018-1023 between the file system and its clients",
                 allow_all_outbound=True,
             )
-            for port in LUSTRE_PORTS:
-                group.add_ingress_rule(group, port, f"Lustre {port} from the file system itself")
+            for port, name in zip(LUSTRE_PORTS, LUSTRE_PORT_NAMES, strict=True):
+                group.add_ingress_rule(group, port, f"Lustre TCP {name} from the file system itself")
             self.security_group = group
         if props.security_group is None and not props.efa_enabled:
             # Explicit L1 rules in this stack: the client groups usually live in a longer-lived
