@@ -105,7 +105,7 @@ def test_controller_install_runs_once_and_the_second_run_does_nothing(node: dict
     assert first.returncode == 0, first.stderr
     calls = Path(node["CALLS"]).read_text().splitlines()
     assert sum(c.startswith("curl ") for c in calls) == 4
-    assert f"docker pull --quiet nvcr.io/nvidia/k8s/dcgm-exporter:{version('DCGM_EXPORTER_IMAGE_TAG')}" in calls
+    assert f"docker pull --quiet nvcr.io/nvidia/k8s/dcgm-exporter:{version('DCGM_EXPORTER_VERSION')}-distroless" in calls
     started = {c.split()[-1] for c in calls if c.startswith("systemctl restart")}
     assert started == {
         "fminfra-node-exporter.service",

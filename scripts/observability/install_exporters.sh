@@ -166,7 +166,7 @@ main() {
   load_versions
   node_version=$(version NODE_EXPORTER_VERSION)
   prom_version=$(version PROMETHEUS_VERSION)
-  dcgm_tag=$(version DCGM_EXPORTER_IMAGE_TAG)
+  dcgm_tag="$(version DCGM_EXPORTER_VERSION)-distroless"
 
   fingerprint=$(printf '%s\n' "$FMINFRA_REMOTE_WRITE_URL" "$FMINFRA_AWS_REGION" "$kind" "$interval" "$cluster" "$node_version" "$prom_version" "$dcgm_tag" \
     | cat - "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$SCRIPT_DIR/collect_metrics.sh" "$SCRIPT_DIR/dcgm-counters.csv" | sha256sum | cut -d' ' -f1)
