@@ -89,6 +89,10 @@ class PrometheusWorkspace(Construct):
         consumes this workspace depends on it and not the other way round. Construct id:
         `<this construct's id>RemoteWrite`.
         """
+        if not isinstance(grantee, Construct):
+            raise ValidationError(
+                f"grant_remote_write needs a role construct (iam.Role or iam.Role.from_role_arn), got {type(grantee).__name__}"
+            )
         policy = iam.Policy(
             grantee,
             f"{self.node.id}RemoteWrite",
