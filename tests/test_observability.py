@@ -336,3 +336,30 @@ def test_grafana_rejects_other_authentication() -> None:
 def test_workspace_log_retention_is_validated() -> None:
     with pytest.raises(ValidationError, match=r"^log_retention_days must be one of 1, 3, 5, .* got 2$"):
         PrometheusWorkspace(_stack(), "P", PrometheusWorkspaceProps(alias="a", log_retention_days=2))
+
+
+def _observability_stack(section: dict) -> Template:
+    from fminfra.config import parse_config
+    from fminfra.stacks.observability import ObservabilityStack
+    from tests.test_config import DEV, _with
+
+    cfg = parse_config(_with(DEV, "observability", section))
+    stack = ObservabilityStack(cdk.App(), "Observability", cfg=cfg, env=ENV)
+    return Template.from_stack(stack)
+
+
+def test_prometheus_off_keeps_the_alert_topic_and_creates_no_amp_resources() -> None:
+    template = _observability_stack({"prometheus": False})
+    for resource_type in ("AWS::APS::Workspace", "AWS::APS::RuleGroupsNamespace", "AWS::Grafana::Workspace"):
+        template.resource_count_is(resource_type, 0)
+    template.resource_count_is("AWS::SNS::Topic", 1)
+    assert "RemoteWriteUrl" not in template.to_json().get("Outputs", {})
+
+
+def test_an_existing_topic_receives_the_alert_manager_and_no_topic_is_created() -> None:
+    arn = "arn:aws:sns:us-west-2:111111111111:oncall"
+    template = _observability_stack({"alerts": {"sns_topic_arn": arn}})
+    template.resource_count_is("AWS::SNS::Topic", 0)
+    definition = template.find_resources("AWS::APS::Workspace")
+    text = next(iter(definition.values()))["Properties"]["AlertManagerDefinition"]
+    assert f"topic_arn: {arn}" in text
