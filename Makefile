@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := npx --no-install cdk
 CONFIG_DIR ?= config
 
-.PHONY: setup synth test lint format bench clean
+.PHONY: setup promtool synth test lint format bench clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ node_modules/.installed: package.json package-lock.json $(VENV)/.installed
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-setup: $(VENV)/.installed node_modules/.installed
+# promtool checks the alert rules in `make test`; Debian's prometheus package provides it.
+promtool:
+	command -v promtool >/dev/null || { apt-get -o DPkg::Lock::Timeout=120 update -q && \
+	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends prometheus; }
+
+setup: $(VENV)/.installed node_modules/.installed promtool
 
 synth: setup
 	rm -rf cdk.out

@@ -203,6 +203,27 @@ Command = tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argpar
 EXTRA_COMMANDS: dict[str, Command] = {}
 
 
+def _grafana_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="grafana_command", required=True)
+    s = sub.add_parser("sync", help="data sources, dashboards and admin groups of the environment's Grafana workspace")
+    s.add_argument("config", metavar="CONFIG")
+    s.add_argument("--grafana-url", default=None, help="Grafana base URL instead of the workspace's (e.g. through a proxy)")
+
+
+def cmd_grafana(ns: argparse.Namespace) -> int:
+    from fminfra.observability.grafana_sync import run
+
+    (path, cfg), *_ = load_configs([ns.config])
+    if not cfg.observability.grafana.enabled:
+        raise ConfigError(
+            [f"{path}: observability.grafana.enabled: is false, so there is no Grafana workspace to sync; set it to true and deploy"]
+        )
+    return run(cfg, grafana_url=ns.grafana_url)
+
+
+EXTRA_COMMANDS["grafana"] = ("Amazon Managed Grafana: `grafana sync CONFIG`", _grafana_arguments, cmd_grafana)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m fminfra", description=__doc__.split("\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -10,6 +10,7 @@ from fminfra.config import EnvironmentConfig
 from fminfra.stacks.compute import ComputeStack
 from fminfra.stacks.data import DataStack, needs_data_stack
 from fminfra.stacks.network import NetworkStack
+from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack
 
 
@@ -18,7 +19,7 @@ class EnvironmentStage(cdk.Stage):
 
     The Stage id is the environment name, so stack names read `dev-Network`, `prod-Compute`.
     Attributes: `network`, `data` and `storage` (None without a storage section / file system),
-    `compute`, `data_bucket`.
+    `observability`, `compute`, `data_bucket`.
     """
 
     def __init__(self, scope: Construct, cfg: EnvironmentConfig, **kwargs: object) -> None:
@@ -63,15 +64,33 @@ class EnvironmentStage(cdk.Stage):
             self.storage.add_stack_dependency(self.network)
             if self.data is not None:
                 self.storage.add_stack_dependency(self.data)
+        self.observability = ObservabilityStack(
+            self,
+            "Observability",
+            cfg=cfg,
+            description=f"fminfra {cfg.name}: Amazon Managed Prometheus, alert rules and alerting, Grafana",
+            termination_protection=cfg.removal_policy == "retain",
+        )
+        self.observability.add_stack_dependency(self.network)
+        if self.storage is not None:
+            assert cfg.storage is not None and cfg.storage.lustre is not None
+            self.observability.add_fsx_alarms(
+                "Lustre",
+                file_system_id=self.storage.file_system_id,
+                storage_capacity_gib=cfg.storage.lustre.capacity_gib,
+                throughput_mb_per_s=round(cfg.storage.lustre.throughput_gb_per_s * 1000),
+            )
+            self.observability.add_stack_dependency(self.storage)
         self.compute = ComputeStack(
             self,
             "Compute",
             cfg=cfg,
             network=self.network,
+            observability=self.observability,
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)
-        for stateful in (self.data, self.storage):
+        for stateful in (self.data, self.storage, self.observability):
             if stateful is not None:
                 self.compute.add_stack_dependency(stateful)
 

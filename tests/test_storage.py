@@ -89,7 +89,7 @@ def test_stateful_resources_follow_removal_policy_and_stacks_are_protected(synth
 
 
 def test_stack_order(synth: Synth) -> None:
-    assert [s.node.id for s in synth.stages["prod"].stacks] == ["Network", "Data", "Storage", "Compute"]
+    assert [s.node.id for s in synth.stages["prod"].stacks] == ["Network", "Data", "Storage", "Observability", "Compute"]
     deps = {d.node.id for d in synth.stages["prod"].compute.dependencies}
     assert {"Network", "Data", "Storage"} <= deps
     assert {d.node.id for d in synth.stages["prod"].storage.dependencies} == {"Network", "Data"}  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ from fminfra.constructs.launch_template import ROOT_DEVICE_UBUNTU, CapacityReser
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.stacks.network import NetworkStack
+from fminfra.stacks.observability import ObservabilityStack
 
 # AWS Deep Learning Base OSS AMI (Ubuntu 22.04: NVIDIA driver, CUDA, EFA, aws-ofi-nccl), resolved
 # at deploy time from its public SSM parameter, so synth makes no AWS call (facts §5).
@@ -37,7 +38,16 @@ class ComputeStack(cdk.Stack):
     by group name.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cfg: EnvironmentConfig, network: NetworkStack, **kwargs: object) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cfg: EnvironmentConfig,
+        network: NetworkStack,
+        observability: ObservabilityStack | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         self.cfg = cfg
         self.network = network
@@ -47,6 +57,11 @@ class ComputeStack(cdk.Stack):
             NodeRoleProps(kind="hyperpod" if cfg.compute.hyperpod else "ec2", role_name=cfg.physical_name("node", cfg.region)),
         ).role
         cdk.CfnOutput(self, "NodeRoleArn", value=self.node_role.role_arn, description="Role the GPU nodes run as")
+        # The nodes' Prometheus agent remote-writes to AMP: aps:RemoteWrite on that workspace only.
+        self.remote_write_url: str | None = None
+        if observability is not None and observability.prometheus is not None:
+            observability.prometheus.grant_remote_write(self.node_role)
+            self.remote_write_url = observability.prometheus.remote_write_url
         self.placement_groups: dict[str, ClusterPlacementGroup] = {}
         groups: list[InstanceGroupConfig | InferenceNodeGroupConfig] = []
         if cfg.compute.orchestrator == "ec2":

@@ -1,0 +1,235 @@
+#!/usr/bin/env bash
+# Installs the metrics collection of one GPU node (HyperPod Slurm or ec2) and starts it:
+#   - node exporter on :9100 (job "node"), with EFA counters through its textfile collector
+#     (collect_metrics.sh efa, every scrape interval) when the node has EFA devices;
+#   - DCGM exporter on :9400 (job "dcgm") in a container, on nodes with NVIDIA GPUs;
+#   - on the Slurm controller, the Slurm exporter on :8080 (job "slurm"): a node exporter that
+#     serves only the textfile collect_metrics.sh slurm writes from sinfo and squeue;
+#   - a Prometheus agent that scrapes them and remote-writes to AMP with SigV4 as the node role.
+# The exporter ports are reachable only from the cluster's security group (all traffic to and
+# from itself); nothing else opens them.
+#
+# Settings (environment):
+#   FMINFRA_REMOTE_WRITE_URL   required: the AMP workspace's remote-write URL (https://...remote_write)
+#   FMINFRA_AWS_REGION         required: the workspace's region (SigV4)
+#   FMINFRA_NODE_KIND          worker (default) | controller | login
+#   FMINFRA_CLUSTER            cluster label on every series (default: the host name)
+#   FMINFRA_SCRAPE_INTERVAL_SECONDS  default 30
+# Versions come only from scripts/node/versions.env. Idempotent: a done-marker holding the
+# settings' fingerprint is written last; a second run with the same settings does nothing.
+set -o errexit -o nounset -o pipefail
+
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
+VERSIONS_FILE=${VERSIONS_FILE:-$SCRIPT_DIR/../node/versions.env}
+# FMINFRA_ROOT prefixes every system path (tests install into a temporary folder).
+ROOT=${FMINFRA_ROOT:-}
+INSTALL_DIR=${INSTALL_DIR:-$ROOT/opt/fminfra/observability}
+CONFIG_DIR=${CONFIG_DIR:-$ROOT/etc/fminfra/observability}
+STATE_DIR=${STATE_DIR:-$ROOT/var/lib/fminfra}
+SYSTEMD_DIR=${SYSTEMD_DIR:-$ROOT/etc/systemd/system}
+SYSFS_ROOT=${SYSFS_ROOT:-$ROOT/sys}
+LOG_FILE=${LOG_FILE:-$ROOT/var/log/fminfra/install_exporters.log}
+RETRIES=${RETRIES:-5}
+DOWNLOAD_DIR=${DOWNLOAD_DIR:-$STATE_DIR/downloads}
+DONE_MARKER=$STATE_DIR/install_exporters.done
+
+log() {
+  local line
+  line="$(date -u +%Y-%m-%dT%H:%M:%SZ) install_exporters: $*"
+  printf '%s\n' "$line" >&2
+  printf '%s\n' "$line" >>"$LOG_FILE" 2>/dev/null || true
+}
+
+die() {
+  log "ERROR: $*"
+  exit 1
+}
+
+on_error() {
+  log "ERROR: line $1: command failed (exit $2): $3"
+}
+trap 'on_error "$LINENO" "$?" "$BASH_COMMAND"' ERR
+
+declare -A VERSIONS=()
+
+# Strict KEY=VALUE reader of the manifest: no sourcing, no expansion.
+load_versions() {
+  local line key value
+  [[ -r $VERSIONS_FILE ]] || die "version manifest $VERSIONS_FILE not found"
+  while IFS= read -r line || [[ -n $line ]]; do
+    [[ -z $line || $line == \#* ]] && continue
+    [[ $line =~ ^([A-Z][A-Z0-9_]*)=([A-Za-z0-9._:/+,@-]*)$ ]] || die "$VERSIONS_FILE: not KEY=VALUE: $line"
+    key=${BASH_REMATCH[1]}
+    value=${BASH_REMATCH[2]}
+    VERSIONS[$key]=$value
+  done <"$VERSIONS_FILE"
+}
+
+version() {
+  local value=${VERSIONS[$1]:-}
+  [[ -n $value ]] || die "$VERSIONS_FILE: $1 is not set"
+  printf '%s' "$value"
+}
+
+retry() {
+  local attempt=1 delay=2
+  until "$@"; do
+    ((attempt >= RETRIES)) && return 1
+    log "retry $attempt/$RETRIES in ${delay}s: $*"
+    sleep "$delay"
+    attempt=$((attempt + 1))
+    delay=$((delay * 2 > 30 ? 30 : delay * 2))
+  done
+}
+
+go_arch() {
+  case $(uname -m) in
+    x86_64) echo amd64 ;;
+    aarch64) echo arm64 ;;
+    *) die "unsupported architecture $(uname -m)" ;;
+  esac
+}
+
+# Downloads a Prometheus project release and verifies it against the release's sha256sums.txt.
+install_release() {
+  local project=$1 version=$2 binary=$3 arch name url dir
+  arch=$(go_arch)
+  name="$project-$version.linux-$arch"
+  if [[ -x $INSTALL_DIR/$name/$binary ]]; then
+    log "$name already installed"
+    return 0
+  fi
+  url="https://github.com/prometheus/$project/releases/download/v$version"
+  mkdir -p "$DOWNLOAD_DIR" "$INSTALL_DIR"
+  retry curl --fail --silent --show-error --location --retry 3 -o "$DOWNLOAD_DIR/$name.tar.gz" "$url/$name.tar.gz"
+  retry curl --fail --silent --show-error --location --retry 3 -o "$DOWNLOAD_DIR/$name.sha256sums.txt" "$url/sha256sums.txt"
+  grep -E "  $name\.tar\.gz\$" "$DOWNLOAD_DIR/$name.sha256sums.txt" >"$DOWNLOAD_DIR/$name.sha256" || die "$name.tar.gz not listed in the release's sha256sums.txt"
+  (cd "$DOWNLOAD_DIR" && sha256sum --check --quiet "$name.sha256") || die "$name.tar.gz: checksum mismatch"
+  dir=$(mktemp -d "$INSTALL_DIR/.$name.XXXXXX")
+  tar -xzf "$DOWNLOAD_DIR/$name.tar.gz" -C "$dir" --strip-components=1
+  mv "$dir" "$INSTALL_DIR/$name"
+  log "installed $name"
+}
+
+write_unit() {
+  local name=$1 content=$2
+  mkdir -p "$SYSTEMD_DIR"
+  printf '%s\n' "$content" >"$SYSTEMD_DIR/$name"
+}
+
+service_unit() {
+  local description=$1 exec_start=$2 extra=${3:-}
+  printf '[Unit]\nDescription=%s\nAfter=network-online.target\nWants=network-online.target\n\n[Service]\n%sExecStart=%s\nRestart=always\nRestartSec=10\n\n[Install]\nWantedBy=multi-user.target\n' \
+    "$description" "$extra" "$exec_start"
+}
+
+timer_units() {
+  local name=$1 mode=$2 interval=$3
+  write_unit "fminfra-$name-metrics.service" "$(printf '[Unit]\nDescription=fminfra: write %s metrics for the node exporter\n\n[Service]\nType=oneshot\nEnvironment=TEXTFILE_DIR=%s SYSFS_ROOT=%s\nExecStart=%s %s\n' \
+    "$mode" "$STATE_DIR/textfile/$name" "$SYSFS_ROOT" "$INSTALL_DIR/bin/collect_metrics.sh" "$mode")"
+  write_unit "fminfra-$name-metrics.timer" "$(printf '[Unit]\nDescription=fminfra: %s metrics every %ss\n\n[Timer]\nOnBootSec=10s\nOnUnitActiveSec=%ss\nAccuracySec=1s\n\n[Install]\nWantedBy=timers.target\n' \
+    "$mode" "$interval" "$interval")"
+}
+
+scrape_job() {
+  local job=$1 port=$2 instance=$3
+  printf '  - job_name: %s\n    static_configs:\n      - targets: ["localhost:%s"]\n        labels:\n          instance: "%s"\n' "$job" "$port" "$instance"
+}
+
+render_agent_config() {
+  local template=$1 scrape_configs=$2 interval=$3 cluster=$4 out
+  out=$(<"$template")
+  out=${out//@SCRAPE_CONFIGS@/$scrape_configs}
+  out=${out//@SCRAPE_INTERVAL@/${interval}s}
+  out=${out//@CLUSTER@/\"$cluster\"}
+  out=${out//@REMOTE_WRITE_URL@/$FMINFRA_REMOTE_WRITE_URL}
+  out=${out//@REGION@/$FMINFRA_AWS_REGION}
+  printf '%s\n' "$out"
+}
+
+main() {
+  : "${FMINFRA_REMOTE_WRITE_URL:?set FMINFRA_REMOTE_WRITE_URL to the AMP workspace remote-write URL}"
+  : "${FMINFRA_AWS_REGION:?set FMINFRA_AWS_REGION to the AMP workspace region}"
+  local kind=${FMINFRA_NODE_KIND:-worker}
+  local interval=${FMINFRA_SCRAPE_INTERVAL_SECONDS:-30}
+  local host cluster fingerprint node_version prom_version dcgm_tag scrape_configs units=() unit
+  host=$(hostname)
+  cluster=${FMINFRA_CLUSTER:-$host}
+  [[ $FMINFRA_REMOTE_WRITE_URL =~ ^https://[^[:space:]\"]+/remote_write$ ]] || die "FMINFRA_REMOTE_WRITE_URL must be https://.../remote_write, got $FMINFRA_REMOTE_WRITE_URL"
+  [[ $FMINFRA_AWS_REGION =~ ^[a-z]{2}(-[a-z]+)+-[0-9]$ ]] || die "FMINFRA_AWS_REGION must be a region such as us-west-2, got $FMINFRA_AWS_REGION"
+  [[ $kind =~ ^(worker|controller|login)$ ]] || die "FMINFRA_NODE_KIND must be worker, controller or login, got $kind"
+  if ! [[ $interval =~ ^[0-9]+$ ]] || ((interval < 5 || interval > 300)); then
+    die "FMINFRA_SCRAPE_INTERVAL_SECONDS must be 5 to 300, got $interval"
+  fi
+  [[ $cluster =~ ^[A-Za-z0-9._-]+$ ]] || die "FMINFRA_CLUSTER must be letters, digits, '.', '_' and '-', got $cluster"
+  mkdir -p "$(dirname "$LOG_FILE")" "$STATE_DIR"
+  load_versions
+  node_version=$(version NODE_EXPORTER_VERSION)
+  prom_version=$(version PROMETHEUS_VERSION)
+  dcgm_tag="$(version DCGM_EXPORTER_VERSION)-distroless"
+
+  fingerprint=$(printf '%s\n' "$FMINFRA_REMOTE_WRITE_URL" "$FMINFRA_AWS_REGION" "$kind" "$interval" "$cluster" "$node_version" "$prom_version" "$dcgm_tag" \
+    | cat - "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$SCRIPT_DIR/collect_metrics.sh" "$SCRIPT_DIR/dcgm-counters.csv" | sha256sum | cut -d' ' -f1)
+  if [[ -f $DONE_MARKER && $(<"$DONE_MARKER") == "$fingerprint" ]]; then
+    log "already installed with these settings ($DONE_MARKER)"
+    return 0
+  fi
+
+  install_release node_exporter "$node_version" node_exporter
+  install_release prometheus "$prom_version" prometheus
+  mkdir -p "$INSTALL_DIR/bin" "$CONFIG_DIR" "$STATE_DIR/textfile/node" "$STATE_DIR/prometheus-agent"
+  install -m 0755 "$SCRIPT_DIR/collect_metrics.sh" "$INSTALL_DIR/bin/collect_metrics.sh"
+  install -m 0644 "$SCRIPT_DIR/dcgm-counters.csv" "$CONFIG_DIR/dcgm-counters.csv"
+  local arch node_exporter
+  arch=$(go_arch)
+  node_exporter="$INSTALL_DIR/node_exporter-$node_version.linux-$arch/node_exporter"
+
+  write_unit fminfra-node-exporter.service "$(service_unit "fminfra: node exporter (:9100)" \
+    "$node_exporter --web.listen-address=:9100 --collector.textfile.directory=$STATE_DIR/textfile/node")"
+  units+=(fminfra-node-exporter.service)
+  scrape_configs=$(scrape_job node 9100 "$host")
+
+  if compgen -G "$SYSFS_ROOT/class/infiniband/*" >/dev/null; then
+    timer_units node efa "$interval"
+    units+=(fminfra-node-metrics.timer)
+    log "EFA devices found: EFA counters every ${interval}s"
+  fi
+
+  if command -v nvidia-smi >/dev/null && nvidia-smi --list-gpus >/dev/null 2>&1; then
+    command -v docker >/dev/null || die "NVIDIA GPUs found but docker is missing: the DCGM exporter runs as a container"
+    local image="nvcr.io/nvidia/k8s/dcgm-exporter:$dcgm_tag"
+    retry docker pull --quiet "$image" >/dev/null
+    write_unit fminfra-dcgm-exporter.service "$(service_unit "fminfra: DCGM exporter (:9400)" \
+      "/usr/bin/docker run --rm --name fminfra-dcgm-exporter --gpus all --cap-add SYS_ADMIN --network host -v $CONFIG_DIR/dcgm-counters.csv:/etc/dcgm-exporter/fminfra-counters.csv:ro $image -f /etc/dcgm-exporter/fminfra-counters.csv -a :9400" \
+      $'ExecStartPre=-/usr/bin/docker rm -f fminfra-dcgm-exporter\nExecStop=/usr/bin/docker stop fminfra-dcgm-exporter\n')"
+    units+=(fminfra-dcgm-exporter.service)
+    scrape_configs+=$'\n'$(scrape_job dcgm 9400 "$host")
+  fi
+
+  if [[ $kind == controller ]]; then
+    command -v sinfo >/dev/null || die "FMINFRA_NODE_KIND is controller but sinfo is not on PATH"
+    mkdir -p "$STATE_DIR/textfile/slurm"
+    timer_units slurm slurm "$interval"
+    write_unit fminfra-slurm-exporter.service "$(service_unit "fminfra: Slurm exporter (:8080)" \
+      "$node_exporter --web.listen-address=:8080 --collector.disable-defaults --collector.textfile --collector.textfile.directory=$STATE_DIR/textfile/slurm")"
+    units+=(fminfra-slurm-metrics.timer fminfra-slurm-exporter.service)
+    scrape_configs+=$'\n'$(scrape_job slurm 8080 "$host")
+  fi
+
+  render_agent_config "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$scrape_configs" "$interval" "$cluster" >"$CONFIG_DIR/prometheus-agent.yml"
+  "$INSTALL_DIR/prometheus-$prom_version.linux-$arch/promtool" check config --agent "$CONFIG_DIR/prometheus-agent.yml" >/dev/null \
+    || die "$CONFIG_DIR/prometheus-agent.yml: promtool check config failed"
+  write_unit fminfra-prometheus-agent.service "$(service_unit "fminfra: Prometheus agent, remote write to AMP" \
+    "$INSTALL_DIR/prometheus-$prom_version.linux-$arch/prometheus --agent --config.file=$CONFIG_DIR/prometheus-agent.yml --storage.agent.path=$STATE_DIR/prometheus-agent --web.listen-address=127.0.0.1:9090")"
+  units+=(fminfra-prometheus-agent.service)
+
+  systemctl daemon-reload
+  for unit in "${units[@]}"; do
+    systemctl enable "$unit" >/dev/null
+    systemctl restart "$unit"
+  done
+  printf '%s\n' "$fingerprint" >"$DONE_MARKER"
+  log "started: ${units[*]}"
+}
+
+main "$@"
