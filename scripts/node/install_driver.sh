@@ -6,8 +6,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 check_driver() {
     local version
-    version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1) || true
-    if [[ -z $version ]]; then
+    # nvidia-smi prints its failures on stdout: accept only a version number.
+    version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) || version=""
+    version=$(head -n 1 <<<"$version")
+    if [[ ! $version =~ ^[0-9]+\. ]]; then
         CHECK_DETAIL="no NVIDIA driver responds to nvidia-smi"
         return 1
     fi
