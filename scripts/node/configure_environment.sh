@@ -50,7 +50,7 @@ apply_environment() {
 main() {
     node_script_init "$@"
     contents
-    step environment "library paths and OFI tuner for CUDA $(ver CUDA_VERSION), EFA, Open MPI, aws-ofi-nccl" check_environment apply_environment
+    step environment "library paths and OFI tuner for CUDA $(ver CUDA_VERSION), EFA, Open MPI, aws-ofi-nccl" check_environment apply_environment skip
     finish_steps
 }
 

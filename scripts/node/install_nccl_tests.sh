@@ -25,7 +25,7 @@ main() {
     NCCL_TESTS_VERSION=$(ver NCCL_TESTS_VERSION)
     NCCL_TESTS_COMMIT=$(ver_optional NCCL_TESTS_COMMIT)
     STAMP="nccl-tests $NCCL_TESTS_VERSION commit ${NCCL_TESTS_COMMIT:-unpinned} against NCCL $(ver NCCL_VERSION)"
-    step nccl-tests "$STAMP" check_nccl_tests apply_nccl_tests
+    step nccl-tests "$STAMP" check_nccl_tests apply_nccl_tests optional
     finish_steps
 }
 

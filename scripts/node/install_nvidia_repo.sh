@@ -43,7 +43,7 @@ apply_repo() {
 main() {
     node_script_init "$@"
     repo_files
-    step nvidia-repo "NVIDIA CUDA repository $REPO_DISTRO/$REPO_ARCH, key $FINGERPRINT" check_repo apply_repo
+    step nvidia-repo "NVIDIA CUDA repository $REPO_DISTRO/$REPO_ARCH, key $FINGERPRINT" check_repo apply_repo skip
     finish_steps
 }
 

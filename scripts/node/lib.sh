@@ -431,24 +431,31 @@ pkg_install() {
 
 # --- steps --------------------------------------------------------------------------------------
 
-# step NAME STAMP CHECK APPLY
+# step NAME STAMP CHECK APPLY [VERIFY_POLICY]
 #   CHECK returns 0 when the node has the component at the manifest's version, 3 when it has it
 #   at another version, 1 when it lacks it; it sets CHECK_DETAIL. APPLY installs it.
-# --dry-run prints the step and APPLY's commands. --verify runs CHECK only (PASS/WARN/FAIL).
+#   VERIFY_POLICY says what --verify makes of a missing component: required (FAIL, the default),
+#   optional (WARN: fminfra's own additions an AMI need not carry) or skip (not a component).
+# --dry-run prints the step and APPLY's commands. --verify runs CHECK only (PASS/WARN/FAIL/SKIP).
 # Otherwise: skip when the done-marker holds STAMP; keep what the AMI carries (WARN when the
 # version differs, unless FMINFRA_ENFORCE_VERSIONS=1); else APPLY, CHECK again, marker last.
 step() {
-    local name=$1 stamp=$2 check=$3 apply=$4 marker rc
+    local name=$1 stamp=$2 check=$3 apply=$4 policy=${5:-required} marker rc
     marker=$FMINFRA_STATE_DIR/$name.done
     if [[ $DRY_RUN == 1 ]]; then
         printf '  [%s] %s\n' "$name" "$stamp"
         "$apply"
         return 0
     fi
+    if [[ $VERIFY_ONLY == 1 && $policy == skip ]]; then
+        log INFO "SKIP $name: configuration, not a component; --verify leaves the node as it is"
+        return 0
+    fi
     CHECK_DETAIL=""
     rc=0
     "$check" || rc=$?
     if [[ $VERIFY_ONLY == 1 ]]; then
+        [[ $rc == 1 && $policy == optional ]] && rc=3
         case $rc in
         0) log INFO "PASS $name: $CHECK_DETAIL" ;;
         3) log WARN "WARN $name: $CHECK_DETAIL (manifest: $stamp)" ;;
