@@ -222,6 +222,17 @@ def test_al2023_uses_dnf_and_the_rpm_key(tmp_path: Path) -> None:
     assert not any(c.startswith("apt-get") for c in calls)
 
 
+def test_types_without_efa_skip_the_efa_stack(node: FakeNode) -> None:
+    result = node.run("bootstrap.sh", "--instance-type", "g6e.12xlarge")
+    assert result.returncode == 0, result.stderr
+    calls = node.calls()
+    assert not any("efa_installer.sh" in c or "fabricmanager" in c for c in calls)
+    assert any(c.startswith("make ") and " MPI=0 " in c for c in calls)
+    profile = (node.root / "etc/profile.d/fminfra-gpu.sh").read_text()
+    assert "NCCL_TUNER_PLUGIN" not in profile and "/opt/amazon" not in profile
+    assert "efa: not needed on g6e.12xlarge" in result.stderr
+
+
 def test_ami_components_are_verified_not_reinstalled(node: FakeNode) -> None:
     install_ami(node, libnccl2="2.27.3-1+cuda12.9")
     result = node.run("bootstrap.sh", "--instance-type", "p5.48xlarge")

@@ -18,16 +18,21 @@ contents() {
     else
         plugin_dir=/opt/amazon/ofi-nccl/lib/$LIB_ARCH-linux-gnu
     fi
-    local libs="$cuda/lib64:/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:$plugin_dir"
-    local tuner=$plugin_dir/libnccl-ofi-tuner.so
+    local libs="$cuda/lib64" bins="$cuda/bin" tuner_line="" tuner_env=""
+    # Types without EFA get no EFA installer, hence no libfabric, Open MPI or OFI plugin paths.
+    if ((TYPE_EFA > 0)); then
+        libs+=":/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:$plugin_dir"
+        bins+=":/opt/amazon/openmpi/bin:/opt/amazon/efa/bin"
+        tuner_line=$'\n'"export NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so"
+        tuner_env=" \"NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so\""
+    fi
     # shellcheck disable=SC2016 # $PATH and $LD_LIBRARY_PATH expand in the login shell, not here.
     PROFILE_CONTENT='# Written by fminfra configure_environment.sh; do not edit.
-export PATH='"$cuda/bin:/opt/amazon/openmpi/bin:/opt/amazon/efa/bin"':$PATH
-export LD_LIBRARY_PATH='"$libs"'${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-export NCCL_TUNER_PLUGIN='"$tuner"
+export PATH='"$bins"':$PATH
+export LD_LIBRARY_PATH='"$libs"'${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}'"$tuner_line"
     SYSTEMD_CONTENT="# Written by fminfra configure_environment.sh; do not edit.
 [Manager]
-DefaultEnvironment=\"LD_LIBRARY_PATH=$libs\" \"NCCL_TUNER_PLUGIN=$tuner\""
+DefaultEnvironment=\"LD_LIBRARY_PATH=$libs\"$tuner_env"
     LDCONF_CONTENT="# Written by fminfra configure_environment.sh; do not edit.
 ${libs//:/$'\n'}"
 }

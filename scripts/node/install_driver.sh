@@ -58,14 +58,6 @@ apply_nvlsm() {
     pkg_install nvlsm
 }
 
-not_needed() {
-    if [[ $DRY_RUN == 1 ]]; then
-        printf '  [%s] not needed on %s\n' "$1" "$TARGET_TYPE"
-    else
-        log INFO "$1: not needed on $TARGET_TYPE"
-    fi
-}
-
 main() {
     node_script_init "$@"
     BRANCH=$(ver NVIDIA_DRIVER_BRANCH)

@@ -34,7 +34,11 @@ apply_efa() {
 main() {
     node_script_init "$@"
     EFA_VERSION=$(ver EFA_INSTALLER_VERSION)
-    step efa "EFA installer $EFA_VERSION (signature key $(ver EFA_INSTALLER_KEY_FINGERPRINT))" check_efa apply_efa
+    if ((TYPE_EFA == 0)); then
+        not_needed efa
+    else
+        step efa "EFA installer $EFA_VERSION (signature key $(ver EFA_INSTALLER_KEY_FINGERPRINT))" check_efa apply_efa
+    fi
     finish_steps
 }
 

@@ -65,7 +65,7 @@ check_ofi_source() {
 apply_ofi_source() {
     local src prefix=$FMINFRA_ROOT/opt/aws-ofi-nccl
     src=$(work_dir aws-ofi-nccl)
-    if [[ $PKG == apt ]]; then pkg_install autoconf automake libtool make git; else pkg_install autoconf automake libtool make git; fi
+    pkg_install autoconf automake libtool make git
     git_checkout_commit https://github.com/aws/aws-ofi-nccl.git "$src" "$OFI_COMMIT" ""
     run env --chdir="$src" ./autogen.sh
     run env --chdir="$src" ./configure --prefix="$prefix" --with-libfabric="$FMINFRA_ROOT/opt/amazon/efa" --with-cuda="$CUDA_HOME"
@@ -80,7 +80,9 @@ main() {
     OFI_VERSION=$(ver AWS_OFI_NCCL_VERSION)
     OFI_COMMIT=$(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT)
     step nccl "NCCL $NCCL_PKG_VERSION" check_nccl apply_nccl
-    if [[ -z $OFI_COMMIT ]]; then
+    if ((TYPE_EFA == 0)); then
+        not_needed aws-ofi-nccl
+    elif [[ -z $OFI_COMMIT ]]; then
         step aws-ofi-nccl "aws-ofi-nccl $OFI_VERSION bundled by EFA installer $(ver EFA_INSTALLER_VERSION)" check_ofi_bundled apply_ofi_bundled
     else
         step aws-ofi-nccl "aws-ofi-nccl from source at commit $OFI_COMMIT" check_ofi_source apply_ofi_source

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # nccl-tests NCCL_TESTS_VERSION at the pinned NCCL_TESTS_COMMIT, built against the installed NCCL
-# and the EFA installer's Open MPI; binaries in /opt/nccl-tests/build. Rebuilt when NCCL changes.
+# and the EFA installer's Open MPI (types with EFA); binaries in /opt/nccl-tests/build. Rebuilt when NCCL changes.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -15,8 +15,10 @@ apply_nccl_tests() {
     src=$(work_dir nccl-tests)
     if [[ $PKG == apt ]]; then pkg_install build-essential git; else pkg_install gcc gcc-c++ make git; fi
     git_checkout_commit https://github.com/NVIDIA/nccl-tests.git "$src" "$NCCL_TESTS_COMMIT" "v$NCCL_TESTS_VERSION"
-    run make -C "$src" -j MPI=1 MPI_HOME="$FMINFRA_ROOT/opt/amazon/openmpi" CUDA_HOME="$CUDA_HOME" \
-        NCCL_HOME="$FMINFRA_ROOT/usr" BUILDDIR="$prefix/build"
+    # Open MPI comes with the EFA installer; types without EFA get single-node (MPI=0) binaries.
+    local -a mpi=(MPI=0)
+    ((TYPE_EFA == 0)) || mpi=(MPI=1 MPI_HOME="$FMINFRA_ROOT/opt/amazon/openmpi")
+    run make -C "$src" -j "${mpi[@]}" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$FMINFRA_ROOT/usr" BUILDDIR="$prefix/build"
     write_file "$prefix/.fminfra-stamp" "$STAMP"
 }
 

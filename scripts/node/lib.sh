@@ -386,7 +386,7 @@ git_checkout_commit() {
         [[ $DRY_RUN == 1 ]] && printf '      ! no commit pinned for %s: aborts unless FMINFRA_ALLOW_UNVERIFIED=1\n' "$url"
         [[ $DRY_RUN == 1 ]] || unverified "no commit pinned for $url (tag $tag); pin one in $FMINFRA_VERSIONS"
         run git init --quiet "$dir"
-        run git -C "$dir" fetch --quiet --depth 1 "$url" "refs/tags/$tag"
+        run retry git -C "$dir" fetch --quiet --depth 1 "$url" "refs/tags/$tag"
     else
         run git init --quiet "$dir"
         run retry git -C "$dir" fetch --quiet --depth 1 "$url" "$commit"
@@ -485,6 +485,14 @@ step() {
     printf '%s\n' "$stamp" >"$marker.fminfra-tmp"
     mv "$marker.fminfra-tmp" "$marker"
     log INFO "$name: done"
+}
+
+not_needed() {
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '  [%s] not needed on %s\n' "$1" "$TARGET_TYPE"
+    else
+        log INFO "$1: not needed on $TARGET_TYPE"
+    fi
 }
 
 finish_steps() {
