@@ -46,3 +46,51 @@ def version(key: str) -> str:
     if not value:
         raise ValidationError(f"{versions_manifest()}: {key}: not set; known keys: {', '.join(sorted(versions))}")
     return value
+
+
+# Keys every node script needs (issue #6); the scripts read them through lib.sh's own strict parser.
+NODE_KEYS: tuple[str, ...] = (
+    "NVIDIA_DRIVER_BRANCH",
+    "CUDA_VERSION",
+    "NCCL_VERSION",
+    "NVIDIA_APT_KEY_FINGERPRINT",
+    "NVIDIA_RPM_KEY_FINGERPRINT",
+    "EFA_INSTALLER_VERSION",
+    "EFA_INSTALLER_KEY_FINGERPRINT",
+    "EFA_INSTALLER_SHA256",
+    "AWS_OFI_NCCL_VERSION",
+    "AWS_OFI_NCCL_SOURCE_COMMIT",
+    "GDRCOPY_VERSION",
+    "GDRCOPY_COMMIT",
+    "NCCL_TESTS_VERSION",
+    "NCCL_TESTS_COMMIT",
+    "DCGM_EXPORTER_VERSION",
+    "NODE_EXPORTER_VERSION",
+)
+# Keys whose empty value has a meaning (the manifest's comments say which).
+MAY_BE_EMPTY: frozenset[str] = frozenset({"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT"})
+
+_SHAPES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("_FINGERPRINT", re.compile(r"^[0-9A-F]{40}$"), "40 upper-case hex digits (an OpenPGP v4 fingerprint)"),
+    ("_COMMIT", re.compile(r"^([0-9a-f]{40})?$"), "empty or a 40-hex git commit"),
+    ("_SHA256", re.compile(r"^([0-9a-f]{64})?$"), "empty or 64 lower-case hex digits"),
+)
+
+
+def manifest_problems(versions: dict[str, str]) -> list[str]:
+    """What is wrong with a parsed manifest, one `KEY: message` per problem (empty when fine)."""
+    problems = [f"{key}: missing; every node script needs it" for key in NODE_KEYS if key not in versions]
+    for key, value in versions.items():
+        if not value and key not in MAY_BE_EMPTY:
+            problems.append(f"{key}: empty; only {', '.join(sorted(MAY_BE_EMPTY))} may be empty")
+        for suffix, shape, allowed in _SHAPES:
+            if key.endswith(suffix) and not shape.match(value):
+                problems.append(f"{key}: must be {allowed}, got {value!r}")
+        if key.startswith(("CHART_", "EKS_ADDON_")) and not key.endswith("_VERSION"):
+            problems.append(f"{key}: Helm chart and EKS add-on keys are CHART_<NAME>_VERSION / EKS_ADDON_<NAME>_VERSION")
+    return problems
+
+
+def unpinned_commits(versions: dict[str, str]) -> list[str]:
+    """Source builds whose commit is not pinned yet (their scripts refuse to run without one)."""
+    return sorted(k for k in ("GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT") if not versions.get(k))

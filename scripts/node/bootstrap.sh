@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The one entry point of node set-up: runs every install script in order with the same
+# arguments, then the exporters when observability is configured.
+#
+#   bootstrap.sh [--os OS] [--instance-type TYPE]     install what is missing (user data)
+#   bootstrap.sh --verify [--instance-type TYPE]      check what the AMI carries, install nothing
+#                                                     (HyperPod lifecycle on_create)
+#   bootstrap.sh --dry-run --os OS --instance-type T  print the full plan, change nothing
+#
+# Every step skips itself when its done-marker matches or the node already has the component;
+# a second run changes nothing. See lib.sh for the settings (FMINFRA_*).
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+STEPS=(
+    install_nvidia_repo.sh
+    install_driver.sh
+    install_cuda.sh
+    install_efa.sh
+    install_nccl.sh
+    install_gdrcopy.sh
+    install_nccl_tests.sh
+    configure_environment.sh
+)
+
+print_plan_header() {
+    local key
+    printf 'fminfra node bootstrap plan (dry run: nothing is changed)\n'
+    printf '  target: os=%s arch=%s instance-type=%s gpus=%s efa=%s nvswitch=%s nvlsm=%s\n' \
+        "$TARGET_OS" "$TYPE_ARCH" "$TARGET_TYPE" "$TYPE_GPUS" "$TYPE_EFA" "$TYPE_NVSWITCH" "$TYPE_NVLSM"
+    printf '  manifest: %s\n' "$FMINFRA_VERSIONS"
+    for key in $(printf '%s\n' "${!MANIFEST[@]}" | sort); do
+        printf '    %s=%s\n' "$key" "${MANIFEST[$key]}"
+    done
+    printf '  steps, in order (at run time each is skipped when its done-marker matches or the node already has it):\n'
+}
+
+run_exporters() {
+    local exporters=$NODE_DIR/../observability/install_exporters.sh
+    if [[ -z ${FMINFRA_REMOTE_WRITE_URL:-} ]]; then
+        log INFO "SKIP exporters: FMINFRA_REMOTE_WRITE_URL is not set"
+    elif [[ ! -f $exporters ]]; then
+        log INFO "SKIP exporters: $exporters not found"
+    elif [[ $DRY_RUN == 1 ]]; then
+        printf '  [exporters] remote write to %s\n' "$FMINFRA_REMOTE_WRITE_URL"
+        run bash "$exporters"
+    else
+        log INFO "exporters: running $exporters"
+        bash "$exporters"
+    fi
+}
+
+main() {
+    node_script_init "$@"
+    local -a args
+    local script failed=0 manifest_sum
+    mapfile -t args < <(common_args)
+    [[ $DRY_RUN == 1 ]] && print_plan_header
+    [[ $DRY_RUN == 1 ]] || log INFO "bootstrap: os=$TARGET_OS instance-type=$TARGET_TYPE manifest=$FMINFRA_VERSIONS verify=$VERIFY_ONLY"
+    for script in "${STEPS[@]}"; do
+        if [[ $VERIFY_ONLY == 1 ]]; then
+            bash "$NODE_DIR/$script" "${args[@]}" || failed=1
+        else
+            bash "$NODE_DIR/$script" "${args[@]}"
+        fi
+    done
+    if [[ $VERIFY_ONLY == 1 ]]; then
+        ((failed == 0)) || die "verify: FAIL (see the FAIL lines above); nothing was installed"
+        log INFO "verify: every component the manifest names is present"
+        return 0
+    fi
+    run_exporters
+    [[ $DRY_RUN == 1 ]] && return 0
+    manifest_sum=$(sha256sum "$FMINFRA_VERSIONS" | awk '{ print $1 }')
+    mkdir -p "$FMINFRA_STATE_DIR"
+    printf 'manifest sha256 %s\n' "$manifest_sum" >"$FMINFRA_STATE_DIR/bootstrap.done"
+    log INFO "bootstrap: done (run validate.sh to check the node)"
+}
+
+main "$@"

@@ -1,0 +1,97 @@
+"""The version manifest: the strict Python parser, its shape rules, and agreement with lib.sh's parser."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fminfra.errors import ValidationError
+from fminfra.resources import versions_manifest
+from fminfra.versions import NODE_KEYS, load_versions, manifest_problems, parse_manifest, unpinned_commits, version
+
+NODE = versions_manifest().parent
+
+
+def test_shipped_manifest_is_complete_and_well_formed() -> None:
+    versions = load_versions()
+    assert manifest_problems(versions) == []
+    assert set(NODE_KEYS) <= set(versions)
+
+
+def test_verified_pins_are_the_published_ones() -> None:
+    # AWS EC2 user guide (EFA installer signature) and NVIDIA's CUDA repository keys; see versions.env.
+    assert version("EFA_INSTALLER_KEY_FINGERPRINT") == "4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC"
+    assert version("NVIDIA_APT_KEY_FINGERPRINT").endswith("3BF863CC")
+    assert version("NVIDIA_RPM_KEY_FINGERPRINT").endswith("D42D0685")
+
+
+def test_unverified_commits_are_reported_not_invented() -> None:
+    # Nothing reachable while writing showed the commits of gdrcopy v2.5.2 / nccl-tests v2.18.3.
+    # When someone pins them, this test tells them to drop this expectation.
+    assert unpinned_commits(load_versions()) == ["GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT"]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'NCCL_VERSION="2.30.4-1"',
+            r"versions.env: line 1: expected KEY=VALUE \(no quotes, spaces or expansions\), got 'NCCL_VERSION=\"2.30.4-1\"'",
+        ),
+        ("NCCL_VERSION=$X", r"line 1: expected KEY=VALUE"),
+        ("NCCL_VERSION = 2", r"line 1: expected KEY=VALUE"),
+        ("export NCCL_VERSION=2", r"line 1: expected KEY=VALUE"),
+        ("A=1\n# c\nA=2", r"versions.env: line 3: A is set twice"),
+    ],
+)
+def test_parser_rejects(text: str, message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        parse_manifest(text)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("EFA_INSTALLER_KEY_FINGERPRINT", "4e90", "EFA_INSTALLER_KEY_FINGERPRINT: must be 40 upper-case hex digits"),
+        ("NCCL_TESTS_COMMIT", "v2.18.3", "NCCL_TESTS_COMMIT: must be empty or a 40-hex git commit, got 'v2.18.3'"),
+        ("EFA_INSTALLER_SHA256", "abc", "EFA_INSTALLER_SHA256: must be empty or 64 lower-case hex digits"),
+        ("NCCL_VERSION", "", "NCCL_VERSION: empty; only AWS_OFI_NCCL_SOURCE_COMMIT"),
+        ("CHART_KARPENTER", "1.0.0", "CHART_KARPENTER: Helm chart and EKS add-on keys are CHART_<NAME>_VERSION"),
+    ],
+)
+def test_shape_rules(key: str, value: str, message: str) -> None:
+    versions = {**load_versions(), key: value}
+    assert any(p.startswith(message) for p in manifest_problems(versions)), manifest_problems(versions)
+
+
+def test_missing_key_is_named() -> None:
+    versions = dict(load_versions())
+    del versions["GDRCOPY_VERSION"]
+    assert manifest_problems(versions) == ["GDRCOPY_VERSION: missing; every node script needs it"]
+
+
+def test_version_of_an_empty_key_names_the_manifest() -> None:
+    with pytest.raises(ValidationError, match=r"versions.env: GDRCOPY_COMMIT: not set; known keys: AWS_OFI_NCCL_SOURCE_COMMIT"):
+        version("GDRCOPY_COMMIT")
+
+
+def _bash_manifest(path: Path) -> subprocess.CompletedProcess[str]:
+    script = f'source {NODE}/lib.sh; load_manifest; for k in "${{!MANIFEST[@]}}"; do printf "%s=%s\\n" "$k" "${{MANIFEST[$k]}}"; done'
+    return subprocess.run(
+        ["bash", "-c", script], env={"PATH": "/usr/bin:/bin", "FMINFRA_VERSIONS": str(path)}, capture_output=True, text=True, check=False
+    )
+
+
+def test_bash_and_python_parsers_agree(tmp_path: Path) -> None:
+    result = _bash_manifest(versions_manifest())
+    assert result.returncode == 0, result.stderr
+    assert dict(line.split("=", 1) for line in result.stdout.splitlines()) == load_versions()
+    bad = tmp_path / "versions.env"
+    bad.write_text("A=1\nB='2'\n")
+    result = _bash_manifest(bad)
+    assert result.returncode == 2
+    assert "line 2: expected KEY=VALUE (no quotes, spaces or expansions), got 'B='2''" in result.stderr
+    with pytest.raises(ValidationError, match="line 2: expected KEY=VALUE"):
+        parse_manifest(bad.read_text())
