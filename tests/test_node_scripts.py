@@ -370,13 +370,15 @@ def test_malformed_manifest_exits_2(node: FakeNode) -> None:
     assert "expected KEY=VALUE (no quotes, spaces or expansions)" in result.stderr
 
 
-def test_exporters_are_skipped_without_remote_write_url(node: FakeNode) -> None:
+def test_exporters_run_only_with_a_remote_write_url(node: FakeNode) -> None:
     result = node.run("bootstrap.sh", "--dry-run", "--instance-type", "p5.48xlarge")
     assert "SKIP exporters: FMINFRA_REMOTE_WRITE_URL is not set" in result.stderr
+    assert "install_exporters.sh" not in result.stdout
     result = node.run(
         "bootstrap.sh", "--dry-run", "--instance-type", "p5.48xlarge", FMINFRA_REMOTE_WRITE_URL="https://aps/api/v1/remote_write"
     )
-    assert "SKIP exporters:" in result.stderr and "install_exporters.sh not found" in result.stderr
+    assert "SKIP exporters:" not in result.stderr
+    assert "observability/install_exporters.sh" in result.stdout
 
 
 # --- validate.sh --------------------------------------------------------------------------------
