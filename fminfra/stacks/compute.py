@@ -8,6 +8,7 @@ from constructs import Construct
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
+from fminfra.stacks.hyperpod_eks import add_eks_and_hyperpod
 from fminfra.stacks.network import NetworkStack
 
 
@@ -40,3 +41,5 @@ class ComputeStack(cdk.Stack):
                     f"PlacementGroup-{group.name}",
                     ClusterPlacementGroupProps(group_name=cfg.physical_name(group.name)),
                 )
+        # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
+        self.orchestration = add_eks_and_hyperpod(self, cfg=cfg, network=network, placement_groups=self.placement_groups)

@@ -1,0 +1,320 @@
+"""The HyperPod and EKS part of the Compute stack: config -> construct props.
+
+Kept beside `compute.py` so that the stack file stays a short list of what it creates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
+from fminfra import catalog
+from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig, supported_kubernetes_versions
+from fminfra.constructs.acknowledge import acknowledge, literal
+from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChartSpec
+from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
+from fminfra.constructs.placement import ClusterPlacementGroup
+from fminfra.resources import scripts_root
+from fminfra.stacks.network import NetworkStack, removal_policy
+from fminfra.versions import version
+
+# EKS add-on name -> manifest key of its pinned version.
+ADDONS = {
+    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
+    "coredns": "EKS_ADDON_COREDNS_VERSION",
+    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
+    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+}
+# Added when HyperPod runs on the cluster: the training operator and the cert-manager it needs.
+HYPERPOD_ADDONS = {
+    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
+    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+}
+# Kubectl/helm Lambda layers by Kubernetes version (one per supported version).
+KUBECTL_LAYERS = {"1.34": KubectlV34Layer}
+# Instance types on the Slurm controller and login groups are CPU types: no deep health checks.
+SLURM_CONTROLLER_DEEP_HEALTH_CHECKS: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsxMount:
+    """The FSx for Lustre file system the nodes mount (from the Storage stack)."""
+
+    dns_name: str
+    mount_name: str
+    mount_path: str = "/fsx"
+
+
+@dataclass
+class Orchestration:
+    """What `add_eks_and_hyperpod` created (None where the config asks for none)."""
+
+    lifecycle: LifecycleScripts | None = None
+    hyperpod: HyperPodCluster | None = None
+    eks: EksCluster | None = None
+    inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
+
+
+def helm_charts() -> list[HelmChartSpec]:
+    """The HyperPod dependency charts fminfra installs, at the manifest's versions."""
+    return [
+        HelmChartSpec(
+            name="nvidia-device-plugin",
+            chart="nvidia-device-plugin",
+            repository="https://nvidia.github.io/k8s-device-plugin",
+            version=version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION"),
+        ),
+        HelmChartSpec(
+            name="aws-efa-k8s-device-plugin",
+            chart="aws-efa-k8s-device-plugin",
+            repository="https://aws.github.io/eks-charts",
+            version=version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION"),
+            values={"tolerations": [{"operator": "Exists"}]},
+        ),
+    ]
+
+
+def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None) -> dict[str, Any]:
+    """provisioning_parameters.json: what the lifecycle scripts (and HyperPod's classic Slurm
+    set-up) read: the group names by Slurm role, and the FSx file system to mount."""
+    params: dict[str, Any] = {"version": "1.0.0", "workload_manager": cfg.compute.orchestrator}
+    if cfg.compute.orchestrator == "slurm":
+        slurm = cfg.compute.slurm
+        assert slurm is not None  # the config fills the default
+        params["controller_group"] = CONTROLLER_GROUP_NAME
+        if slurm.login.count > 0:
+            params["login_group"] = LOGIN_GROUP_NAME
+        params["worker_groups"] = [{"instance_group_name": g.name, "partition_name": g.name} for g in cfg.compute.instance_groups]
+    if fsx is not None:
+        params.update({"fsx_dns_name": fsx.dns_name, "fsx_mountname": fsx.mount_name, "fsx_mount_path": fsx.mount_path})
+    return params
+
+
+def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGroup]:
+    """Controller and login groups (Slurm), then the training groups, as HyperPod groups."""
+    groups: list[HyperPodInstanceGroup] = []
+    if cfg.compute.orchestrator == "slurm":
+        slurm = cfg.compute.slurm
+        assert slurm is not None
+        groups.append(
+            HyperPodInstanceGroup(
+                name=CONTROLLER_GROUP_NAME,
+                instance_type=slurm.controller.instance_type,
+                instance_count=1,
+                instance_storage_gib=slurm.controller.instance_storage_gib,
+            )
+        )
+        if slurm.login.count > 0:
+            groups.append(
+                HyperPodInstanceGroup(
+                    name=LOGIN_GROUP_NAME,
+                    instance_type=slurm.login.instance_type,
+                    instance_count=slurm.login.count,
+                    instance_storage_gib=slurm.login.instance_storage_gib,
+                )
+            )
+    checks = {"instance_stress": "InstanceStress", "instance_connectivity": "InstanceConnectivity"}
+    for g in cfg.compute.instance_groups:
+        groups.append(
+            HyperPodInstanceGroup(
+                name=g.name,
+                instance_type=g.spec.hyperpod_name,
+                instance_count=g.count,
+                threads_per_core=g.threads_per_core,
+                instance_storage_gib=g.instance_storage_gib if g.instance_storage_gib is not None else 500,
+                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else None,
+                training_plan_arn=g.capacity.training_plan_arn,
+            )
+        )
+    return groups
+
+
+def add_eks_and_hyperpod(
+    stack: cdk.Stack,
+    *,
+    cfg: EnvironmentConfig,
+    network: NetworkStack,
+    placement_groups: dict[str, ClusterPlacementGroup],
+    node_role: iam.IRole | None = None,
+    fsx: FsxMount | None = None,
+) -> Orchestration:
+    """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
+    out = Orchestration()
+    compute = cfg.compute
+    if compute.needs_eks:
+        assert compute.eks is not None
+        addons = {name: version(key) for name, key in ADDONS.items()}
+        if compute.orchestrator == "eks":
+            addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+        layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
+        out.eks = EksCluster(
+            stack,
+            "Eks",
+            EksClusterProps(
+                cluster_name=cfg.physical_name("eks"),
+                kubernetes_version=compute.eks.kubernetes_version,
+                supported_versions=supported_kubernetes_versions(),
+                vpc=network.vpc,
+                subnets=network.private_subnets,
+                addon_versions=addons,
+                admin_principal_arns=compute.eks.admin_principal_arns,
+                public_access_cidrs=compute.eks.public_access_cidrs,
+                helm_charts=helm_charts(),
+                kubectl_layer=layer_class(stack, "KubectlLayer"),
+                removal_policy=removal_policy(cfg),
+            ),
+        )
+        cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
+        cdk.CfnOutput(
+            stack,
+            "UpdateKubeconfigCommand",
+            value=f"aws eks update-kubeconfig --region {cfg.region} --name {cfg.physical_name('eks')}",
+            description="Connect kubectl to the EKS cluster",
+        )
+
+    if compute.hyperpod:
+        role = node_role or stack.node_role  # type: ignore[attr-defined]
+        root = scripts_root()
+        folders = {"": root / "lifecycle", "node": root / "node"}
+        if (root / "observability").is_dir():
+            folders["observability"] = root / "observability"
+        out.lifecycle = LifecycleScripts(
+            stack,
+            "LifecycleScripts",
+            LifecycleScriptsProps(
+                bucket_name=lifecycle_bucket_name(cfg.name, cfg.account, cfg.region),
+                folders=folders,
+                parameters=provisioning_parameters(cfg, fsx),
+                removal_policy=removal_policy(cfg),
+            ),
+        )
+        out.lifecycle.grant_read(role)
+        cluster_name = cfg.physical_name("hyperpod")
+        logs_arn = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"/aws/sagemaker/Clusters/{cluster_name}/*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ClusterLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[logs_arn],
+            )
+        )
+        policy = role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            acknowledge(
+                policy,
+                f"IAM5[Resource::{literal(stack, logs_arn)}]",
+                "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
+            )
+        security_groups: list[ec2.ISecurityGroup] = [network.efa_security_group]
+        if out.eks is not None and compute.orchestrator == "eks":
+            security_groups.append(out.eks.cluster.cluster_security_group)
+        out.hyperpod = HyperPodCluster(
+            stack,
+            "HyperPod",
+            HyperPodClusterProps(
+                cluster_name=cluster_name,
+                instance_groups=hyperpod_instance_groups(cfg),
+                execution_role=role,
+                subnets=[network.compute_subnet],
+                security_groups=security_groups,
+                lifecycle_source_s3_uri=out.lifecycle.source_s3_uri,
+                lifecycle_entry_script=out.lifecycle.entry_script,
+                eks_cluster_arn=out.eks.cluster_arn if out.eks is not None and compute.orchestrator == "eks" else None,
+            ),
+        )
+        out.hyperpod.node.add_dependency(out.lifecycle.deployment)
+        if out.eks is not None and compute.orchestrator == "eks":
+            # HyperPod checks the add-ons and charts when it attaches to the cluster.
+            for addon in out.eks.addons.values():
+                out.hyperpod.node.add_dependency(addon)
+            for chart in out.eks.charts.values():
+                out.hyperpod.node.add_dependency(chart)
+        cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
+        cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
+        cdk.CfnOutput(
+            stack,
+            "DescribeClusterCommand",
+            value=f"aws sagemaker describe-cluster --region {cfg.region} --cluster-name {cluster_name}",
+            description="Inspect the HyperPod cluster and its instance groups",
+        )
+
+    for igroup in compute.inference_node_groups:
+        assert out.eks is not None
+        spec = catalog.get(igroup.instance_type)
+        placement = placement_groups.get(igroup.name)
+        launch_template = None
+        if spec.training or placement is not None:
+            launch_template = _inference_launch_template(stack, igroup.name, spec.name, igroup.root_volume_gib, out.eks, network, placement)
+        out.inference_node_groups[igroup.name] = InferenceNodeGroup(
+            stack,
+            f"Inference-{igroup.name}",
+            InferenceNodeGroupProps(
+                cluster=out.eks.cluster,
+                nodegroup_name=cfg.physical_name(igroup.name),
+                instance_type=igroup.instance_type,
+                min_size=igroup.min_size,
+                desired_size=igroup.desired_size,
+                max_size=igroup.max_size,
+                subnets=[network.compute_subnet],
+                labels=igroup.labels,
+                taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
+                root_volume_gib=igroup.root_volume_gib,
+                launch_template=launch_template,
+            ),
+        )
+    return out
+
+
+def _inference_launch_template(
+    stack: cdk.Stack,
+    name: str,
+    instance_type: str,
+    root_volume_gib: int,
+    eks_cluster: EksCluster,
+    network: NetworkStack,
+    placement: ClusterPlacementGroup | None,
+) -> eks.LaunchTemplateSpec:
+    """A launch template with every EFA interface of the type (catalog layout) and the placement
+    group. TODO(merge with capacity): replace with `EfaLaunchTemplate` once that branch lands."""
+    groups = [eks_cluster.cluster.cluster_security_group_id, network.efa_security_group.security_group_id]
+    interfaces = [
+        ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+            network_card_index=i.network_card_index,
+            device_index=i.device_index,
+            interface_type=i.interface_type,
+            groups=groups,
+            delete_on_termination=True,
+        )
+        for i in catalog.efa_network_interfaces(instance_type)
+    ]
+    template = ec2.CfnLaunchTemplate(
+        stack,
+        f"InferenceLaunchTemplate-{name}",
+        launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            network_interfaces=interfaces,
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement.group_name) if placement else None,
+            block_device_mappings=[
+                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name="/dev/xvda",
+                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
+                    ),
+                )
+            ],
+            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(http_tokens="required", http_put_response_hop_limit=2),
+        ),
+    )
+    return eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number)
