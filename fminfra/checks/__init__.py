@@ -37,6 +37,8 @@ class Finding:
 
 
 RULES: list[Rule] = []
+# Every template of the run, for rules that follow a reference (Fn::ImportValue) into another stack.
+TEMPLATES: dict[str, Template] = {}
 
 
 def rule(rule_id: str, *resource_types: str) -> Callable[[RuleFunction], RuleFunction]:
@@ -58,6 +60,8 @@ def check_templates(templates: dict[str, Template], rules: Iterable[Rule] | None
     """Run the rules over every resource of every template (name -> template JSON)."""
     from fminfra.checks import rules as _rules  # noqa: F401  (registers the rules)
 
+    TEMPLATES.clear()
+    TEMPLATES.update(templates)
     findings: list[Finding] = []
     for name, template in sorted(templates.items()):
         for logical_id, resource in (template.get("Resources") or {}).items():

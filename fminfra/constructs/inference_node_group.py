@@ -36,7 +36,8 @@ class InferenceNodeGroupProps:
     labels: Kubernetes labels; `fminfra/gpu-type` is always added.
     taints: (key, value, effect) tuples. Default: the GPU taint nvidia.com/gpu=true:NoSchedule.
     root_volume_gib: root volume size; only without a launch template. Default: 200.
-    launch_template: a launch template (e.g. `EfaLaunchTemplate` for EFA types). Default: none,
+    launch_template: a launch template (e.g. `EfaLaunchTemplate` for EFA types) that sets the
+      instance type itself (the node group then names none, as EKS requires). Default: none,
       the AMI's default networking (one ENA interface).
     """
 
@@ -96,7 +97,7 @@ class InferenceNodeGroup(Construct):
             "Nodegroup",
             cluster=props.cluster,
             nodegroup_name=props.nodegroup_name,
-            instance_types=[ec2.InstanceType(spec.name)],
+            instance_types=None if props.launch_template else [ec2.InstanceType(spec.name)],
             ami_type=ami,
             min_size=props.min_size,
             desired_size=props.desired_size,

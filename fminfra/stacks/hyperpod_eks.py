@@ -304,6 +304,7 @@ def _inference_launch_template(
         stack,
         f"InferenceLaunchTemplate-{name}",
         launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            instance_type=instance_type,
             network_interfaces=interfaces,
             placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement.group_name) if placement else None,
             block_device_mappings=[
