@@ -156,3 +156,17 @@ def test_construct_rejects_unsupported_version_and_missing_addons() -> None:
         EksCluster(stack, "A", EksClusterProps(kubernetes_version="1.29", addon_versions={}, **base))
     with pytest.raises(ValidationError, match=r"missing: coredns, kube-proxy, eks-pod-identity-agent$"):
         EksCluster(stack, "B", EksClusterProps(kubernetes_version="1.34", addon_versions={"vpc-cni": "v1"}, **base))
+
+
+def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    policies = synth.resources(env, "Compute", "AWS::IAM::Policy")
+    (policy,) = [p for p in policies.values() if {"Ref": "NodeRole52753DAC"} in p["Properties"]["Roles"]]
+    return {s.get("Sid", ""): s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -> None:
+    statements = _node_role_sids(synth, "staging")
+    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodes"]["Action"]
+    assert "ec2:CreateNetworkInterface" in statements["EksNodes"]["Action"]
+    assert statements["EksNodeEniTags"]["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
+    assert "EksNodes" not in _node_role_sids(synth, "dev")

@@ -218,6 +218,8 @@ def add_eks_and_hyperpod(
                 f"IAM5[Resource::{literal(stack, logs_arn)}]",
                 "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
             )
+        if compute.orchestrator == "eks":
+            _grant_eks_node_permissions(role)
         security_groups: list[ec2.ISecurityGroup] = [network.efa_security_group]
         if out.eks is not None and compute.orchestrator == "eks":
             security_groups.append(out.eks.cluster.cluster_security_group)
@@ -276,6 +278,56 @@ def add_eks_and_hyperpod(
             ),
         )
     return out
+
+
+# What HyperPod nodes of an EKS cluster do beyond the managed policy: the VPC CNI manages their
+# ENIs and IPs, the kubelet pulls images, and pods get credentials from the Pod Identity agent.
+EKS_NODE_ACTIONS = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcs",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+    "eks-auth:AssumeRoleForPodIdentity",
+)
+
+
+def _grant_eks_node_permissions(role: iam.IRole) -> None:
+    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodes", actions=list(EKS_NODE_ACTIONS), resources=["*"]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="EksNodeEniTags",
+            actions=["ec2:CreateTags"],
+            resources=[cdk.Stack.of(role).format_arn(service="ec2", resource="network-interface", resource_name="*")],
+        )
+    )
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    acknowledge(
+        policy,
+        "IAM5[Resource::*]",
+        "The VPC CNI on HyperPod EKS nodes creates and attaches ENIs that do not exist yet, EC2 Describe* and ecr:GetAuthorizationToken take no resource, "
+        "and eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod identity associations: the same statement as AmazonEKS_CNI_Policy",
+    )
+    acknowledge(
+        policy,
+        "IAM5[Resource::arn:aws:ec2:" + f"{cdk.Stack.of(role).region}:{cdk.Stack.of(role).account}:network-interface/*]",
+        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so only the resource type is fixed",
+    )
 
 
 def _inference_launch_template(
