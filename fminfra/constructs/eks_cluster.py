@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -105,6 +106,10 @@ class EksCluster(Construct):
             else eks.EndpointAccess.PRIVATE
         )
         subnet_selection = [ec2.SubnetSelection(subnets=list(props.subnets))]
+        kubectl = None
+        if props.helm_charts:
+            assert props.kubectl_layer is not None  # checked above
+            kubectl = eks.KubectlProviderOptions(kubectl_layer=props.kubectl_layer, private_subnets=list(props.subnets))
         self.cluster = eks.Cluster(
             self,
             "Cluster",
@@ -119,9 +124,7 @@ class EksCluster(Construct):
             default_capacity=0,
             bootstrap_self_managed_addons=False,
             bootstrap_cluster_creator_admin_permissions=False,
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=props.kubectl_layer, private_subnets=list(props.subnets))
-            if props.helm_charts
-            else None,
+            kubectl_provider_options=kubectl,
         )
         acknowledge(
             self.cluster.role,
@@ -142,7 +145,7 @@ class EksCluster(Construct):
             self.addons[name] = eks.Addon(
                 self,
                 f"Addon-{name}",
-                cluster=self.cluster,
+                cluster=cast(eks.ICluster, self.cluster),
                 addon_name=name,
                 addon_version=addon_version,
                 preserve_on_delete=False,

@@ -6,7 +6,7 @@ Kept beside `compute.py` so that the stack file stays a short list of what it cr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -264,7 +264,7 @@ def add_eks_and_hyperpod(
             stack,
             f"Inference-{igroup.name}",
             InferenceNodeGroupProps(
-                cluster=out.eks.cluster,
+                cluster=cast(eks.ICluster, out.eks.cluster),
                 nodegroup_name=cfg.physical_name(igroup.name),
                 instance_type=igroup.instance_type,
                 min_size=igroup.min_size,
