@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fminfra.config import EnvironmentConfig, config_files, load_config, resolve_config_path
+from fminfra.config import EnvironmentConfig, config_files, format_warnings, load_config, resolve_config_path
 from fminfra.errors import ConfigError, ValidationError
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
@@ -47,8 +47,10 @@ def cmd_validate(ns: argparse.Namespace) -> int:
     for arg in ns.configs:
         path = resolve_config_path(arg)
         try:
-            load_config(path)
+            cfg = load_config(path)
             print(f"{path}: ok")
+            for line in format_warnings(path, cfg):
+                print(line, file=sys.stderr)
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:

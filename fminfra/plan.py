@@ -102,7 +102,36 @@ def render_plan(cfg: EnvironmentConfig) -> str:
     )
     total = sum(r.gpus for r in rows)
     out.append(f"total GPUs (training groups and inference at max size): {total}")
+    out.extend(storage_lines(cfg, total))
     for r in rows:
         for note in r.notes:
             out.append(f"WARN {r.name}: {note}")
+    for path, msg in cfg.warnings():
+        out.append(f"WARN {path}: {msg}")
     return "\n".join(out)
+
+
+def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
+    """The storage lines of `plan`: bucket, and the file system's capacity and throughput."""
+    storage = cfg.storage
+    if storage is None:
+        return ["storage: none (no data bucket, no file system)"]
+    bucket = storage.bucket_name(cfg)
+    lines = [f"storage: bucket {bucket} ({'existing' if storage.bucket.existing else 'created'}, encryption {storage.encryption})"]
+    lustre = storage.lustre
+    if lustre is None:
+        lines.append("lustre: none")
+        return lines
+    tier = f"{lustre.mb_per_tib} MB/s/TiB" if lustre.persistent else f"{lustre.mb_per_tib} MB/s/TiB baseline"
+    sized = (
+        f" (smallest valid capacity for target {lustre.target_throughput_gb_per_s:g} GB/s)"
+        if lustre.target_throughput_gb_per_s is not None
+        else ""
+    )
+    lines.append(
+        f"lustre: {lustre.deployment_type}, {lustre.capacity_gib} GiB{sized}, {tier}, "
+        f"throughput {lustre.throughput_gb_per_s:.2f} GB/s, "
+        + (f"{lustre.throughput_gb_per_s / gpus:.3f} GB/s per GPU ({gpus} GPUs)" if gpus else "no GPUs to feed")
+        + f", efa {'on' if lustre.efa else 'off'}, {len(lustre.repositories)} repositories"
+    )
+    return lines

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
 from fminfra.stacks.compute import ComputeStack
+from fminfra.stacks.data import DataStack, needs_data_stack
 from fminfra.stacks.network import NetworkStack
+from fminfra.stacks.storage import StorageStack
 
 
 class EnvironmentStage(cdk.Stage):
     """All stacks of one environment; promotion runs this class with another config.
 
     The Stage id is the environment name, so stack names read `dev-Network`, `prod-Compute`.
+    Attributes: `network`, `data` and `storage` (None without a storage section / file system),
+    `compute`, `data_bucket`.
     """
 
     def __init__(self, scope: Construct, cfg: EnvironmentConfig, **kwargs: object) -> None:
@@ -34,6 +39,30 @@ class EnvironmentStage(cdk.Stage):
             description=f"fminfra {cfg.name}: VPC by AZ ID, endpoints, flow logs, EFA security group",
             termination_protection=cfg.removal_policy == "retain",
         )
+        # Data and Storage hold state: termination protection with removal_policy retain.
+        self.data: DataStack | None = None
+        if needs_data_stack(cfg):
+            self.data = DataStack(
+                self,
+                "Data",
+                cfg=cfg,
+                description=f"fminfra {cfg.name}: data bucket, access-log bucket, KMS key",
+                termination_protection=cfg.removal_policy == "retain",
+            )
+        self.storage: StorageStack | None = None
+        if cfg.storage is not None and cfg.storage.lustre is not None:
+            self.storage = StorageStack(
+                self,
+                "Storage",
+                cfg=cfg,
+                network=self.network,
+                data=self.data,
+                description=f"fminfra {cfg.name}: FSx for Lustre in the compute AZ, data repository associations",
+                termination_protection=cfg.removal_policy == "retain",
+            )
+            self.storage.add_stack_dependency(self.network)
+            if self.data is not None:
+                self.storage.add_stack_dependency(self.data)
         self.compute = ComputeStack(
             self,
             "Compute",
@@ -42,6 +71,16 @@ class EnvironmentStage(cdk.Stage):
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)
+        for stateful in (self.data, self.storage):
+            if stateful is not None:
+                self.compute.add_stack_dependency(stateful)
+
+    @property
+    def data_bucket(self) -> s3.IBucket | None:
+        """The data bucket (created or imported), for grants to node roles; None without storage."""
+        if self.data is not None:
+            return self.data.bucket
+        return self.storage.bucket if self.storage is not None else None
 
     @property
     def stacks(self) -> list[cdk.Stack]:

@@ -37,8 +37,6 @@ class Finding:
 
 
 RULES: list[Rule] = []
-# Every template of the run, for rules that follow a reference (Fn::ImportValue) into another stack.
-TEMPLATES: dict[str, Template] = {}
 
 
 def rule(rule_id: str, *resource_types: str) -> Callable[[RuleFunction], RuleFunction]:
@@ -56,14 +54,30 @@ def _acknowledged(resource: Resource, rule_id: str) -> bool:
     return any(a.get("id") == rule_id and a.get("reason") for a in acks)
 
 
+# Key under which check_templates hands each rule the exports of all templates checked together
+# (export name -> (exporting template, exported value)), so that a rule can follow Fn::ImportValue
+# into the stack that owns a resource (a file system's subnet lives in the Network stack).
+EXPORTS_KEY = "fminfra:exports"
+
+
+def _exports(templates: dict[str, Template]) -> dict[str, tuple[Template, Any]]:
+    out: dict[str, tuple[Template, Any]] = {}
+    for template in templates.values():
+        for output in (template.get("Outputs") or {}).values():
+            name = (output.get("Export") or {}).get("Name")
+            if isinstance(name, str):
+                out[name] = (template, output.get("Value"))
+    return out
+
+
 def check_templates(templates: dict[str, Template], rules: Iterable[Rule] | None = None) -> list[Finding]:
     """Run the rules over every resource of every template (name -> template JSON)."""
     from fminfra.checks import rules as _rules  # noqa: F401  (registers the rules)
 
-    TEMPLATES.clear()
-    TEMPLATES.update(templates)
     findings: list[Finding] = []
-    for name, template in sorted(templates.items()):
+    exports = _exports(templates)
+    for name, plain in sorted(templates.items()):
+        template = {**plain, EXPORTS_KEY: exports}
         for logical_id, resource in (template.get("Resources") or {}).items():
             for r in rules if rules is not None else RULES:
                 if resource.get("Type") in r.resource_types and not _acknowledged(resource, r.id):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from fminfra.checks import TEMPLATES, Resource, Template, rule
+from fminfra.checks import EXPORTS_KEY, Resource, Template, rule
 
 EFA_GROUP_DESCRIPTION_PREFIX = "EFA:"
 
@@ -70,22 +70,9 @@ _SERVICE_WILDCARD = re.compile(r"^[A-Za-z0-9-]+:\*$")
 
 
 def resolve_reference(value: Any, template: Template) -> Resource | None:
-    """The resource a Ref/GetAtt names, in this template or, through Fn::ImportValue, in the
-    template whose output exports that name (None when it cannot be followed)."""
-    if not isinstance(value, dict):
-        return None
-    logical_id = value.get("Ref")
-    if logical_id is None and isinstance(value.get("Fn::GetAtt"), list):
-        logical_id = value["Fn::GetAtt"][0]
-    if isinstance(logical_id, str):
-        return (template.get("Resources") or {}).get(logical_id)
-    name = value.get("Fn::ImportValue")
-    if isinstance(name, str):
-        for other in TEMPLATES.values():
-            for output in (other.get("Outputs") or {}).values():
-                if (output.get("Export") or {}).get("Name") == name:
-                    return resolve_reference(output.get("Value"), other)
-    return None
+    """The resource a Ref/GetAtt names, here or (through Fn::ImportValue) in the exporting stack."""
+    target = resolve(value, template)
+    return target[1] if target is not None else None
 
 
 def _tag(resource: Resource, key: str) -> str | None:
@@ -150,3 +137,58 @@ def iam_allows_no_wildcard_action(logical_id: str, resource: Resource, template:
     if bad:
         return f"allows wildcard action(s) {', '.join(sorted(set(bad)))}; name the actions the principal needs"
     return None
+
+
+def resolve(value: Any, template: Template) -> tuple[str, Resource, Template] | None:
+    """The resource a Ref/GetAtt points to, following Fn::ImportValue into the exporting template
+    (see `EXPORTS_KEY`): (logical id, resource, its template), or None when it cannot be traced."""
+    if isinstance(value, dict) and "Fn::ImportValue" in value:
+        exported = (template.get(EXPORTS_KEY) or {}).get(value["Fn::ImportValue"])
+        if exported is None:
+            return None
+        owner, exported_value = exported
+        return resolve(exported_value, owner)
+    if isinstance(value, dict):
+        logical_id = value.get("Ref")
+        get_att = value.get("Fn::GetAtt")
+        if isinstance(get_att, list) and get_att:
+            logical_id = get_att[0]
+        if isinstance(logical_id, str):
+            resource = (template.get("Resources") or {}).get(logical_id)
+            if resource is not None:
+                return logical_id, resource, template
+    return None
+
+
+def _tags(resource: Resource) -> dict[str, Any]:
+    return {t.get("Key"): t.get("Value") for t in (resource.get("Properties") or {}).get("Tags") or []}
+
+
+@rule("FMI-FSX-COMPUTE-SUBNET", "AWS::FSx::FileSystem")
+def file_system_is_in_the_compute_subnet(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """A file system sits in the compute AZ's subnet, next to the GPUs (no cross-AZ traffic)."""
+    subnets = (resource.get("Properties") or {}).get("SubnetIds") or []
+    if len(subnets) != 1:
+        return f"file system has {len(subnets)} subnets; it needs exactly the compute subnet"
+    target = resolve(subnets[0], template)
+    if target is None or target[1].get("Type") != "AWS::EC2::Subnet":
+        return "file system subnet cannot be traced to a subnet of the environment's network; it must be the compute subnet"
+    if _tags(target[1]).get("fminfra:subnet-kind") != "compute":
+        return f"file system is in subnet {target[0]}, not the compute AZ's subnet (tag fminfra:subnet-kind=compute)"
+    return None
+
+
+@rule("FMI-FSX-EFA-SG-SELF", "AWS::FSx::FileSystem")
+def efa_file_system_group_allows_all_traffic_to_and_from_itself(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """An EFA-enabled file system uses a security group allowing all traffic in from and out to itself."""
+    props = resource.get("Properties") or {}
+    if (props.get("LustreConfiguration") or {}).get("EfaEnabled") is not True:
+        return None
+    for group in props.get("SecurityGroupIds") or []:
+        target = resolve(group, template)
+        if target is None or target[1].get("Type") != "AWS::EC2::SecurityGroup":
+            continue
+        group_id, group_resource, owner = target
+        if _self_rules(group_id, group_resource, owner, "ingress") and _self_rules(group_id, group_resource, owner, "egress"):
+            return None
+    return "EFA-enabled file system has no security group that allows all traffic in from and out to itself (FSx requires one)"
