@@ -68,6 +68,8 @@ class EnvironmentStage(cdk.Stage):
             "Compute",
             cfg=cfg,
             network=self.network,
+            storage=self.storage,
+            data_bucket=self.data_bucket,
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)

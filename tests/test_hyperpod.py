@@ -276,10 +276,16 @@ def _node_role_statements(synth: Synth, env: str) -> list[dict[str, Any]]:
 
 def test_node_role_is_least_privilege(synth: Synth) -> None:
     statements = _node_role_statements(synth, "dev")
-    actions = sorted(a for s in statements for a in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]]))
-    assert actions == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents", "s3:GetBucket*", "s3:GetObject*", "s3:List*"]
-    resources = json.dumps([s["Resource"] for s in statements])
-    assert "/lifecycle/" in resources and "/aws/sagemaker/Clusters/fminfra-dev-hyperpod/*" in resources
+    by_resource = {json.dumps(s["Resource"]): sorted(s["Action"] if isinstance(s["Action"], list) else [s["Action"]]) for s in statements}
+    lifecycle = next(v for k, v in by_resource.items() if "/lifecycle/" in k)
+    assert lifecycle == ["s3:GetBucket*", "s3:GetObject*", "s3:List*"]
+    logs = by_resource['"arn:aws:logs:us-west-2:111111111111:log-group:/aws/sagemaker/Clusters/fminfra-dev-hyperpod/*"']
+    assert logs == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+    data = by_resource['["arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2", "arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2/*"]']
+    assert "s3:PutObject" in data and "s3:GetObject*" in data
+    key = next(v for k, v in by_resource.items() if "DataKey" in k)
+    assert key == ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    assert len(statements) == 4
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed
@@ -297,7 +303,12 @@ def test_nag_acknowledgments_of_wildcards_are_narrow(synth: Synth) -> None:
     node_role = [
         v for v in iam5 if any(c["constructPath"] == "dev/Compute/NodeRole/Role/DefaultPolicy/Resource" for c in v["violatingConstructs"])
     ]
+    # CDK's grant_read (lifecycle prefix) and grant_read_write (data bucket and key) action groups
     assert sorted(v["ruleName"].split("[", 1)[1] for v in node_role if "Action::" in v["ruleName"]) == [
+        "Action::kms:GenerateDataKey*]",
+        "Action::kms:ReEncrypt*]",
+        "Action::s3:Abort*]",
+        "Action::s3:DeleteObject*]",
         "Action::s3:GetBucket*]",
         "Action::s3:GetObject*]",
         "Action::s3:List*]",
@@ -371,3 +382,12 @@ def test_own_rule_allows_wildcard_in_deny(synth: Synth) -> None:
     policy = next(r for r in _compute(templates, "dev")["Resources"].values() if r["Type"] == "AWS::IAM::Policy")
     policy["Properties"]["PolicyDocument"]["Statement"].append({"Effect": "Deny", "Action": "s3:*", "Resource": "*"})
     assert [f for f in check_templates(templates) if f.rule_id == "FMI-IAM-NO-WILDCARD-ACTION"] == []
+
+
+def test_lifecycle_parameters_carry_the_storage_file_system(synth: Synth) -> None:
+    (deployment,) = synth.resources("dev", "Compute", "Custom::CDKBucketDeployment").values()
+    markers = json.dumps(deployment["Properties"]["SourceMarkers"])
+    storage = synth.template("dev", "Storage")
+    exports = {o["Export"]["Name"]: o["Value"] for o in storage["Outputs"].values() if "Export" in o}
+    imported = [name for name in exports if name in markers]
+    assert sorted(exports[n]["Fn::GetAtt"][1] for n in imported) == ["DNSName", "LustreMountName"]

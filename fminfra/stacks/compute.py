@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
-from fminfra.stacks.hyperpod_eks import add_eks_and_hyperpod
+from fminfra.stacks.hyperpod_eks import FsxMount, add_eks_and_hyperpod
 from fminfra.stacks.network import NetworkStack
+from fminfra.stacks.storage import StorageStack
 
 
 class ComputeStack(cdk.Stack):
@@ -19,7 +21,17 @@ class ComputeStack(cdk.Stack):
     Attributes: `node_role`, `placement_groups` (by group name).
     """
 
-    def __init__(self, scope: Construct, construct_id: str, *, cfg: EnvironmentConfig, network: NetworkStack, **kwargs: object) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cfg: EnvironmentConfig,
+        network: NetworkStack,
+        storage: StorageStack | None = None,
+        data_bucket: s3.IBucket | None = None,
+        **kwargs: object,
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
         self.cfg = cfg
         self.network = network
@@ -42,4 +54,7 @@ class ComputeStack(cdk.Stack):
                     ClusterPlacementGroupProps(group_name=cfg.physical_name(group.name)),
                 )
         # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
-        self.orchestration = add_eks_and_hyperpod(self, cfg=cfg, network=network, placement_groups=self.placement_groups)
+        fsx = FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name) if storage is not None else None
+        self.orchestration = add_eks_and_hyperpod(
+            self, cfg=cfg, network=network, placement_groups=self.placement_groups, fsx=fsx, data_bucket=data_bucket
+        )

@@ -12,6 +12,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
 from fminfra import catalog
@@ -145,6 +146,7 @@ def add_eks_and_hyperpod(
     placement_groups: dict[str, ClusterPlacementGroup],
     node_role: iam.IRole | None = None,
     fsx: FsxMount | None = None,
+    data_bucket: s3.IBucket | None = None,
 ) -> Orchestration:
     """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
     out = Orchestration()
@@ -218,6 +220,8 @@ def add_eks_and_hyperpod(
                 f"IAM5[Resource::{literal(stack, logs_arn)}]",
                 "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
             )
+        if data_bucket is not None and cfg.storage is not None:
+            _grant_data_bucket(stack, role, data_bucket, cfg.storage.bucket_name(cfg))
         if compute.orchestrator == "eks":
             _grant_eks_node_permissions(role)
         security_groups: list[ec2.ISecurityGroup] = [network.efa_security_group]
@@ -304,6 +308,23 @@ EKS_NODE_ACTIONS = (
     "ecr:GetDownloadUrlForLayer",
     "eks-auth:AssumeRoleForPodIdentity",
 )
+
+
+def _grant_data_bucket(stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str) -> None:
+    """Nodes read datasets and write checkpoints. The grant goes through a view of the bucket by
+    its (config-derived) name, so the statement names the bucket literally rather than through a
+    cross-stack export, and the encryption key through the bucket's key."""
+    view = s3.Bucket.from_bucket_attributes(stack, "DataBucketView", bucket_name=bucket_name, encryption_key=bucket.encryption_key)
+    view.grant_read_write(role)
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    reason = "CDK grant_read_write's action groups on the environment's data bucket and its KMS key only: nodes read datasets and write checkpoints"
+    actions = ["s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*"]
+    if bucket.encryption_key is not None:
+        actions += ["kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    for action in actions:
+        acknowledge(policy, f"IAM5[Action::{action}]", reason)
+    acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects('*'))}]", reason)
 
 
 def _grant_eks_node_permissions(role: iam.IRole) -> None:
