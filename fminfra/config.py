@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -180,6 +180,22 @@ class CapacityConfig(Model):
                 problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
         if self.starts_at and self.ends_at and self.starts_at.tzinfo and self.ends_at.tzinfo and self.ends_at <= self.starts_at:
             problems.append(("ends_at", f"must be after starts_at ({self.starts_at.isoformat()}), got {self.ends_at.isoformat()}"))
+        elif (
+            self.starts_at
+            and self.ends_at
+            and self.starts_at.tzinfo
+            and self.ends_at.tzinfo
+            and self.ends_at - self.starts_at < timedelta(days=1)
+        ):
+            problems.append(
+                (
+                    "ends_at",
+                    f"a Capacity Block lasts 1 to 182 days; ends_at must be at least 1 day after starts_at, got {self.ends_at - self.starts_at}",
+                )
+            )
+        if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
+            given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
+            problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
         _raise_problems(problems)
         return self
 
@@ -458,6 +474,10 @@ class ComputeConfig(Model):
                         (f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)")
                     )
         else:
+            if group.capacity.type == "odcr" and group.count == 0:
+                problems.append(
+                    (f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
+                )
             for field in ("instance_storage_gib", "deep_health_checks"):
                 if getattr(group, field) is not None:
                     problems.append((f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fminfra import catalog
-from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,16 @@ def _capacity_text(group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str
     return cap.type
 
 
+def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
+    if cap.starts_at is None or cap.ends_at is None:
+        return (
+            f"Capacity Block group starts at 0 instances; scale it to {count} while the block is active "
+            "(README: GPU capacity, Capacity Blocks)"
+        )
+    scale_in = cap.ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END
+    return f"Capacity Block: the group scales to {count} at {utc_timestamp(cap.starts_at)} and to 0 at {utc_timestamp(scale_in)}"
+
+
 def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     """Rows for every training group and inference node group of the environment."""
     rows: list[GroupPlan] = []
@@ -58,6 +69,8 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
             notes.append(f"{spec.name}: network layout unverified (facts §1 ⚠)")
         if group.capacity.type == "odcr":
             notes.append("an ODCR bills from creation whether or not instances run")
+        if group.capacity.type == "capacity-block" and group_kind == "ec2":
+            notes.append(_capacity_block_note(group.capacity, count))
         rows.append(
             GroupPlan(
                 name=group.name,

@@ -192,3 +192,66 @@ def efa_file_system_group_allows_all_traffic_to_and_from_itself(logical_id: str,
         if _self_rules(group_id, group_resource, owner, "ingress") and _self_rules(group_id, group_resource, owner, "egress"):
             return None
     return "EFA-enabled file system has no security group that allows all traffic in from and out to itself (FSx requires one)"
+
+
+# --------------------------------------------------------------------------------------------
+# GPU capacity: launch templates
+
+
+def _launch_template_data(resource: Resource) -> dict[str, Any]:
+    return ((resource.get("Properties") or {}).get("LaunchTemplateData")) or {}
+
+
+@rule("FMI-LT-EFA-ALL", "AWS::EC2::LaunchTemplate")
+def launch_template_attaches_every_efa_interface(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """A launch template for an EFA instance type attaches every EFA interface of the type, in the
+    catalog's layout (a node with fewer trains at a fraction of its bandwidth)."""
+    from fminfra import catalog
+
+    data = _launch_template_data(resource)
+    instance_type = data.get("InstanceType")
+    nics = data.get("NetworkInterfaces") or []
+    has_efa = any(str(n.get("InterfaceType")) in ("efa", "efa-only") for n in nics)
+    if not isinstance(instance_type, str):
+        return "launch template with EFA interfaces names no literal InstanceType, so its layout cannot be checked" if has_efa else None
+    spec = catalog.CATALOG.get(instance_type)
+    if spec is None:
+        return f"launch template with EFA interfaces for {instance_type}, which is not in fminfra.catalog" if has_efa else None
+    if not spec.training:
+        return None
+    expected = [(i.network_card_index, i.device_index, i.interface_type) for i in catalog.efa_network_interfaces(spec.name)]
+    given = [(n.get("NetworkCardIndex", 0), n.get("DeviceIndex"), n.get("InterfaceType", "interface")) for n in nics]
+    if given != expected:
+        efa = sum(1 for _, _, kind in given if kind in ("efa", "efa-only"))
+        return (
+            f"{instance_type} needs {spec.max_efa_interfaces} EFA interfaces (card 0 device 0 ENA, then efa-only per the catalog); "
+            f"the template has {efa} in a different layout"
+            if efa == spec.max_efa_interfaces
+            else f"{instance_type} has {spec.max_efa_interfaces} EFA interfaces; the template attaches {efa}"
+        )
+    return None
+
+
+@rule("FMI-LT-IMDSV2", "AWS::EC2::LaunchTemplate")
+def launch_template_requires_imdsv2(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """Every launch template requires IMDSv2 (session tokens), so node credentials cannot leak
+    through a request forgery to the metadata service."""
+    options = _launch_template_data(resource).get("MetadataOptions") or {}
+    if options.get("HttpTokens") != "required":
+        return f"MetadataOptions.HttpTokens must be required (IMDSv2), got {options.get('HttpTokens', 'unset')!r}"
+    return None
+
+
+@rule("FMI-CB-NO-PLACEMENT", "AWS::EC2::LaunchTemplate")
+def capacity_block_launch_has_no_placement_group(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """A Capacity Block launch names no placement group: the block brings its own placement, and
+    a separately managed group makes launches fail (aws-parallelcluster #6311)."""
+    data = _launch_template_data(resource)
+    if (data.get("InstanceMarketOptions") or {}).get("MarketType") != "capacity-block":
+        return None
+    placement = data.get("Placement") or {}
+    if placement.get("GroupName") or placement.get("GroupId"):
+        return (
+            "launch template for a Capacity Block (MarketType capacity-block) names a placement group; remove Placement.GroupName/GroupId"
+        )
+    return None

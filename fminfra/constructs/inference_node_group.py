@@ -39,6 +39,8 @@ class InferenceNodeGroupProps:
     launch_template: a launch template (e.g. `EfaLaunchTemplate` for EFA types) that sets the
       instance type itself (the node group then names none, as EKS requires). Default: none,
       the AMI's default networking (one ENA interface).
+    capacity_block: the launch template targets a Capacity Block (node group capacity type
+      CAPACITY_BLOCK). Default: false (on-demand).
     """
 
     cluster: eks.ICluster
@@ -53,6 +55,7 @@ class InferenceNodeGroupProps:
     taints: Sequence[tuple[str, str, str]] | None = None
     root_volume_gib: int = 200
     launch_template: eks.LaunchTemplateSpec | None = None
+    capacity_block: bool = False
 
 
 class InferenceNodeGroup(Construct):
@@ -73,6 +76,8 @@ class InferenceNodeGroup(Construct):
         for key, _, effect in taints:
             if effect not in _EFFECTS:
                 raise ValidationError(f"taint {key!r}: effect must be one of {', '.join(_EFFECTS)}, got {effect!r}")
+        if props.capacity_block and props.launch_template is None:
+            raise ValidationError("capacity_block needs a launch_template that targets the Capacity Block's reservation")
         if not props.subnets:
             raise ValidationError("subnets must list at least one subnet, got none")
         self.node_role = props.node_role or iam.Role(
@@ -108,4 +113,5 @@ class InferenceNodeGroup(Construct):
             taints=[eks.TaintSpec(key=k, value=v, effect=_EFFECTS[e]) for k, v, e in taints],
             disk_size=None if props.launch_template else props.root_volume_gib,
             launch_template_spec=props.launch_template,
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if props.capacity_block else None,
         )

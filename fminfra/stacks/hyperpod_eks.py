@@ -21,6 +21,7 @@ from fminfra.constructs.acknowledge import acknowledge, literal
 from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChartSpec
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.constructs.launch_template import IMDS_HOP_LIMIT_FOR_PODS, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.resources import scripts_root
@@ -147,6 +148,7 @@ def add_eks_and_hyperpod(
     node_role: iam.IRole | None = None,
     fsx: FsxMount | None = None,
     data_bucket: s3.IBucket | None = None,
+    capacity_targets: dict[str, CapacityReservationTarget] | None = None,
 ) -> Orchestration:
     """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
     out = Orchestration()
@@ -261,9 +263,12 @@ def add_eks_and_hyperpod(
         assert out.eks is not None
         spec = catalog.get(igroup.instance_type)
         placement = placement_groups.get(igroup.name)
+        target = (capacity_targets or {}).get(igroup.name)
         launch_template = None
-        if spec.training or placement is not None:
-            launch_template = _inference_launch_template(stack, igroup.name, spec.name, igroup.root_volume_gib, out.eks, network, placement)
+        if spec.training or placement is not None or target is not None:
+            launch_template = _inference_launch_template(
+                stack, cfg, igroup.name, spec.name, igroup.root_volume_gib, out.eks, network, placement, target
+            )
         out.inference_node_groups[igroup.name] = InferenceNodeGroup(
             stack,
             f"Inference-{igroup.name}",
@@ -279,6 +284,7 @@ def add_eks_and_hyperpod(
                 taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
                 root_volume_gib=igroup.root_volume_gib,
                 launch_template=launch_template,
+                capacity_block=igroup.capacity.type == "capacity-block",
             ),
         )
     return out
@@ -353,42 +359,30 @@ def _grant_eks_node_permissions(role: iam.IRole) -> None:
 
 def _inference_launch_template(
     stack: cdk.Stack,
+    cfg: EnvironmentConfig,
     name: str,
     instance_type: str,
     root_volume_gib: int,
     eks_cluster: EksCluster,
     network: NetworkStack,
     placement: ClusterPlacementGroup | None,
+    capacity: CapacityReservationTarget | None,
 ) -> eks.LaunchTemplateSpec:
-    """A launch template with every EFA interface of the type (catalog layout) and the placement
-    group. TODO(merge with capacity): replace with `EfaLaunchTemplate` once that branch lands."""
-    groups = [eks_cluster.cluster.cluster_security_group_id, network.efa_security_group.security_group_id]
-    interfaces = [
-        ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
-            network_card_index=i.network_card_index,
-            device_index=i.device_index,
-            interface_type=i.interface_type,
-            groups=groups,
-            delete_on_termination=True,
-        )
-        for i in catalog.efa_network_interfaces(instance_type)
-    ]
-    template = ec2.CfnLaunchTemplate(
+    """An `EfaLaunchTemplate` for an EKS managed node group: every EFA interface of the type, the
+    EKS cluster security group beside the EFA group (EKS stops adding it once a template names
+    groups), IMDSv2 reachable from pods, the placement group and the reserved capacity."""
+    template = EfaLaunchTemplate(
         stack,
         f"InferenceLaunchTemplate-{name}",
-        launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+        EfaLaunchTemplateProps(
             instance_type=instance_type,
-            network_interfaces=interfaces,
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement.group_name) if placement else None,
-            block_device_mappings=[
-                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name="/dev/xvda",
-                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                        volume_size=root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
-                    ),
-                )
-            ],
-            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(http_tokens="required", http_put_response_hop_limit=2),
+            efa_security_group=network.efa_security_group,
+            additional_security_groups=[eks_cluster.cluster.cluster_security_group],
+            root_volume_gib=root_volume_gib,
+            imds_hop_limit=IMDS_HOP_LIMIT_FOR_PODS,
+            capacity=capacity,
+            placement_group=placement.placement_group if placement else None,
+            launch_template_name=cfg.physical_name(name),
         ),
     )
-    return eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number)
+    return eks.LaunchTemplateSpec(id=template.launch_template_id, version=template.latest_version_number)

@@ -1,0 +1,113 @@
+"""Auto Scaling groups of GPU instances for the `ec2` path (teams that run their own scheduler)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import aws_cdk as cdk
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from fminfra.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.constructs.launch_template import EfaLaunchTemplate
+from fminfra.errors import ValidationError
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuAutoScalingGroupProps:
+    """Props of `GpuAutoScalingGroup`.
+
+    launch_template: the group's `EfaLaunchTemplate` (image, profile, interfaces, capacity).
+    subnet: the compute subnet (the AZ of the reservation and the placement group).
+    count: instances to run, 0 or more.
+    capacity_block: the template launches into a Capacity Block: the group is 0 outside the
+      block. Default: false (the group holds `count` instances).
+    block_starts_at / block_ends_at: the block's window (time zone-aware, both or neither). With
+      them, scheduled actions scale to `count` at the start and back to 0 thirty minutes before
+      the end. Without them, a Capacity Block group stays at 0 until an operator scales it.
+    group_name: physical name; include the environment name. Default: generated.
+    """
+
+    launch_template: EfaLaunchTemplate
+    subnet: ec2.ISubnet
+    count: int
+    capacity_block: bool = False
+    block_starts_at: datetime | None = None
+    block_ends_at: datetime | None = None
+    group_name: str | None = None
+
+
+class GpuAutoScalingGroup(Construct):
+    """Creates an `AWS::AutoScaling::AutoScalingGroup` of GPU instances from an `EfaLaunchTemplate`
+    in one subnet, and for a Capacity Block with a known window the scheduled actions that run
+    it only inside the block.
+
+    Without an update policy: a new launch template version applies to new instances only, so a
+    deploy never replaces nodes under a running training job.
+    Attributes: `cfn_group`, `group_name`, `scale_out`, `scale_in` (the scheduled actions, or None).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: GpuAutoScalingGroupProps) -> None:
+        super().__init__(scope, construct_id)
+        if props.count < 0:
+            raise ValidationError(f"count must be 0 or more, got {props.count}")
+        window = (props.block_starts_at, props.block_ends_at)
+        if (window[0] is None) != (window[1] is None):
+            raise ValidationError("block_starts_at and block_ends_at go together: give both or neither")
+        if window[0] is not None and not props.capacity_block:
+            raise ValidationError("block_starts_at and block_ends_at apply to Capacity Block groups only (capacity_block=True)")
+        starts_at, ends_at = window
+        if starts_at is not None and ends_at is not None:
+            if starts_at.tzinfo is None or ends_at.tzinfo is None:
+                raise ValidationError("block_starts_at and block_ends_at must carry a time zone")
+            if ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END <= starts_at:
+                raise ValidationError(
+                    f"block_ends_at must be more than 30 minutes after block_starts_at, got {starts_at.isoformat()} to {ends_at.isoformat()}"
+                )
+        size = 0 if props.capacity_block else props.count
+        self.cfn_group = autoscaling.CfnAutoScalingGroup(
+            self,
+            "Group",
+            auto_scaling_group_name=props.group_name,
+            min_size="0" if props.capacity_block else str(props.count),
+            max_size=str(props.count),
+            desired_capacity=str(size),
+            launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
+                launch_template_id=props.launch_template.launch_template_id,
+                version=props.launch_template.latest_version_number,
+            ),
+            vpc_zone_identifier=[props.subnet.subnet_id],
+            health_check_type="EC2",
+            health_check_grace_period=900,
+        )
+        self.group_name: str = self.cfn_group.ref
+        cdk.Validations.of(self.cfn_group).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions::AwsSolutions-AS3",
+                reason="GPU node groups scale only by operators or the Capacity Block schedule; every activity is in the group's "
+                "activity history and CloudTrail, and alerting is the observability stack's job, not per-group SNS notifications",
+            )
+        )
+        self.scale_out: autoscaling.CfnScheduledAction | None = None
+        self.scale_in: autoscaling.CfnScheduledAction | None = None
+        if starts_at is not None and ends_at is not None:
+            self.scale_out = autoscaling.CfnScheduledAction(
+                self,
+                "BlockStart",
+                auto_scaling_group_name=self.group_name,
+                start_time=utc_timestamp(starts_at),
+                min_size=props.count,
+                max_size=props.count,
+                desired_capacity=props.count,
+            )
+            self.scale_in = autoscaling.CfnScheduledAction(
+                self,
+                "BlockEnd",
+                auto_scaling_group_name=self.group_name,
+                start_time=utc_timestamp(ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END),
+                min_size=0,
+                max_size=props.count,
+                desired_capacity=0,
+            )

@@ -1,0 +1,524 @@
+"""`python -m fminfra preflight CONFIG`: catch capacity mistakes before a deploy.
+
+Read-only AWS calls in the config's region: the AZ IDs exist in the account, every instance type
+is offered in the compute AZ, reservations / Capacity Blocks / training plans exist and match
+their group, quotas cover the groups, and the compute subnet has room for the nodes. Prints one
+PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from fminfra import catalog
+from fminfra.aws import AwsAccessError, access_problem, error_code
+from fminfra.capacity_blocks import utc_timestamp
+from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.plan import format_table
+
+Status = Literal["PASS", "WARN", "FAIL"]
+
+# A Capacity Block or training plan that starts within this window "starts soon": PASS with its
+# start shown. Later ones WARN, since nothing can run on them yet.
+STARTS_SOON = timedelta(days=7)
+# EC2 On-Demand vCPU quotas by instance family letter (Service Quotas, service code ec2).
+EC2_VCPU_QUOTAS = {
+    "p": ("L-417A185B", "Running On-Demand P instances"),
+    "g": ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+}
+# Addresses an EKS node's pods may take from the subnet with the VPC CNI (one per pod; 110 is
+# the kubelet's default max-pods). An estimate: prefix delegation or custom networking differ.
+EKS_POD_IPS_PER_NODE = 110
+# Addresses AWS keeps in every subnet (network, router, DNS, future use, broadcast).
+SUBNET_RESERVED_IPS = 5
+LINUX_PLATFORM = "Linux/UNIX"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One preflight result."""
+
+    status: Status
+    subject: str
+    check: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Clients:
+    """The AWS clients preflight uses (tests pass moto- or Stubber-backed ones)."""
+
+    ec2: Any
+    service_quotas: Any
+    sagemaker: Any
+    sts: Any
+
+
+Group = InstanceGroupConfig | InferenceNodeGroupConfig
+
+
+def _groups(cfg: EnvironmentConfig) -> list[tuple[str, Group]]:
+    kind = "hyperpod" if cfg.compute.hyperpod else "ec2"
+    return [
+        *((kind, g) for g in cfg.compute.instance_groups),
+        *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
+    ]
+
+
+def _count(group: Group) -> int:
+    return group.count if isinstance(group, InstanceGroupConfig) else group.max_size
+
+
+def _when(value: datetime, now: datetime) -> str:
+    delta = value - now
+    days = abs(delta).total_seconds() / 86400
+    span = f"{days:.1f} days" if days >= 1 else f"{abs(delta).total_seconds() / 3600:.1f} hours"
+    return f"{utc_timestamp(value)} ({'in ' + span if delta >= timedelta(0) else span + ' ago'})"
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+class Preflight:
+    """Runs every check against one environment; `rows` holds the results in order."""
+
+    def __init__(self, cfg: EnvironmentConfig, clients: Clients, now: datetime | None = None) -> None:
+        self.cfg = cfg
+        self.c = clients
+        self.now = now or datetime.now(UTC)
+        self.rows: list[Row] = []
+        self.az_names: dict[str, str] = {}
+
+    def add(self, status: Status, subject: str, check: str, reason: str) -> None:
+        self.rows.append(Row(status, subject, check, reason))
+
+    def run(self) -> list[Row]:
+        for step in (
+            self.account,
+            self.availability_zones,
+            self.offerings,
+            self.reservations,
+            self.training_plans,
+            self.ec2_quotas,
+            self.sagemaker_quotas,
+            self.subnet_addresses,
+        ):
+            self._guarded(step)
+        return self.rows
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """A step whose AWS call is denied or fails becomes a FAIL row, not a traceback."""
+        try:
+            step()
+        except (ClientError, BotoCoreError) as exc:
+            problem = access_problem(exc)
+            if problem is not None:
+                raise problem from None
+            name = step.__name__.replace("_", " ")
+            if isinstance(exc, ClientError):
+                op = exc.operation_name
+                self.add("FAIL", name, "AWS call", f"{op} failed: {error_code(exc)}: {exc.response.get('Error', {}).get('Message', '')}")
+            else:
+                self.add("FAIL", name, "AWS call", str(exc))
+
+    # ----------------------------------------------------------------------------------------
+
+    def account(self) -> None:
+        account = self.c.sts.get_caller_identity()["Account"]
+        if account == self.cfg.account:
+            self.add("PASS", f"account {account}", "credentials", "credentials are for the config's account")
+        else:
+            self.add(
+                "FAIL", f"account {account}", "credentials", f"credentials are for account {account}, the config is for {self.cfg.account}"
+            )
+
+    def availability_zones(self) -> None:
+        zones = self.c.ec2.describe_availability_zones()["AvailabilityZones"]
+        self.az_names = {z["ZoneId"]: z["ZoneName"] for z in zones}
+        have = ", ".join(sorted(self.az_names))
+        for az_id in self.cfg.network.az_ids:
+            compute = " (compute AZ)" if az_id == self.cfg.network.compute_az_id else ""
+            if az_id in self.az_names:
+                self.add("PASS", f"AZ {az_id}{compute}", "AZ ID maps to a zone", f"{az_id} is {self.az_names[az_id]} in this account")
+            else:
+                self.add(
+                    "FAIL",
+                    f"AZ {az_id}{compute}",
+                    "AZ ID maps to a zone",
+                    f"{az_id} is not a zone of {self.cfg.region} in this account (have: {have})",
+                )
+
+    def offerings(self) -> None:
+        az = self.cfg.network.compute_az_id
+        types = sorted({catalog.normalize_instance_type(g.instance_type) for _, g in _groups(self.cfg)})
+        if not types:
+            return
+        offered = self._offered(types, location=az)
+        for instance_type in types:
+            if instance_type in offered:
+                self.add("PASS", instance_type, f"offered in {az}", f"{instance_type} is offered in {az}")
+                continue
+            elsewhere = sorted(self._offered([instance_type], location=None).get(instance_type, set()))
+            where = f"offered in: {', '.join(elsewhere)}" if elsewhere else f"not offered anywhere in {self.cfg.region}"
+            self.add("FAIL", instance_type, f"offered in {az}", f"{instance_type} is not offered in {az} ({where})")
+
+    def _offered(self, types: list[str], location: str | None) -> dict[str, set[str]]:
+        filters = [{"Name": "instance-type", "Values": types}]
+        if location:
+            filters.append({"Name": "location", "Values": [location]})
+        found: dict[str, set[str]] = defaultdict(set)
+        paginator = self.c.ec2.get_paginator("describe_instance_type_offerings")
+        for page in paginator.paginate(LocationType="availability-zone-id", Filters=filters):
+            for offer in page["InstanceTypeOfferings"]:
+                found[offer["InstanceType"]].add(offer["Location"])
+        return found
+
+    # ----------------------------------------------------------------------------------------
+
+    def reservations(self) -> None:
+        for kind, group in _groups(self.cfg):
+            cap = group.capacity
+            if cap.type == "odcr" and cap.end_date is not None:
+                self._check_odcr_end(group.name, cap.end_date)
+            if cap.type not in ("reservation", "capacity-block"):
+                continue
+            total = 0
+            all_found = True
+            for rid in cap.reservation_ids or []:
+                reservation = self._reservation(rid)
+                if reservation is None:
+                    all_found = False
+                    continue
+                total += int(reservation.get("TotalInstanceCount", 0))
+                self._check_reservation(kind, group, rid, reservation)
+            subject = f"group {group.name}"
+            need = _count(group)
+            if all_found and total < need:
+                self.add("FAIL", subject, "reserved count", f"its reservations hold {total} instances; the group needs {need}")
+            elif all_found:
+                self.add("PASS", subject, "reserved count", f"its reservations hold {total} instances for {need}")
+
+    def _check_odcr_end(self, name: str, end_date: datetime) -> None:
+        subject = f"group {name}"
+        if end_date <= self.now:
+            self.add(
+                "FAIL",
+                subject,
+                "odcr end_date ahead",
+                f"end_date {_when(end_date, self.now)} has passed: EC2 cannot create the reservation",
+            )
+        else:
+            self.add("PASS", subject, "odcr end_date ahead", f"the reservation the stack creates ends {_when(end_date, self.now)}")
+
+    def _reservation(self, rid: str) -> dict[str, Any] | None:
+        try:
+            found = self.c.ec2.describe_capacity_reservations(CapacityReservationIds=[rid])["CapacityReservations"]
+        except ClientError as exc:
+            if error_code(exc).startswith("InvalidCapacityReservationId"):
+                self.add(
+                    "FAIL",
+                    f"reservation {rid}",
+                    "exists",
+                    f"{rid} does not exist in {self.cfg.region} for this account ({error_code(exc)})",
+                )
+                return None
+            raise
+        if not found:
+            self.add("FAIL", f"reservation {rid}", "exists", f"{rid} does not exist in {self.cfg.region} for this account")
+            return None
+        return dict(found[0])
+
+    def _check_reservation(self, kind: str, group: Group, rid: str, r: dict[str, Any]) -> None:
+        subject = f"reservation {rid}"
+        expected_type = catalog.normalize_instance_type(group.instance_type)
+        compute = self.cfg.network.compute_az_id
+        problems: list[str] = []
+        if r.get("InstanceType") != expected_type:
+            problems.append(f"is for {r.get('InstanceType')}, group {group.name} runs {expected_type}")
+        az_id = r.get("AvailabilityZoneId") or "?"
+        if az_id != compute:
+            az_name = r.get("AvailabilityZone", "?")
+            problems.append(
+                f"is in {az_id} ({az_name}), but compute_az_id is {compute} ({self.az_names.get(compute, '?')}); instances cannot use it from the compute subnet"
+            )
+        if r.get("InstancePlatform") != LINUX_PLATFORM:
+            problems.append(f"is for platform {r.get('InstancePlatform')!r}; the nodes run {LINUX_PLATFORM}")
+        if r.get("Tenancy", "default") != "default":
+            problems.append(f"has tenancy {r.get('Tenancy')}; the nodes use default tenancy")
+        is_block = r.get("ReservationType") == "capacity-block"
+        if group.capacity.type == "capacity-block" and not is_block:
+            problems.append("is not a Capacity Block; use capacity type reservation")
+        if group.capacity.type == "reservation" and is_block:
+            problems.append("is a Capacity Block; use capacity type capacity-block (launches need market type capacity-block)")
+        if problems:
+            for p in problems:
+                self.add("FAIL", subject, "matches the group", f"{rid} {p}")
+        else:
+            self.add(
+                "PASS",
+                subject,
+                "matches the group",
+                f"{r['InstanceType']}, {LINUX_PLATFORM}, {az_id}, default tenancy, {r.get('TotalInstanceCount')} instances",
+            )
+        self._check_reservation_time(kind, group, rid, r, is_block)
+
+    def _check_reservation_time(self, kind: str, group: Group, rid: str, r: dict[str, Any], is_block: bool) -> None:
+        subject = f"reservation {rid}"
+        state = r.get("State", "?")
+        start = _aware(r["StartDate"]) if r.get("StartDate") else None
+        end = _aware(r["EndDate"]) if r.get("EndDate") else None
+        ends = f", ends {_when(end, self.now)}" if end else ", open-ended"
+        check = "covers now or starts soon" if is_block else "active"
+        if state == "active":
+            self.add("PASS", subject, check, f"active{ends}")
+        elif state == "scheduled" and start is not None:
+            soon = start - self.now <= STARTS_SOON
+            self.add("PASS" if soon else "WARN", subject, check, f"scheduled: starts {_when(start, self.now)}{ends}")
+        elif state in ("pending", "payment-pending", "assessing", "delayed"):
+            self.add("WARN", subject, check, f"state {state}{ends}")
+        else:
+            self.add("FAIL", subject, check, f"state {state}{ends}: nothing can launch into it")
+        cap = group.capacity
+        if group.capacity.type != "capacity-block" or cap.starts_at is None or cap.ends_at is None:
+            return
+        if start is not None and end is not None and (cap.starts_at != start or cap.ends_at != end):
+            self.add(
+                "FAIL",
+                subject,
+                "window matches the config",
+                f"the block runs {utc_timestamp(start)} to {utc_timestamp(end)}; the config says {utc_timestamp(cap.starts_at)} to {utc_timestamp(cap.ends_at)}",
+            )
+        if kind == "ec2" and cap.starts_at <= self.now:
+            self.add(
+                "FAIL",
+                f"group {group.name}",
+                "scheduled actions in the future",
+                f"starts_at {utc_timestamp(cap.starts_at)} has passed and Auto Scaling rejects scheduled actions in the past; "
+                "remove starts_at/ends_at and scale the group by hand (README: GPU capacity)",
+            )
+
+    # ----------------------------------------------------------------------------------------
+
+    def training_plans(self) -> None:
+        for _, group in _groups(self.cfg):
+            arn = group.capacity.training_plan_arn
+            if group.capacity.type != "training-plan" or not arn:
+                continue
+            name = arn.rsplit("/", 1)[-1]
+            subject = f"training plan {name}"
+            try:
+                plan = self.c.sagemaker.describe_training_plan(TrainingPlanName=name)
+            except ClientError as exc:
+                if error_code(exc) in ("ResourceNotFound", "ValidationException"):
+                    self.add("FAIL", subject, "exists", f"{arn} does not exist in {self.cfg.region} for this account ({error_code(exc)})")
+                    continue
+                raise
+            self._check_training_plan(group, subject, plan)
+
+    def _check_training_plan(self, group: Group, subject: str, plan: dict[str, Any]) -> None:
+        ml_type = catalog.get(group.instance_type).hyperpod_name
+        need = _count(group)
+        problems: list[str] = []
+        if "hyperpod-cluster" not in plan.get("TargetResources", []):
+            problems.append(f"targets {', '.join(plan.get('TargetResources', [])) or 'nothing'}, not hyperpod-cluster")
+        summaries = plan.get("ReservedCapacitySummaries", [])
+        types = sorted({s.get("InstanceType") for s in summaries})
+        if types != [ml_type]:
+            problems.append(f"reserves {', '.join(map(str, types)) or 'no instances'}; group {group.name} runs {ml_type}")
+        if int(plan.get("TotalInstanceCount", 0)) < need:
+            problems.append(f"holds {plan.get('TotalInstanceCount', 0)} instances; group {group.name} needs {need}")
+        zones = sorted({s.get("AvailabilityZoneId") for s in summaries if s.get("AvailabilityZoneId")})
+        compute = self.cfg.network.compute_az_id
+        if zones and zones != [compute]:
+            problems.append(f"is in {', '.join(zones)}, but compute_az_id is {compute}")
+        for p in problems:
+            self.add("FAIL", subject, "matches the group", p)
+        if not problems:
+            self.add(
+                "PASS",
+                subject,
+                "matches the group",
+                f"{ml_type}, {plan.get('TotalInstanceCount')} instances, {', '.join(zones) or 'AZ not reported'}",
+            )
+        status = plan.get("Status", "?")
+        start = _aware(plan["StartTime"]) if plan.get("StartTime") else None
+        end = _aware(plan["EndTime"]) if plan.get("EndTime") else None
+        ends = f", ends {_when(end, self.now)}" if end else ""
+        if status == "Active" and (end is None or end > self.now):
+            self.add("PASS", subject, "covers now", f"active{ends}")
+        elif status in ("Scheduled", "Pending") and start is not None:
+            self.add(
+                "PASS" if start - self.now <= STARTS_SOON else "WARN",
+                subject,
+                "covers now",
+                f"{status.lower()}: starts {_when(start, self.now)}{ends}",
+            )
+        elif status in ("Scheduled", "Pending"):
+            self.add("WARN", subject, "covers now", f"{status.lower()}{ends}")
+        else:
+            self.add("FAIL", subject, "covers now", f"status {status}{ends}: HyperPod cannot place nodes on it")
+
+    # ----------------------------------------------------------------------------------------
+
+    def ec2_quotas(self) -> None:
+        """On-Demand vCPU quotas for ec2 groups and EKS inference node groups (HyperPod uses
+        SageMaker's quotas instead)."""
+        need: dict[str, int] = defaultdict(int)
+        groups_by_code: dict[str, list[str]] = defaultdict(list)
+        for kind, group in _groups(self.cfg):
+            if kind == "hyperpod":
+                continue
+            spec = catalog.get(group.instance_type)
+            quota = EC2_VCPU_QUOTAS.get(spec.family[0])
+            if quota is None:
+                continue
+            if group.capacity.type == "capacity-block":
+                # Capacity Blocks are purchased capacity; whether they also draw on the On-Demand
+                # vCPU quota is unverified (facts ⚠), so they are left out of the sum and said so.
+                self.add("WARN", f"group {group.name}", "EC2 vCPU quota", "Capacity Block group left out of the On-Demand vCPU sum")
+                continue
+            if spec.vcpus is None:
+                self.add(
+                    "WARN",
+                    f"group {group.name}",
+                    "EC2 vCPU quota",
+                    f"the catalog has no vCPU count for {spec.name}; check {quota[1]} by hand",
+                )
+                continue
+            need[quota[0]] += spec.vcpus * _count(group)
+            groups_by_code[quota[0]].append(group.name)
+        for code, vcpus in sorted(need.items()):
+            name = next(n for c, n in EC2_VCPU_QUOTAS.values() if c == code)
+            subject = f"quota {name}"
+            try:
+                value = self.c.service_quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+            except ClientError as exc:
+                if error_code(exc) != "NoSuchResourceException":
+                    raise
+                value = self.c.service_quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+            groups = ", ".join(groups_by_code[code])
+            if vcpus <= value:
+                self.add("PASS", subject, "EC2 vCPU quota", f"{groups} need {vcpus} vCPUs; the quota ({code}) is {value:g}")
+            else:
+                self.add(
+                    "FAIL",
+                    subject,
+                    "EC2 vCPU quota",
+                    f"{groups} need {vcpus} vCPUs; the quota ({code}) is {value:g}: request an increase in Service Quotas",
+                )
+
+    def sagemaker_quotas(self) -> None:
+        """SageMaker's per-instance-type cluster quotas for HyperPod groups (and the Slurm
+        controller and login nodes)."""
+        if not self.cfg.compute.hyperpod:
+            return
+        need: dict[str, int] = defaultdict(int)
+        for group in self.cfg.compute.instance_groups:
+            need[catalog.get(group.instance_type).hyperpod_name] += group.count
+        slurm = self.cfg.compute.slurm
+        if slurm is not None:
+            need[slurm.controller.instance_type] += 1
+            if slurm.login.count:
+                need[slurm.login.instance_type] += slurm.login.count
+        quotas: dict[str, float] = {}
+        for page in self.c.service_quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
+            for q in page["Quotas"]:
+                quotas[q["QuotaName"]] = q["Value"]
+        for ml_type, count in sorted(need.items()):
+            quota_name = f"{ml_type} for cluster usage"
+            subject = f"quota {quota_name}"
+            if quota_name not in quotas:
+                self.add(
+                    "FAIL",
+                    subject,
+                    "SageMaker cluster quota",
+                    f"no SageMaker quota named {quota_name!r} in {self.cfg.region}: the type is not available to HyperPod here",
+                )
+            elif count <= quotas[quota_name]:
+                self.add("PASS", subject, "SageMaker cluster quota", f"needs {count}; the quota is {quotas[quota_name]:g}")
+            else:
+                self.add(
+                    "FAIL",
+                    subject,
+                    "SageMaker cluster quota",
+                    f"needs {count}; the quota is {quotas[quota_name]:g}: request an increase in Service Quotas",
+                )
+
+    # ----------------------------------------------------------------------------------------
+
+    def subnet_addresses(self) -> None:
+        nodes, with_pods = self._addresses_needed()
+        if nodes == 0:
+            return
+        plan = next(s for s in self.cfg.network.subnets() if s.compute)
+        name = f"{self.cfg.physical_name()}-private-{plan.az_id}"
+        found = self.c.ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [name]}])["Subnets"]
+        if found:
+            free = int(found[0]["AvailableIpAddressCount"])
+            where = f"{found[0]['SubnetId']} has {free} free addresses"
+        else:
+            prefix = int(plan.cidr.split("/")[1])
+            free = 2 ** (32 - prefix) - SUBNET_RESERVED_IPS
+            where = f"not deployed yet; the planned {plan.cidr} will have {free}"
+        subject = f"subnet {name}"
+        if nodes > free:
+            self.add("FAIL", subject, "free IP addresses", f"the nodes need up to {nodes} addresses; {where}")
+        elif with_pods > free:
+            self.add(
+                "WARN", subject, "free IP addresses", f"the nodes need up to {nodes} addresses, with EKS pods about {with_pods}; {where}"
+            )
+        else:
+            pods = f" ({with_pods} with EKS pods)" if with_pods != nodes else ""
+            self.add("PASS", subject, "free IP addresses", f"the nodes need up to {nodes} addresses{pods}; {where}")
+
+    def _addresses_needed(self) -> tuple[int, int]:
+        """(addresses the nodes take, the same plus EKS pods). ec2 nodes: one (the primary; the
+        efa-only interfaces take none). HyperPod may attach EFA as `efa` interfaces with an
+        address each, so it counts one per EFA interface too (an upper bound)."""
+        nodes = pods = 0
+        for kind, group in _groups(self.cfg):
+            spec = catalog.get(group.instance_type)
+            count = _count(group)
+            per_node = 1 + (spec.max_efa_interfaces if kind == "hyperpod" else 0)
+            nodes += count * per_node
+            if kind == "eks-inference" or self.cfg.compute.orchestrator == "eks":
+                pods += count * EKS_POD_IPS_PER_NODE
+        slurm = self.cfg.compute.slurm
+        if slurm is not None:
+            nodes += 1 + slurm.login.count
+        return nodes, nodes + pods
+
+
+def run_preflight(cfg: EnvironmentConfig, clients: Clients, now: datetime | None = None) -> list[Row]:
+    """Every preflight check for one environment."""
+    return Preflight(cfg, clients, now).run()
+
+
+def render(cfg: EnvironmentConfig, rows: Iterable[Row]) -> str:
+    rows = list(rows)
+    counts = {s: sum(1 for r in rows if r.status == s) for s in ("PASS", "WARN", "FAIL")}
+    head = f"preflight {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id})"
+    table = format_table(["status", "subject", "check", "reason"], [[r.status, r.subject, r.check, r.reason] for r in rows])
+    return f"{head}\n{table}\n{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
+
+
+def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
+    from fminfra.aws import client, make_session
+
+    session = make_session(region=cfg.region, profile=profile)
+    return Clients(
+        ec2=client(session, "ec2"),
+        service_quotas=client(session, "service-quotas"),
+        sagemaker=client(session, "sagemaker"),
+        sts=client(session, "sts"),
+    )
+
+
+__all__ = ["AwsAccessError", "Clients", "Row", "clients_for", "render", "run_preflight"]
