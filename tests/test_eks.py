@@ -170,3 +170,20 @@ def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -
     assert "ec2:CreateNetworkInterface" in statements["EksNodes"]["Action"]
     assert statements["EksNodeEniTags"]["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
     assert "EksNodes" not in _node_role_sids(synth, "dev")
+
+
+def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth) -> None:
+    """capacity-eks (the capacity work's test config): reservations and a Capacity Block."""
+    groups = _nodegroups(synth, "cap-eks")
+    templates = synth.resources("cap-eks", "Compute", "AWS::EC2::LaunchTemplate")
+    reserved = groups["fminfra-cap-eks-serve-reserved"]
+    data = templates[reserved["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
+    target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert "CapacityReservationResourceGroupArn" in target
+    assert "Placement" in data and data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    assert "CapacityType" not in reserved
+    block = groups["fminfra-cap-eks-serve-block"]
+    assert block["CapacityType"] == "CAPACITY_BLOCK"
+    block_data = templates[block["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
+    assert block_data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
+    assert "Placement" not in block_data
