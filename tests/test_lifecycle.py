@@ -53,10 +53,16 @@ def _node(tmp: Path, params: dict, groups: list[str], this_group: str, *, with_e
     published = tmp / "published"
     shutil.copytree(LIFECYCLE, published)
     (published / "provisioning_parameters.json").write_text(json.dumps(params))
-    for rel in ("node/bootstrap.sh", "observability/install_exporters.sh"):
+    for rel, extra in (
+        ("node/bootstrap.sh", ""),
+        (
+            "observability/install_exporters.sh",
+            " url=$FMINFRA_REMOTE_WRITE_URL region=$FMINFRA_AWS_REGION kind=$FMINFRA_NODE_KIND cluster=$FMINFRA_CLUSTER",
+        ),
+    ):
         path = published / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f'#!/usr/bin/env bash\necho "{rel} $*" >> "$FAKE_LOG"\n')
+        path.write_text(f'#!/usr/bin/env bash\necho "{rel} $*{extra}" >> "$FAKE_LOG"\n')
         path.chmod(0o755)
     shutil.copy(ROOT / "scripts" / "node" / "versions.env", published / "node" / "versions.env")
     resource_config = {
@@ -93,11 +99,13 @@ def _calls(env: dict[str, str]) -> list[str]:
 
 
 FSX = FsxMount(dns_name="fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com", mount_name="abcdefgh")
+REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
 
 
 def _params(env_name: str, tmp: Path) -> dict:
     cfg = load_config(ROOT / "config" / f"{env_name}.yaml")
-    return provisioning_parameters(cfg, FsxMount(dns_name=FSX.dns_name, mount_name=FSX.mount_name, mount_path=str(tmp / "fsx")))
+    fsx = FsxMount(dns_name=FSX.dns_name, mount_name=FSX.mount_name, mount_path=str(tmp / "fsx"))
+    return provisioning_parameters(cfg, fsx, REMOTE_WRITE)
 
 
 def test_generated_parameters(tmp_path: Path) -> None:
@@ -105,6 +113,8 @@ def test_generated_parameters(tmp_path: Path) -> None:
     assert provisioning_parameters(dev) == {
         "version": "1.0.0",
         "workload_manager": "slurm",
+        "cluster_name": "fminfra-dev-hyperpod",
+        "region": "us-west-2",
         "controller_group": "controller",
         "login_group": "login",
         "worker_groups": [{"instance_group_name": "workers", "partition_name": "workers"}],
@@ -116,7 +126,12 @@ def test_generated_parameters(tmp_path: Path) -> None:
         str(tmp_path / "fsx"),
     )
     staging = load_config(ROOT / "config" / "staging.yaml")
-    assert provisioning_parameters(staging) == {"version": "1.0.0", "workload_manager": "eks"}
+    assert provisioning_parameters(staging) == {
+        "version": "1.0.0",
+        "workload_manager": "eks",
+        "cluster_name": "fminfra-staging-hyperpod",
+        "region": "us-west-2",
+    }
 
 
 @pytest.mark.parametrize(
@@ -132,7 +147,8 @@ def test_slurm_node_reads_its_parameters_and_is_idempotent(tmp_path: Path, group
     assert f"mount -t lustre -o noatime,flock {FSX.dns_name}@tcp:/{FSX.mount_name} {tmp_path / 'fsx'}" in calls
     assert [c for c in calls if c.startswith("systemctl")] == ([daemon] if daemon else [])
     assert "node/bootstrap.sh --verify" in calls
-    assert "observability/install_exporters.sh " in calls
+    kind = {"workers": "worker", "controller": "controller", "login": "login"}[group]
+    assert f"observability/install_exporters.sh  url={REMOTE_WRITE} region=us-west-2 kind={kind} cluster=fminfra-dev-hyperpod" in calls
     assert not any(c.startswith(("curl", "git", "apt-get")) for c in calls)  # enroot and pyxis present
     fstab = (tmp_path / "fstab").read_text().splitlines()
     assert fstab == [
@@ -156,7 +172,8 @@ def test_prod_without_fsx_skips_the_mount(tmp_path: Path) -> None:
     result = _run(published, env)
     assert result.returncode == 0, result.stderr
     assert "no FSx file system in the parameters" in result.stderr
-    assert not any(c.startswith("mount ") for c in _calls(env))
+    assert "no prometheus_remote_write_url in the parameters; skipping the exporters" in result.stderr
+    assert not any(c.startswith(("mount ", "observability/")) for c in _calls(env))
     assert "systemctl enable --now slurmd" in _calls(env)
 
 
@@ -174,7 +191,7 @@ def test_eks_node_does_no_slurm_work(tmp_path: Path) -> None:
     result = _run(published, env)
     assert result.returncode == 0, result.stderr
     calls = _calls(env)
-    assert not any(c.startswith(("systemctl", "mount ")) for c in calls)
+    assert not any(c.startswith(("systemctl", "mount ", "observability/")) for c in calls)
     assert "node/bootstrap.sh --verify" in calls
 
 

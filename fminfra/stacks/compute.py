@@ -49,6 +49,7 @@ class ComputeStack(cdk.Stack):
         network: NetworkStack,
         storage: StorageStack | None = None,
         data_bucket: s3.IBucket | None = None,
+        prometheus_remote_write_url: str | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
@@ -98,6 +99,7 @@ class ComputeStack(cdk.Stack):
             fsx=fsx,
             data_bucket=data_bucket,
             capacity_targets=self.capacity_targets,
+            remote_write_url=prometheus_remote_write_url,
         )
 
     def _capacity_target(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> CapacityReservationTarget | None:

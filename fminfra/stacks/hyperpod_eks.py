@@ -84,10 +84,16 @@ def helm_charts() -> list[HelmChartSpec]:
     ]
 
 
-def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None) -> dict[str, Any]:
+def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None, remote_write_url: str | None = None) -> dict[str, Any]:
     """provisioning_parameters.json: what the lifecycle scripts (and HyperPod's classic Slurm
-    set-up) read: the group names by Slurm role, and the FSx file system to mount."""
-    params: dict[str, Any] = {"version": "1.0.0", "workload_manager": cfg.compute.orchestrator}
+    set-up) read: the group names by Slurm role, the FSx file system to mount, and where the
+    exporters remote-write (the AMP workspace's URL, when there is one)."""
+    params: dict[str, Any] = {
+        "version": "1.0.0",
+        "workload_manager": cfg.compute.orchestrator,
+        "cluster_name": cfg.physical_name("hyperpod"),
+        "region": cfg.region,
+    }
     if cfg.compute.orchestrator == "slurm":
         slurm = cfg.compute.slurm
         assert slurm is not None  # the config fills the default
@@ -97,6 +103,8 @@ def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None)
         params["worker_groups"] = [{"instance_group_name": g.name, "partition_name": g.name} for g in cfg.compute.instance_groups]
     if fsx is not None:
         params.update({"fsx_dns_name": fsx.dns_name, "fsx_mountname": fsx.mount_name, "fsx_mount_path": fsx.mount_path})
+    if remote_write_url is not None:
+        params["prometheus_remote_write_url"] = remote_write_url
     return params
 
 
@@ -149,6 +157,7 @@ def add_eks_and_hyperpod(
     fsx: FsxMount | None = None,
     data_bucket: s3.IBucket | None = None,
     capacity_targets: dict[str, CapacityReservationTarget] | None = None,
+    remote_write_url: str | None = None,
 ) -> Orchestration:
     """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
     out = Orchestration()
@@ -196,7 +205,7 @@ def add_eks_and_hyperpod(
             LifecycleScriptsProps(
                 bucket_name=lifecycle_bucket_name(cfg.name, cfg.account, cfg.region),
                 folders=folders,
-                parameters=provisioning_parameters(cfg, fsx),
+                parameters=provisioning_parameters(cfg, fsx, remote_write_url),
                 removal_policy=removal_policy(cfg),
             ),
         )

@@ -7,8 +7,9 @@
 #   1. mounts FSx for Lustre (when the parameters name one) and records it in fstab;
 #   2. Slurm only: sets up containers (enroot + pyxis when the AMI lacks them) and starts the
 #      Slurm daemon of the node's role (slurmctld on the controller, slurmd on workers);
-#   3. runs the node bootstrap in verify mode (node/bootstrap.sh --verify) and the exporters
-#      (observability/install_exporters.sh) when those scripts were published beside this one.
+#   3. runs the node bootstrap in verify mode (node/bootstrap.sh --verify) and, on Slurm with a
+#      Prometheus remote-write URL in the parameters, the exporters
+#      (observability/install_exporters.sh), when those scripts were published beside this one.
 set -o errexit -o nounset -o pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -178,9 +179,23 @@ run_if_present() {
     fi
 }
 
+# install_exporters ROLE: the node's exporters and Prometheus agent, remote-writing to AMP.
+install_exporters() {
+    local url kind
+    url=$(param prometheus_remote_write_url)
+    if [[ -z $url ]]; then
+        log "no prometheus_remote_write_url in the parameters; skipping the exporters"
+        return
+    fi
+    kind=$1
+    [[ $kind == compute ]] && kind=worker
+    FMINFRA_REMOTE_WRITE_URL=$url FMINFRA_AWS_REGION=$(param region) FMINFRA_NODE_KIND=$kind FMINFRA_CLUSTER=$(param cluster_name) \
+        run_if_present "$HERE/observability/install_exporters.sh"
+}
+
 main() {
     mkdir -p "$STATE_DIR"
-    local orchestrator group role
+    local orchestrator group role=""
     orchestrator=$(param workload_manager)
     group=$(this_group)
     log "instance group $group, orchestrator $orchestrator"
@@ -196,7 +211,9 @@ main() {
         start_slurm "$role"
     fi
     run_if_present "$HERE/node/bootstrap.sh" --verify
-    run_if_present "$HERE/observability/install_exporters.sh"
+    if [[ $orchestrator == slurm ]]; then
+        install_exporters "$role"
+    fi
     date -u +%Y-%m-%dT%H:%M:%SZ >"$STATE_DIR/done"
     log "done"
 }
