@@ -187,3 +187,22 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
     block_data = templates[block["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
     assert block_data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
     assert "Placement" not in block_data
+
+
+def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -> None:
+    (association,) = synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation").values()
+    props = association["Properties"]
+    assert (props["Namespace"], props["ServiceAccount"]) == ("aws-hyperpod", "hp-training-operator-controller-manager")
+    role_id = props["RoleArn"]["Fn::GetAtt"][0]
+    role = synth.resources("staging", "Compute", "AWS::IAM::Role")[role_id]["Properties"]
+    assert "AmazonSageMakerHyperPodTrainingOperatorAccess" in json.dumps(role["ManagedPolicyArns"])
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    addons = synth.resources("staging", "Compute", "AWS::EKS::Addon")
+    (operator_id,) = [lid for lid, a in addons.items() if a["Properties"]["AddonName"] == "amazon-sagemaker-hyperpod-training-operator"]
+    association_id = next(iter(synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation")))
+    assert association_id in addons[operator_id]["DependsOn"]
+    cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
+    assert {"Key": "SageMaker", "Value": "true"} in cluster["Tags"]
+    assert synth.resources("hp-slurm-inf", "Compute", "AWS::EKS::PodIdentityAssociation") == {}

@@ -185,6 +185,8 @@ def add_eks_and_hyperpod(
                 removal_policy=removal_policy(cfg),
             ),
         )
+        if compute.orchestrator == "eks":
+            _training_operator_identity(stack, out.eks)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
         cdk.CfnOutput(
             stack,
@@ -253,6 +255,8 @@ def add_eks_and_hyperpod(
             ),
         )
         out.hyperpod.node.add_dependency(out.lifecycle.deployment)
+        # The training operator's managed policy acts only on clusters tagged SageMaker=true.
+        cdk.Tags.of(out.hyperpod.cluster).add("SageMaker", "true")
         if out.eks is not None and compute.orchestrator == "eks":
             # HyperPod checks the add-ons and charts when it attaches to the cluster.
             for addon in out.eks.addons.values():
@@ -323,6 +327,40 @@ EKS_NODE_ACTIONS = (
     "ecr:GetDownloadUrlForLayer",
     "eks-auth:AssumeRoleForPodIdentity",
 )
+
+
+# The HyperPod training operator add-on's controller and the AWS managed policy it documents.
+TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
+TRAINING_OPERATOR_SERVICE_ACCOUNT = "hp-training-operator-controller-manager"
+TRAINING_OPERATOR_POLICY = "AmazonSageMakerHyperPodTrainingOperatorAccess"
+
+
+def _training_operator_identity(stack: cdk.Stack, eks_cluster: EksCluster) -> None:
+    """A role for the training operator's controller through EKS Pod Identity, created before the add-on."""
+    role = iam.Role(
+        stack,
+        "TrainingOperatorRole",
+        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(TRAINING_OPERATOR_POLICY)],
+        description="HyperPod training operator (EKS Pod Identity)",
+    )
+    acknowledge(
+        role,
+        f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{TRAINING_OPERATOR_POLICY}]",
+        "The AWS managed policy HyperPod documents for its training operator; it acts only on clusters tagged SageMaker=true",
+    )
+    association = eks.CfnPodIdentityAssociation(
+        stack,
+        "TrainingOperatorPodIdentity",
+        cluster_name=eks_cluster.cluster_name,
+        namespace=TRAINING_OPERATOR_NAMESPACE,
+        service_account=TRAINING_OPERATOR_SERVICE_ACCOUNT,
+        role_arn=role.role_arn,
+    )
+    operator = eks_cluster.addons["amazon-sagemaker-hyperpod-training-operator"]
+    operator.node.add_dependency(association)
+    operator.node.add_dependency(eks_cluster.addons["cert-manager"])
+    operator.node.add_dependency(eks_cluster.addons["eks-pod-identity-agent"])
 
 
 def _grant_data_bucket(stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str) -> None:
