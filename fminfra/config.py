@@ -20,8 +20,10 @@ from pydantic import ValidationError as PydanticValidationError
 
 from fminfra import catalog
 from fminfra.errors import ConfigError, ValidationError
+from fminfra.hyperpod_types import hyperpod_instance_types
 from fminfra.regions import AZ_ID_PREFIX_BY_REGION, is_az_id, region_of_az_id
 from fminfra.subnets import SubnetPlan, plan_subnets
+from fminfra.versions import version
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 # HyperPod's rule for cluster and instance group names.
@@ -314,7 +316,12 @@ class SlurmNodeConfig(Model):
     @field_validator("instance_type")
     @classmethod
     def _ml(cls, value: str) -> str:
-        return value if value.startswith("ml.") else f"ml.{value}"
+        name = value if value.startswith("ml.") else f"ml.{value}"
+        if name not in hyperpod_instance_types():
+            raise ValueError(
+                f"{value!r} is not an instance type SageMaker HyperPod supports (botocore's ClusterInstanceType), e.g. ml.m5.12xlarge, ml.c5.4xlarge"
+            )
+        return name
 
 
 class SlurmLoginConfig(SlurmNodeConfig):
@@ -329,6 +336,11 @@ class SlurmConfig(Model):
     login: SlurmLoginConfig = Field(default_factory=SlurmLoginConfig)
 
 
+def supported_kubernetes_versions() -> tuple[str, ...]:
+    """Kubernetes versions fminfra builds EKS clusters with (the version manifest's list)."""
+    return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
+
+
 class EksConfig(Model):
     kubernetes_version: str = Field(default="1.34", description="EKS Kubernetes version.")
     admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
@@ -341,6 +353,12 @@ class EksConfig(Model):
     def _version(cls, value: str) -> str:
         if not re.match(r"^1\.[0-9]{2}$", value):
             raise ValueError(f"must be a Kubernetes minor version such as '1.34' (quote it in YAML), got {value!r}")
+        supported = supported_kubernetes_versions()
+        if value not in supported:
+            raise ValueError(
+                f"{value!r} is not a supported version; allowed: {', '.join(supported)} "
+                "(in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+            )
         return value
 
     @field_validator("admin_principal_arns")
@@ -443,6 +461,13 @@ class ComputeConfig(Model):
                 )
             )
         if self.hyperpod:
+            if group.spec.hyperpod_name not in hyperpod_instance_types():
+                problems.append(
+                    (
+                        f"{path}.instance_type",
+                        f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
+                    )
+                )
             for field in ("placement", "root_volume_gib"):
                 if getattr(group, field) is not None:
                     problems.append(

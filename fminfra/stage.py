@@ -87,6 +87,8 @@ class EnvironmentStage(cdk.Stage):
             cfg=cfg,
             network=self.network,
             observability=self.observability,
+            storage=self.storage,
+            data_bucket=self.data_bucket,
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)

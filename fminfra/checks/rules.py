@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fminfra.checks import EXPORTS_KEY, Resource, Template, rule
@@ -59,6 +60,82 @@ def subnet_is_placed_by_az_id(logical_id: str, resource: Resource, template: Tem
         return "subnet is placed by AvailabilityZone (a name, which differs between accounts); use AvailabilityZoneId"
     if not props.get("AvailabilityZoneId"):
         return "subnet has no AvailabilityZoneId"
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# HyperPod and IAM (issue 5)
+
+_SERVICE_WILDCARD = re.compile(r"^[A-Za-z0-9-]+:\*$")
+
+
+def resolve_reference(value: Any, template: Template) -> Resource | None:
+    """The resource a Ref/GetAtt names, here or (through Fn::ImportValue) in the exporting stack."""
+    target = resolve(value, template)
+    return target[1] if target is not None else None
+
+
+def _tag(resource: Resource, key: str) -> str | None:
+    for tag in (resource.get("Properties") or {}).get("Tags") or []:
+        if isinstance(tag, dict) and tag.get("Key") == key:
+            return str(tag.get("Value"))
+    return None
+
+
+@rule("FMI-HYPERPOD-VPC", "AWS::SageMaker::Cluster")
+def hyperpod_uses_compute_subnet_and_efa_group(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """A HyperPod cluster's VpcConfig uses the one compute subnet and includes the EFA security group."""
+    vpc = (resource.get("Properties") or {}).get("VpcConfig") or {}
+    subnets = [resolve_reference(s, template) for s in vpc.get("Subnets") or []]
+    groups = [resolve_reference(g, template) for g in vpc.get("SecurityGroupIds") or []]
+    problems = []
+    if len(subnets) != 1 or subnets[0] is None or _tag(subnets[0], "fminfra:subnet-kind") != "compute":
+        problems.append("VpcConfig.Subnets must be exactly the compute subnet (the AZ of the GPU capacity and FSx)")
+    if not any(g is not None and is_efa_group(g) for g in groups):
+        problems.append("VpcConfig.SecurityGroupIds must include the EFA security group (EFA traffic fails without it)")
+    return "; ".join(problems) or None
+
+
+@rule("FMI-HYPERPOD-LIFECYCLE-BUCKET", "AWS::SageMaker::Cluster")
+def hyperpod_lifecycle_in_sagemaker_bucket(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """Every instance group's lifecycle scripts live in a bucket named sagemaker-* (all the managed policy covers)."""
+    bad = []
+    for group in (resource.get("Properties") or {}).get("InstanceGroups") or []:
+        uri = (group.get("LifeCycleConfig") or {}).get("SourceS3Uri")
+        if not (isinstance(uri, str) and uri.startswith("s3://sagemaker-")):
+            bad.append(f"{group.get('InstanceGroupName')}: {uri!r}")
+    if bad:
+        return (
+            "LifeCycleConfig.SourceS3Uri must be an s3://sagemaker-... prefix (AmazonSageMakerClusterInstanceRolePolicy covers only those buckets): "
+            + ", ".join(bad)
+        )
+    return None
+
+
+def _statements(resource: Resource) -> list[dict[str, Any]]:
+    props = resource.get("Properties") or {}
+    documents = [props.get("PolicyDocument")] + [p.get("PolicyDocument") for p in props.get("Policies") or [] if isinstance(p, dict)]
+    out: list[dict[str, Any]] = []
+    for document in documents:
+        if isinstance(document, dict):
+            statements = document.get("Statement") or []
+            out.extend(s for s in (statements if isinstance(statements, list) else [statements]) if isinstance(s, dict))
+    return out
+
+
+@rule("FMI-IAM-NO-WILDCARD-ACTION", "AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role")
+def iam_allows_no_wildcard_action(logical_id: str, resource: Resource, template: Template) -> str | None:
+    """No IAM statement allows Action "*" or "service:*"."""
+    bad: list[str] = []
+    for statement in _statements(resource):
+        if statement.get("Effect") != "Allow":
+            continue
+        actions = statement.get("Action") or []
+        for action in actions if isinstance(actions, list) else [actions]:
+            if isinstance(action, str) and (action == "*" or _SERVICE_WILDCARD.match(action)):
+                bad.append(action)
+    if bad:
+        return f"allows wildcard action(s) {', '.join(sorted(set(bad)))}; name the actions the principal needs"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra import catalog
@@ -19,8 +20,10 @@ from fminfra.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup, GpuAu
 from fminfra.constructs.launch_template import ROOT_DEVICE_UBUNTU, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
+from fminfra.stacks.hyperpod_eks import FsxMount, add_eks_and_hyperpod
 from fminfra.stacks.network import NetworkStack
 from fminfra.stacks.observability import ObservabilityStack
+from fminfra.stacks.storage import StorageStack
 
 # AWS Deep Learning Base OSS AMI (Ubuntu 22.04: NVIDIA driver, CUDA, EFA, aws-ofi-nccl), resolved
 # at deploy time from its public SSM parameter, so synth makes no AWS call (facts §5).
@@ -46,6 +49,8 @@ class ComputeStack(cdk.Stack):
         cfg: EnvironmentConfig,
         network: NetworkStack,
         observability: ObservabilityStack | None = None,
+        storage: StorageStack | None = None,
+        data_bucket: s3.IBucket | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
@@ -89,6 +94,19 @@ class ComputeStack(cdk.Stack):
         self.auto_scaling_groups: dict[str, GpuAutoScalingGroup] = {}
         if cfg.compute.orchestrator == "ec2":
             self._ec2_groups()
+
+        # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
+        fsx = FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name) if storage is not None else None
+        self.orchestration = add_eks_and_hyperpod(
+            self,
+            cfg=cfg,
+            network=network,
+            placement_groups=self.placement_groups,
+            fsx=fsx,
+            data_bucket=data_bucket,
+            capacity_targets=self.capacity_targets,
+            remote_write_url=self.remote_write_url,
+        )
 
     def _capacity_target(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> CapacityReservationTarget | None:
         cap = group.capacity

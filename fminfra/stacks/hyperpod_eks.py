@@ -1,0 +1,435 @@
+"""The HyperPod and EKS part of the Compute stack: config -> construct props.
+
+Kept beside `compute.py` so that the stack file stays a short list of what it creates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+
+from fminfra import catalog
+from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig, supported_kubernetes_versions
+from fminfra.constructs.acknowledge import acknowledge, literal
+from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChartSpec
+from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.constructs.launch_template import IMDS_HOP_LIMIT_FOR_PODS, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
+from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
+from fminfra.constructs.placement import ClusterPlacementGroup
+from fminfra.resources import scripts_root
+from fminfra.stacks.network import NetworkStack, removal_policy
+from fminfra.versions import version
+
+# EKS add-on name -> manifest key of its pinned version.
+ADDONS = {
+    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
+    "coredns": "EKS_ADDON_COREDNS_VERSION",
+    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
+    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+}
+# Added when HyperPod runs on the cluster: the training operator and the cert-manager it needs.
+HYPERPOD_ADDONS = {
+    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
+    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+}
+# Kubectl/helm Lambda layers by Kubernetes version (one per supported version).
+KUBECTL_LAYERS = {"1.34": KubectlV34Layer}
+# Instance types on the Slurm controller and login groups are CPU types: no deep health checks.
+SLURM_CONTROLLER_DEEP_HEALTH_CHECKS: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FsxMount:
+    """The FSx for Lustre file system the nodes mount (from the Storage stack)."""
+
+    dns_name: str
+    mount_name: str
+    mount_path: str = "/fsx"
+
+
+@dataclass
+class Orchestration:
+    """What `add_eks_and_hyperpod` created (None where the config asks for none)."""
+
+    lifecycle: LifecycleScripts | None = None
+    hyperpod: HyperPodCluster | None = None
+    eks: EksCluster | None = None
+    inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
+
+
+def helm_charts() -> list[HelmChartSpec]:
+    """The HyperPod dependency charts fminfra installs, at the manifest's versions."""
+    return [
+        HelmChartSpec(
+            name="nvidia-device-plugin",
+            chart="nvidia-device-plugin",
+            repository="https://nvidia.github.io/k8s-device-plugin",
+            version=version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION"),
+        ),
+        HelmChartSpec(
+            name="aws-efa-k8s-device-plugin",
+            chart="aws-efa-k8s-device-plugin",
+            repository="https://aws.github.io/eks-charts",
+            version=version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION"),
+            values={"tolerations": [{"operator": "Exists"}]},
+        ),
+    ]
+
+
+def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None, remote_write_url: str | None = None) -> dict[str, Any]:
+    """provisioning_parameters.json: what the lifecycle scripts (and HyperPod's classic Slurm
+    set-up) read: the group names by Slurm role, the FSx file system to mount, and where the
+    exporters remote-write (the AMP workspace's URL, when there is one)."""
+    params: dict[str, Any] = {
+        "version": "1.0.0",
+        "workload_manager": cfg.compute.orchestrator,
+        "cluster_name": cfg.physical_name("hyperpod"),
+        "region": cfg.region,
+    }
+    if cfg.compute.orchestrator == "slurm":
+        slurm = cfg.compute.slurm
+        assert slurm is not None  # the config fills the default
+        params["controller_group"] = CONTROLLER_GROUP_NAME
+        if slurm.login.count > 0:
+            params["login_group"] = LOGIN_GROUP_NAME
+        params["worker_groups"] = [{"instance_group_name": g.name, "partition_name": g.name} for g in cfg.compute.instance_groups]
+    if fsx is not None:
+        params.update({"fsx_dns_name": fsx.dns_name, "fsx_mountname": fsx.mount_name, "fsx_mount_path": fsx.mount_path})
+    if remote_write_url is not None:
+        params["prometheus_remote_write_url"] = remote_write_url
+    return params
+
+
+def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGroup]:
+    """Controller and login groups (Slurm), then the training groups, as HyperPod groups."""
+    groups: list[HyperPodInstanceGroup] = []
+    if cfg.compute.orchestrator == "slurm":
+        slurm = cfg.compute.slurm
+        assert slurm is not None
+        groups.append(
+            HyperPodInstanceGroup(
+                name=CONTROLLER_GROUP_NAME,
+                instance_type=slurm.controller.instance_type,
+                instance_count=1,
+                instance_storage_gib=slurm.controller.instance_storage_gib,
+            )
+        )
+        if slurm.login.count > 0:
+            groups.append(
+                HyperPodInstanceGroup(
+                    name=LOGIN_GROUP_NAME,
+                    instance_type=slurm.login.instance_type,
+                    instance_count=slurm.login.count,
+                    instance_storage_gib=slurm.login.instance_storage_gib,
+                )
+            )
+    checks = {"instance_stress": "InstanceStress", "instance_connectivity": "InstanceConnectivity"}
+    for g in cfg.compute.instance_groups:
+        groups.append(
+            HyperPodInstanceGroup(
+                name=g.name,
+                instance_type=g.spec.hyperpod_name,
+                instance_count=g.count,
+                threads_per_core=g.threads_per_core,
+                instance_storage_gib=g.instance_storage_gib if g.instance_storage_gib is not None else 500,
+                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else None,
+                training_plan_arn=g.capacity.training_plan_arn,
+            )
+        )
+    return groups
+
+
+def add_eks_and_hyperpod(
+    stack: cdk.Stack,
+    *,
+    cfg: EnvironmentConfig,
+    network: NetworkStack,
+    placement_groups: dict[str, ClusterPlacementGroup],
+    node_role: iam.IRole | None = None,
+    fsx: FsxMount | None = None,
+    data_bucket: s3.IBucket | None = None,
+    capacity_targets: dict[str, CapacityReservationTarget] | None = None,
+    remote_write_url: str | None = None,
+) -> Orchestration:
+    """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
+    out = Orchestration()
+    compute = cfg.compute
+    if compute.needs_eks:
+        assert compute.eks is not None
+        addons = {name: version(key) for name, key in ADDONS.items()}
+        if compute.orchestrator == "eks":
+            addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+        layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
+        out.eks = EksCluster(
+            stack,
+            "Eks",
+            EksClusterProps(
+                cluster_name=cfg.physical_name("eks"),
+                kubernetes_version=compute.eks.kubernetes_version,
+                supported_versions=supported_kubernetes_versions(),
+                vpc=network.vpc,
+                subnets=network.private_subnets,
+                addon_versions=addons,
+                admin_principal_arns=compute.eks.admin_principal_arns,
+                public_access_cidrs=compute.eks.public_access_cidrs,
+                helm_charts=helm_charts(),
+                kubectl_layer=layer_class(stack, "KubectlLayer"),
+                removal_policy=removal_policy(cfg),
+            ),
+        )
+        if compute.orchestrator == "eks":
+            _training_operator_identity(stack, out.eks)
+        cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
+        cdk.CfnOutput(
+            stack,
+            "UpdateKubeconfigCommand",
+            value=f"aws eks update-kubeconfig --region {cfg.region} --name {cfg.physical_name('eks')}",
+            description="Connect kubectl to the EKS cluster",
+        )
+
+    if compute.hyperpod:
+        role = node_role or stack.node_role  # type: ignore[attr-defined]
+        root = scripts_root()
+        folders = {"": root / "lifecycle", "node": root / "node"}
+        if (root / "observability").is_dir():
+            folders["observability"] = root / "observability"
+        out.lifecycle = LifecycleScripts(
+            stack,
+            "LifecycleScripts",
+            LifecycleScriptsProps(
+                bucket_name=lifecycle_bucket_name(cfg.name, cfg.account, cfg.region),
+                folders=folders,
+                parameters=provisioning_parameters(cfg, fsx, remote_write_url),
+                removal_policy=removal_policy(cfg),
+            ),
+        )
+        out.lifecycle.grant_read(role)
+        cluster_name = cfg.physical_name("hyperpod")
+        logs_arn = stack.format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"/aws/sagemaker/Clusters/{cluster_name}/*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ClusterLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[logs_arn],
+            )
+        )
+        policy = role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            acknowledge(
+                policy,
+                f"IAM5[Resource::{literal(stack, logs_arn)}]",
+                "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
+            )
+        if data_bucket is not None and cfg.storage is not None:
+            _grant_data_bucket(stack, role, data_bucket, cfg.storage.bucket_name(cfg))
+        if compute.orchestrator == "eks":
+            _grant_eks_node_permissions(role)
+        security_groups: list[ec2.ISecurityGroup] = [network.efa_security_group]
+        if out.eks is not None and compute.orchestrator == "eks":
+            security_groups.append(out.eks.cluster.cluster_security_group)
+        out.hyperpod = HyperPodCluster(
+            stack,
+            "HyperPod",
+            HyperPodClusterProps(
+                cluster_name=cluster_name,
+                instance_groups=hyperpod_instance_groups(cfg),
+                execution_role=role,
+                subnets=[network.compute_subnet],
+                security_groups=security_groups,
+                lifecycle_source_s3_uri=out.lifecycle.source_s3_uri,
+                lifecycle_entry_script=out.lifecycle.entry_script,
+                eks_cluster_arn=out.eks.cluster_arn if out.eks is not None and compute.orchestrator == "eks" else None,
+            ),
+        )
+        out.hyperpod.node.add_dependency(out.lifecycle.deployment)
+        # The training operator's managed policy acts only on clusters tagged SageMaker=true.
+        cdk.Tags.of(out.hyperpod.cluster).add("SageMaker", "true")
+        if out.eks is not None and compute.orchestrator == "eks":
+            # HyperPod checks the add-ons and charts when it attaches to the cluster.
+            for addon in out.eks.addons.values():
+                out.hyperpod.node.add_dependency(addon)
+            for chart in out.eks.charts.values():
+                out.hyperpod.node.add_dependency(chart)
+        cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
+        cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
+        cdk.CfnOutput(
+            stack,
+            "DescribeClusterCommand",
+            value=f"aws sagemaker describe-cluster --region {cfg.region} --cluster-name {cluster_name}",
+            description="Inspect the HyperPod cluster and its instance groups",
+        )
+
+    for igroup in compute.inference_node_groups:
+        assert out.eks is not None
+        spec = catalog.get(igroup.instance_type)
+        placement = placement_groups.get(igroup.name)
+        target = (capacity_targets or {}).get(igroup.name)
+        launch_template = None
+        if spec.training or placement is not None or target is not None:
+            launch_template = _inference_launch_template(
+                stack, cfg, igroup.name, spec.name, igroup.root_volume_gib, out.eks, network, placement, target
+            )
+        out.inference_node_groups[igroup.name] = InferenceNodeGroup(
+            stack,
+            f"Inference-{igroup.name}",
+            InferenceNodeGroupProps(
+                cluster=cast(eks.ICluster, out.eks.cluster),
+                nodegroup_name=cfg.physical_name(igroup.name),
+                instance_type=igroup.instance_type,
+                min_size=igroup.min_size,
+                desired_size=igroup.desired_size,
+                max_size=igroup.max_size,
+                subnets=[network.compute_subnet],
+                labels=igroup.labels,
+                taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
+                root_volume_gib=igroup.root_volume_gib,
+                launch_template=launch_template,
+                capacity_block=igroup.capacity.type == "capacity-block",
+            ),
+        )
+    return out
+
+
+# What HyperPod nodes of an EKS cluster do beyond the managed policy: the VPC CNI manages their
+# ENIs and IPs, the kubelet pulls images, and pods get credentials from the Pod Identity agent.
+EKS_NODE_ACTIONS = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcs",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+    "eks-auth:AssumeRoleForPodIdentity",
+)
+
+
+# The HyperPod training operator add-on's controller and the AWS managed policy it documents.
+TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
+TRAINING_OPERATOR_SERVICE_ACCOUNT = "hp-training-operator-controller-manager"
+TRAINING_OPERATOR_POLICY = "AmazonSageMakerHyperPodTrainingOperatorAccess"
+
+
+def _training_operator_identity(stack: cdk.Stack, eks_cluster: EksCluster) -> None:
+    """A role for the training operator's controller through EKS Pod Identity, created before the add-on."""
+    role = iam.Role(
+        stack,
+        "TrainingOperatorRole",
+        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(TRAINING_OPERATOR_POLICY)],
+        description="HyperPod training operator (EKS Pod Identity)",
+    )
+    acknowledge(
+        role,
+        f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{TRAINING_OPERATOR_POLICY}]",
+        "The AWS managed policy HyperPod documents for its training operator; it acts only on clusters tagged SageMaker=true",
+    )
+    association = eks.CfnPodIdentityAssociation(
+        stack,
+        "TrainingOperatorPodIdentity",
+        cluster_name=eks_cluster.cluster_name,
+        namespace=TRAINING_OPERATOR_NAMESPACE,
+        service_account=TRAINING_OPERATOR_SERVICE_ACCOUNT,
+        role_arn=role.role_arn,
+    )
+    operator = eks_cluster.addons["amazon-sagemaker-hyperpod-training-operator"]
+    operator.node.add_dependency(association)
+    operator.node.add_dependency(eks_cluster.addons["cert-manager"])
+    operator.node.add_dependency(eks_cluster.addons["eks-pod-identity-agent"])
+
+
+def _grant_data_bucket(stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str) -> None:
+    """Nodes read datasets and write checkpoints. The grant goes through a view of the bucket by
+    its (config-derived) name, so the statement names the bucket literally rather than through a
+    cross-stack export, and the encryption key through the bucket's key."""
+    view = s3.Bucket.from_bucket_attributes(stack, "DataBucketView", bucket_name=bucket_name, encryption_key=bucket.encryption_key)
+    view.grant_read_write(role)
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    reason = "CDK grant_read_write's action groups on the environment's data bucket and its KMS key only: nodes read datasets and write checkpoints"
+    actions = ["s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*"]
+    if bucket.encryption_key is not None:
+        actions += ["kms:GenerateDataKey*", "kms:ReEncrypt*"]
+    for action in actions:
+        acknowledge(policy, f"IAM5[Action::{action}]", reason)
+    acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects('*'))}]", reason)
+
+
+def _grant_eks_node_permissions(role: iam.IRole) -> None:
+    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodes", actions=list(EKS_NODE_ACTIONS), resources=["*"]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="EksNodeEniTags",
+            actions=["ec2:CreateTags"],
+            resources=[cdk.Stack.of(role).format_arn(service="ec2", resource="network-interface", resource_name="*")],
+        )
+    )
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    acknowledge(
+        policy,
+        "IAM5[Resource::*]",
+        "The VPC CNI on HyperPod EKS nodes creates and attaches ENIs that do not exist yet, EC2 Describe* and ecr:GetAuthorizationToken take no resource, "
+        "and eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod identity associations: the same statement as AmazonEKS_CNI_Policy",
+    )
+    acknowledge(
+        policy,
+        "IAM5[Resource::arn:aws:ec2:" + f"{cdk.Stack.of(role).region}:{cdk.Stack.of(role).account}:network-interface/*]",
+        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so only the resource type is fixed",
+    )
+
+
+def _inference_launch_template(
+    stack: cdk.Stack,
+    cfg: EnvironmentConfig,
+    name: str,
+    instance_type: str,
+    root_volume_gib: int,
+    eks_cluster: EksCluster,
+    network: NetworkStack,
+    placement: ClusterPlacementGroup | None,
+    capacity: CapacityReservationTarget | None,
+) -> eks.LaunchTemplateSpec:
+    """An `EfaLaunchTemplate` for an EKS managed node group: every EFA interface of the type, the
+    EKS cluster security group beside the EFA group (EKS stops adding it once a template names
+    groups), IMDSv2 reachable from pods, the placement group and the reserved capacity."""
+    template = EfaLaunchTemplate(
+        stack,
+        f"InferenceLaunchTemplate-{name}",
+        EfaLaunchTemplateProps(
+            instance_type=instance_type,
+            efa_security_group=network.efa_security_group,
+            additional_security_groups=[eks_cluster.cluster.cluster_security_group],
+            root_volume_gib=root_volume_gib,
+            imds_hop_limit=IMDS_HOP_LIMIT_FOR_PODS,
+            capacity=capacity,
+            placement_group=placement.placement_group if placement else None,
+            launch_template_name=cfg.physical_name(name),
+        ),
+    )
+    return eks.LaunchTemplateSpec(id=template.launch_template_id, version=template.latest_version_number)
