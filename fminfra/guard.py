@@ -216,10 +216,14 @@ def read_templates(directory: Path, environment: str | None = None) -> Templates
 
 def _read_assembly_dir(directory: Path, environment: str | None) -> Templates:
     manifest = json.loads((directory / "manifest.json").read_text())
+    artifacts = list((manifest.get("artifacts") or {}).values())
+    # With nested stage assemblies and an environment, only that stage's stacks (not, say, the
+    # pipeline stack beside them); a stage's own assembly folder is read whole.
+    nested = any(a.get("type") == "cdk:cloud-assembly" for a in artifacts)
     templates: Templates = {}
-    for artifact in (manifest.get("artifacts") or {}).values():
+    for artifact in artifacts:
         props = artifact.get("properties") or {}
-        if artifact.get("type") == "aws:cloudformation:stack":
+        if artifact.get("type") == "aws:cloudformation:stack" and not (nested and environment):
             path = directory / props["templateFile"]
             templates[props.get("stackName") or path.name.removesuffix(".template.json")] = json.loads(path.read_text())
         elif artifact.get("type") == "cdk:cloud-assembly":

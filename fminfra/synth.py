@@ -42,6 +42,15 @@ def main() -> int:
     """Entry point of app.py: exit 2 on bad config, 1 when a policy check fails."""
     app = cdk.App()
     try:
+        pipeline_file = app.node.try_get_context("pipeline")
+        if pipeline_file:
+            # `-c pipeline=pipeline.yaml`: the promotion pipeline stack, with every environment it
+            # deploys inside it (fminfra.pipeline); without it, the environments as before.
+            from fminfra.pipeline import build_pipeline_app
+
+            build_pipeline_app(app, Path("pipeline.yaml" if pipeline_file == "true" else str(pipeline_file)))
+            app.synth()
+            return 0
         paths = config_paths_from_context(app)
         if not paths:
             print(f"{DEFAULT_CONFIG_DIR}: (folder): no environment files (*.yaml) found", file=sys.stderr)
