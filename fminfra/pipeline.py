@@ -202,6 +202,8 @@ class PipelineStack(cdk.Stack):
             ],
             primary_output_directory="cdk.out",
         )
+        synth_output = synth.primary_output
+        assert synth_output is not None  # primary_output_directory is set above
         self.pipeline = pipelines.CodePipeline(
             self,
             "Pipeline",
@@ -219,7 +221,7 @@ class PipelineStack(cdk.Stack):
             check = pipelines.CodeBuildStep(
                 f"Check-{cfg.name}",
                 input=source,
-                additional_inputs={"cdk.out": synth.primary_output},
+                additional_inputs={"cdk.out": synth_output},
                 env={"TARGET_ROLE_ARN": bootstrap_role_arn(cfg, "lookup"), "TARGET_REGION": cfg.region},
                 commands=[
                     "make setup",
