@@ -75,6 +75,47 @@ def test_imports_are_found_anywhere_in_a_template() -> None:
     assert sorted(deploy_local._import_names(resources)) == ["dev-Network:Subnet", "dev-Network:Vpc"]
 
 
+EXPORTER = {
+    "Resources": {"Vpc": {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}}},
+    "Outputs": {"VpcOut": {"Value": {"Ref": "Vpc"}, "Export": {"Name": "dev-Network:Vpc"}}},
+}
+IMPORTER = {
+    "Resources": {
+        "Sg": {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": "x", "VpcId": {"Fn::ImportValue": "dev-Network:Vpc"}}}
+    },
+}
+
+
+def test_exports_and_their_importers_are_checked(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import boto3
+    from moto import mock_aws
+
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    network = deploy_local.Stack("Network", "dev-Network", "dev/Network", EXPORTER)
+    data = deploy_local.Stack("Data", "dev-Data", "dev/Data", IMPORTER, ["Network"])
+    with mock_aws():
+        session = boto3.session.Session(region_name="us-west-2")
+        cfn = session.client("cloudformation")
+        # an import of a missing export fails the stack in moto, as in CloudFormation
+        with pytest.raises(Exception, match="dev-Network:Vpc"):
+            cfn.create_stack(StackName="dev-Data-too-early", TemplateBody=json.dumps(IMPORTER))
+        cfn.create_stack(StackName="dev-Network", TemplateBody=json.dumps(EXPORTER))
+        checks = deploy_local.Checks()
+        deploy_local.check_exports(checks, session, None, [network, data])
+        assert checks.failed == 1  # the importer is not deployed
+        cfn.create_stack(StackName="dev-Data", TemplateBody=json.dumps(IMPORTER))
+        checks = deploy_local.Checks()
+        deploy_local.check_exports(checks, session, None, [network, data])
+        assert checks.failed == 0
+    out = capsys.readouterr().out
+    assert "ok   dev-Network: export dev-Network:Vpc (VpcOut)" in out
+    assert "FAIL dev-Data: imports dev-Network:Vpc (not deployed)" in out
+    assert out.rstrip().endswith("ok   dev-Data: imports dev-Network:Vpc (CREATE_COMPLETE)")
+
+
 def _clean_env() -> dict[str, str]:
     """A machine without AWS credentials or configuration."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
