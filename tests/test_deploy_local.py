@@ -116,6 +116,48 @@ def test_exports_and_their_importers_are_checked(monkeypatch: pytest.MonkeyPatch
     assert out.rstrip().endswith("ok   dev-Data: imports dev-Network:Vpc (CREATE_COMPLETE)")
 
 
+TAGGED_KEY = {
+    "Resources": {
+        "Key": {
+            "Type": "AWS::KMS::Key",
+            "Properties": {
+                "KeyPolicy": {
+                    "Version": "2012-10-17",
+                    "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "kms:*", "Resource": "*"}],
+                },
+                "Tags": [{"Key": "fminfra:environment", "Value": "dev"}],
+            },
+        }
+    }
+}
+
+
+def test_moto_patch_makes_tagged_kms_keys_deployable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two moto 5.2.5 KMS bugs the script's server works around: without the patch a tagged
+    key fails the stack; with it the key exists, keeps its tags, and DescribeKey works."""
+    import boto3
+    from moto import mock_aws
+    from moto.kms.models import Key
+
+    monkeypatch.setattr(Key, "create_from_cloudformation_json", Key.create_from_cloudformation_json)  # undone after the test
+    for key in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        cfn = boto3.client("cloudformation", region_name="us-west-2")
+        with pytest.raises(Exception, match=r"undefined resource|TagKey"):
+            cfn.create_stack(
+                StackName="unpatched", TemplateBody=json.dumps({**TAGGED_KEY, "Outputs": {"K": {"Value": {"Fn::GetAtt": ["Key", "Arn"]}}}})
+            )
+        deploy_local.patch_moto()
+        cfn.create_stack(StackName="patched", TemplateBody=json.dumps(TAGGED_KEY))
+        key_id = cfn.describe_stack_resources(StackName="patched")["StackResources"][0]["PhysicalResourceId"]
+        kms = boto3.client("kms", region_name="us-west-2")
+        assert kms.describe_key(KeyId=key_id)["KeyMetadata"]["KeyState"] == "Enabled"
+        assert kms.list_resource_tags(KeyId=key_id)["Tags"] == [{"TagKey": "fminfra:environment", "TagValue": "dev"}]
+
+
 def _clean_env() -> dict[str, str]:
     """A machine without AWS credentials or configuration."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
