@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 CDK := npx --no-install cdk
 CONFIG_DIR ?= config
 
-.PHONY: setup promtool synth test lint format bench clean
+.PHONY: setup promtool synth test lint format bench clean deploy-local
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ format: setup
 
 bench: setup
 	$(PY) scripts/bench_synth.py
+
+# A real cdk bootstrap/deploy/destroy of config/dev.yaml against a local moto server (no Docker,
+# no AWS account); `make test` runs the same script (tests/test_deploy_local.py).
+deploy-local: setup
+	$(PY) scripts/deploy_local.py --config config/dev.yaml
 
 clean:
 	rm -rf cdk.out .pytest_cache build dist *.egg-info

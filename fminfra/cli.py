@@ -224,6 +224,19 @@ def cmd_grafana(ns: argparse.Namespace) -> int:
 EXTRA_COMMANDS["grafana"] = ("Amazon Managed Grafana: `grafana sync CONFIG`", _grafana_arguments, cmd_grafana)
 
 
+def _register_guard() -> None:
+    from fminfra.guard import add_guard_arguments, run_guard_command
+
+    EXTRA_COMMANDS["guard"] = (
+        "fail when a stateful resource (bucket, key, FSx, cluster, VPC, ...) would be deleted or replaced",
+        add_guard_arguments,
+        run_guard_command,
+    )
+
+
+_register_guard()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m fminfra", description=__doc__.split("\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -10,7 +10,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from fminfra.config import EnvironmentConfig, config_files, load_config
-from fminfra.errors import ConfigError
+from fminfra.errors import ConfigError, ValidationError
 from fminfra.stage import EnvironmentStage
 
 DEFAULT_CONFIG_DIR = Path("config")
@@ -42,6 +42,15 @@ def main() -> int:
     """Entry point of app.py: exit 2 on bad config, 1 when a policy check fails."""
     app = cdk.App()
     try:
+        pipeline_file = app.node.try_get_context("pipeline")
+        if pipeline_file:
+            # `-c pipeline=pipeline.yaml`: the promotion pipeline stack, with every environment it
+            # deploys inside it (fminfra.pipeline); without it, the environments as before.
+            from fminfra.pipeline import build_pipeline_app
+
+            build_pipeline_app(app, Path("pipeline.yaml" if pipeline_file == "true" else str(pipeline_file)))
+            app.synth()
+            return 0
         paths = config_paths_from_context(app)
         if not paths:
             print(f"{DEFAULT_CONFIG_DIR}: (folder): no environment files (*.yaml) found", file=sys.stderr)
@@ -56,9 +65,19 @@ def main() -> int:
         if problems:
             raise ConfigError(problems)
         build_app(configs, app=app)
+        github_repository = app.node.try_get_context("github_repository")
+        if github_repository:
+            # `-c github_repository=OWNER/REPO`: also the account-level GitHub OIDC stacks (one per account).
+            from fminfra.stacks.github_oidc import github_oidc_stacks
+
+            existing = str(app.node.try_get_context("github_existing_provider")).lower() == "true"
+            github_oidc_stacks(app, configs, repository=str(github_repository), existing_provider=existing)
         app.synth()
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
+        return 2
+    except ValidationError as exc:
+        print(str(exc), file=sys.stderr)
         return 2
     except RuntimeError as exc:
         if "ValidationFailed" in str(exc):

@@ -1,0 +1,505 @@
+"""Stateful-change guard: fail when a deploy would delete or replace a resource that holds data.
+
+Compares the templates about to be deployed (AFTER) with a baseline (BEFORE): the committed
+templates under `baselines/<env>/`, the templates CloudFormation holds for the deployed stacks,
+or, in change-set mode, CloudFormation's own replacement verdicts. A stateful resource (see
+`STATEFUL_TYPES`) fails the guard when
+
+- its logical id is no longer in any AFTER template (CloudFormation deletes it, or orphans it
+  when retained, and the next one starts empty), or its type changed;
+- a property changed that the resource's CloudFormation schema marks create-only (cfn-lint ships
+  the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
+  miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
+
+Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
+lets a deliberate change through (it is still printed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+# Resources whose replacement loses data or identity others depend on (the issue's list).
+STATEFUL_TYPES: tuple[str, ...] = (
+    "AWS::S3::Bucket",
+    "AWS::KMS::Key",
+    "AWS::FSx::FileSystem",
+    "AWS::FSx::DataRepositoryAssociation",
+    "AWS::SageMaker::Cluster",
+    "AWS::EKS::Cluster",
+    "AWS::APS::Workspace",
+    "AWS::EC2::CapacityReservation",
+    "AWS::EC2::VPC",
+    "AWS::EC2::Subnet",
+)
+
+# Properties whose change replaces the resource but which the schemas do not mark create-only.
+# Paths are JSON pointers into the resource as in the schemas; each entry carries its source.
+EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
+    "AWS::FSx::FileSystem": {
+        "/properties/LustreConfiguration/DeploymentType": "FSx: the deployment type is fixed at creation",
+        "/properties/LustreConfiguration/EfaEnabled": "FSx: EFA cannot be changed after creation",
+        "/properties/LustreConfiguration/DriveCacheType": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ImportPath": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ExportPath": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ImportedFileChunkSize": "CloudFormation docs: Update requires Replacement",
+        "/properties/StorageType": "FSx: the storage type is fixed at creation",
+    },
+    "AWS::KMS::Key": {
+        "/properties/KeySpec": "CloudFormation docs: changing KeySpec schedules the key for deletion and creates a new one",
+        "/properties/KeyUsage": "CloudFormation docs: changing KeyUsage schedules the key for deletion and creates a new one",
+        "/properties/MultiRegion": "CloudFormation docs: changing MultiRegion schedules the key for deletion and creates a new one",
+        "/properties/Origin": "CloudFormation docs: changing Origin schedules the key for deletion and creates a new one",
+    },
+    "AWS::SageMaker::Cluster": {
+        "/properties/Orchestrator": "HyperPod: a cluster cannot switch between Slurm and EKS orchestration",
+    },
+}
+
+DEFAULT_REGION = "us-east-1"
+
+
+@cache
+def schema_create_only(resource_type: str, region: str = DEFAULT_REGION) -> tuple[str, ...]:
+    """`createOnlyProperties` of a type from cfn-lint's bundled CloudFormation schemas."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    try:
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, resource_type)
+    except Exception:  # cfn-lint raises its own ResourceNotFoundError for unknown types/regions
+        return ()
+    return tuple(schema.schema.get("createOnlyProperties") or ())
+
+
+def create_only_properties(resource_type: str, region: str = DEFAULT_REGION) -> dict[str, str]:
+    """Create-only property pointers of a type -> where that fact comes from."""
+    result = {p: "create-only in the CloudFormation schema" for p in schema_create_only(resource_type, region)}
+    for pointer, source in EXTRA_CREATE_ONLY.get(resource_type, {}).items():
+        result.setdefault(pointer, f"replacement ({source})")
+    return result
+
+
+_MISSING = object()
+
+
+def _resolve(value: Any, parts: list[str], prefix: str) -> Iterator[tuple[str, Any]]:
+    """Values at a JSON pointer (parts after /properties), expanding `*` over lists and maps."""
+    if not parts:
+        yield prefix, value
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = enumerate(value) if isinstance(value, list) else value.items() if isinstance(value, dict) else []
+        for key, item in items:
+            yield from _resolve(item, rest, f"{prefix}[{key}]")
+        return
+    child = value.get(head, _MISSING) if isinstance(value, dict) else _MISSING
+    name = f"{prefix}.{head}" if prefix else head
+    if child is _MISSING:
+        yield name, _MISSING
+        return
+    yield from _resolve(child, rest, name)
+
+
+def _values_at(properties: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+    parts = pointer.split("/")[2:] if pointer.startswith("/properties/") else []
+    return dict(_resolve(properties, parts, "")) if parts else {}
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(unset)"
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One stateful resource that would be deleted or replaced."""
+
+    stack: str
+    logical_id: str
+    resource_type: str
+    action: str  # "deleted" | "replaced"
+    property: str  # the property path, or "(logical id)" / "(type)" / "(stack)"
+    detail: str
+    allowed: bool = False
+
+    def __str__(self) -> str:
+        prefix = "ALLOWED " if self.allowed else ""
+        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) would be {self.action}: {self.property}: {self.detail}"
+
+
+Templates = dict[str, dict[str, Any]]  # stack name -> template
+
+
+def _resources(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(template.get("Resources") or {})
+
+
+def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
+    """Findings for every stateful resource in BEFORE that AFTER deletes or replaces."""
+    allowed = set(allow)
+    after_index: dict[str, tuple[str, dict[str, Any]]] = {}
+    for stack, template in after.items():
+        for lid, res in _resources(template).items():
+            after_index.setdefault(lid, (stack, res))
+    findings: list[Finding] = []
+    for stack, template in sorted(before.items()):
+        after_resources = _resources(after[stack]) if stack in after else None
+        for lid, res in sorted(_resources(template).items()):
+            rtype = res.get("Type", "")
+            if rtype not in STATEFUL_TYPES:
+                continue
+
+            def add(action: str, prop: str, detail: str, *, _stack: str = stack, _lid: str = lid, _rtype: str = rtype) -> None:
+                findings.append(Finding(_stack, _lid, _rtype, action, prop, detail, allowed=_lid in allowed))
+
+            new = after_resources.get(lid) if after_resources is not None else None
+            if new is None:
+                moved = after_index.get(lid)
+                if after_resources is None and stack not in after:
+                    add("deleted", "(stack)", f"stack {stack} is no longer in the templates")
+                elif moved is not None:
+                    add("deleted", "(logical id)", f"moved to stack {moved[0]}: CloudFormation deletes it here and creates a new one there")
+                else:
+                    add("deleted", "(logical id)", f"logical id {lid} is no longer in stack {stack}")
+                continue
+            if new.get("Type") != rtype:
+                add("replaced", "(type)", f"type changed from {rtype} to {new.get('Type')}")
+                continue
+            old_props, new_props = res.get("Properties") or {}, new.get("Properties") or {}
+            for pointer, source in sorted(create_only_properties(rtype, region).items()):
+                old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
+                for path in sorted(set(old_values) | set(new_values)):
+                    old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
+                    if old_v != new_v:
+                        add("replaced", path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})")
+    return findings
+
+
+# --------------------------------------------------------------------------------------------
+# reading templates
+
+
+class GuardInputError(Exception):
+    """Bad guard input: one line, exit 2."""
+
+
+def read_templates(directory: Path, environment: str | None = None) -> Templates:
+    """Templates by stack name from a folder of `<stack>.template.json` files or a cloud assembly.
+
+    A cloud assembly (a folder with manifest.json, such as cdk.out or cdk.out/assembly-dev) is read
+    through its manifests, so stack names come from there; `environment` picks one stage of it.
+    """
+    if not directory.is_dir():
+        raise GuardInputError(f"{directory}: (folder): no such folder")
+    if (directory / "manifest.json").exists():
+        return _read_assembly_dir(directory, environment)
+    templates: Templates = {}
+    for path in sorted(directory.glob("*.template.json")):
+        try:
+            templates[path.name.removesuffix(".template.json")] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise GuardInputError(f"{path}: (file): not a JSON template: {exc}") from None
+    if not templates:
+        raise GuardInputError(f"{directory}: (folder): no *.template.json files")
+    return templates
+
+
+def _read_assembly_dir(directory: Path, environment: str | None) -> Templates:
+    manifest = json.loads((directory / "manifest.json").read_text())
+    artifacts = list((manifest.get("artifacts") or {}).values())
+    # With nested stage assemblies and an environment, only that stage's stacks (not, say, the
+    # pipeline stack beside them); a stage's own assembly folder is read whole.
+    nested = any(a.get("type") == "cdk:cloud-assembly" for a in artifacts)
+    templates: Templates = {}
+    for artifact in artifacts:
+        props = artifact.get("properties") or {}
+        if artifact.get("type") == "aws:cloudformation:stack" and not (nested and environment):
+            path = directory / props["templateFile"]
+            templates[props.get("stackName") or path.name.removesuffix(".template.json")] = json.loads(path.read_text())
+        elif artifact.get("type") == "cdk:cloud-assembly":
+            name = props.get("displayName", "")
+            if environment is None or name == environment or name.endswith(f"/{environment}"):
+                templates.update(_read_assembly_dir(directory / props["directoryName"], None))
+    if not templates:
+        raise GuardInputError(f"{directory}: (assembly): no stacks{f' of environment {environment}' if environment else ''}")
+    return templates
+
+
+def write_baseline(templates: Templates, directory: Path) -> list[Path]:
+    """Replace the baseline folder's templates with these (sorted keys, stable diffs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.template.json"):
+        old.unlink()
+    written = []
+    for stack, template in sorted(templates.items()):
+        path = directory / f"{stack}.template.json"
+        path.write_text(json.dumps(template, indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written
+
+
+def synthesize(config_path: Path) -> tuple[str, str, Templates]:
+    """Synthesize one config in-process (no AWS calls): (environment, region, templates)."""
+    import tempfile
+
+    import aws_cdk as cdk
+
+    from fminfra.config import load_config
+    from fminfra.synth import build_app
+
+    cfg = load_config(config_path)
+    context = _cdk_json_context()
+    with tempfile.TemporaryDirectory(prefix="fminfra-guard-") as out:
+        app = cdk.App(outdir=out, context=context)
+        build_app([cfg], app=app)
+        app.synth()
+        return cfg.name, cfg.region, read_templates(Path(out), cfg.name)
+
+
+def _cdk_json_context() -> dict[str, Any]:
+    path = Path("cdk.json")
+    if path.exists():
+        return dict(json.loads(path.read_text()).get("context") or {})
+    return {}
+
+
+# --------------------------------------------------------------------------------------------
+# with credentials: deployed templates and change sets
+
+
+def deployed_templates(cloudformation: Any, stack_names: Iterable[str]) -> Templates:
+    """The templates CloudFormation holds for these stacks (stacks not deployed yet are skipped)."""
+    from botocore.exceptions import ClientError
+
+    templates: Templates = {}
+    for name in stack_names:
+        try:
+            body = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+        except ClientError as exc:
+            if "does not exist" in str(exc):
+                continue
+            raise
+        templates[name] = json.loads(body) if isinstance(body, str) else dict(body)
+    return templates
+
+
+def change_set_findings(
+    cloudformation: Any,
+    after: Templates,
+    *,
+    allow: Iterable[str] = (),
+    change_set_name: str = "fminfra-guard",
+    poll_seconds: float = 5.0,
+    timeout_seconds: float = 600.0,
+) -> list[Finding]:
+    """Create a change set per deployed stack, read CloudFormation's verdicts, delete the change set.
+
+    A stateful resource fails when CloudFormation says `Remove`, or `Modify` with `Replacement`
+    True or Conditional. Stacks not deployed yet are skipped. The template goes as TemplateBody
+    (CloudFormation's limit: 51,200 bytes); larger templates need an S3 URL and are reported.
+    """
+    from botocore.exceptions import ClientError
+
+    allowed = set(allow)
+    findings: list[Finding] = []
+    for stack, template in sorted(after.items()):
+        body = json.dumps(template)
+        if len(body.encode()) > 51_200:
+            raise GuardInputError(f"{stack}: (template): {len(body.encode())} bytes, over the 51,200 of a change set's TemplateBody")
+        try:
+            cloudformation.describe_stacks(StackName=stack)
+        except ClientError as exc:
+            if "does not exist" in str(exc):
+                continue
+            raise
+        cloudformation.create_change_set(
+            StackName=stack,
+            ChangeSetName=change_set_name,
+            ChangeSetType="UPDATE",
+            TemplateBody=body,
+            Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+        )
+        try:
+            changes = _wait_for_changes(cloudformation, stack, change_set_name, poll_seconds, timeout_seconds)
+        finally:
+            cloudformation.delete_change_set(StackName=stack, ChangeSetName=change_set_name)
+        for change in changes:
+            rc = change.get("ResourceChange") or {}
+            rtype, lid = rc.get("ResourceType", ""), rc.get("LogicalResourceId", "")
+            if rtype not in STATEFUL_TYPES:
+                continue
+            if rc.get("Action") == "Remove":
+                findings.append(Finding(stack, lid, rtype, "deleted", "(logical id)", "CloudFormation change set: Remove", lid in allowed))
+            elif rc.get("Action") == "Modify" and rc.get("Replacement") in ("True", "Conditional"):
+                props = sorted(
+                    {
+                        (d.get("Target") or {}).get("Name") or "?"
+                        for d in rc.get("Details") or []
+                        if (d.get("Target") or {}).get("RequiresRecreation") in ("Always", "Conditionally")
+                    }
+                )
+                findings.append(
+                    Finding(
+                        stack,
+                        lid,
+                        rtype,
+                        "replaced",
+                        ", ".join(props) or "(unknown)",
+                        f"CloudFormation change set: Replacement {rc['Replacement']}",
+                        lid in allowed,
+                    )
+                )
+    return findings
+
+
+def _wait_for_changes(cloudformation: Any, stack: str, name: str, poll_seconds: float, timeout_seconds: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        described = cloudformation.describe_change_set(StackName=stack, ChangeSetName=name)
+        status = described.get("Status")
+        if status == "CREATE_COMPLETE":
+            changes = list(described.get("Changes") or [])
+            token = described.get("NextToken")
+            while token:
+                more = cloudformation.describe_change_set(StackName=stack, ChangeSetName=name, NextToken=token)
+                changes.extend(more.get("Changes") or [])
+                token = more.get("NextToken")
+            return changes
+        if status == "FAILED":
+            reason = described.get("StatusReason") or ""
+            if "didn't contain changes" in reason or "No updates" in reason:
+                return []
+            raise GuardInputError(f"{stack}: (change set): FAILED: {reason}")
+        if time.monotonic() > deadline:
+            raise GuardInputError(f"{stack}: (change set): still {status} after {timeout_seconds:.0f} s")
+        time.sleep(poll_seconds)
+
+
+def report(findings: list[Finding], compared: int, out: Any = None) -> int:
+    """Print one line per finding; 1 when any is not allowed, else 0."""
+    out = out or sys.stdout
+    for finding in findings:
+        print(str(finding), file=out)
+    blocking = [f for f in findings if not f.allowed]
+    if blocking:
+        print(
+            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data; "
+            "allow a deliberate one with --allow LOGICAL_ID",
+            file=out,
+        )
+        return 1
+    allowed = len(findings)
+    print(f"guard: ok: {compared} stateful resources compared{f', {allowed} allowed' if allowed else ''}", file=out)
+    return 0
+
+
+def count_stateful(templates: Templates) -> int:
+    return sum(1 for t in templates.values() for r in _resources(t).values() if r.get("Type") in STATEFUL_TYPES)
+
+
+# --------------------------------------------------------------------------------------------
+# command line: `python -m fminfra guard ...`
+
+BASELINE_ROOT = Path("baselines")
+
+
+def add_guard_arguments(p: Any) -> None:
+    p.add_argument("config", nargs="?", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
+    p.add_argument("--baseline", metavar="DIR", help="templates before the change (default: baselines/<env>/)")
+    p.add_argument("--templates", metavar="DIR", help="templates after the change (default: synthesize CONFIG)")
+    p.add_argument("--allow", action="append", default=[], metavar="LOGICAL_ID", help="let this resource's change through")
+    p.add_argument("--update-baseline", action="store_true", help="write the AFTER templates to the baseline folder")
+    p.add_argument("--deployed", action="store_true", help="baseline = the deployed stacks' templates (needs credentials)")
+    p.add_argument("--change-set", action="store_true", help="CloudFormation change sets decide (needs credentials)")
+    p.add_argument("--role-arn", metavar="ARN", help="assume this role first (e.g. the target account's CDK deploy role)")
+
+
+def run_guard_command(ns: Any) -> int:
+    """Handler of `guard`: exit 0 clean, 1 a stateful resource would be deleted/replaced, 2 bad input."""
+    from fminfra.config import resolve_config_path
+
+    try:
+        if ns.deployed and ns.change_set:
+            raise GuardInputError("guard: --deployed and --change-set exclude each other")
+        if (ns.deployed or ns.change_set) and (ns.baseline or ns.update_baseline):
+            raise GuardInputError("guard: --deployed/--change-set compare with AWS; do not combine with --baseline or --update-baseline")
+        environment, region = None, DEFAULT_REGION
+        if ns.config:
+            config_path = resolve_config_path(ns.config)
+            if ns.templates:
+                from fminfra.config import load_config
+
+                cfg = load_config(config_path)
+                environment, region = cfg.name, cfg.region
+                after = read_templates(Path(ns.templates), environment)
+            else:
+                environment, region, after = synthesize(config_path)
+        elif ns.templates:
+            after = read_templates(Path(ns.templates))
+        else:
+            raise GuardInputError("guard: give CONFIG, or --templates DIR (with --baseline DIR)")
+        if ns.update_baseline:
+            target = Path(ns.baseline) if ns.baseline else _default_baseline(environment)
+            for path in write_baseline(after, target):
+                print(f"wrote {path}")
+            return 0
+        if ns.deployed or ns.change_set:
+            cloudformation = _cloudformation_client(region, ns.role_arn)
+            if ns.change_set:
+                findings = change_set_findings(cloudformation, after, allow=ns.allow)
+                return report(findings, count_stateful(after))
+            before = deployed_templates(cloudformation, after)
+        else:
+            baseline_dir = Path(ns.baseline) if ns.baseline else _default_baseline(environment)
+            if not baseline_dir.is_dir():
+                raise GuardInputError(
+                    f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`"
+                )
+            before = read_templates(baseline_dir, environment)
+        return report(compare_templates(before, after, allow=ns.allow, region=region), count_stateful(before))
+    except GuardInputError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        if "ValidationFailed" in str(exc):  # cdk-nag findings while synthesizing CONFIG
+            print(f"guard: policy checks failed while synthesizing (cdk-nag): {exc}", file=sys.stderr)
+            return 1
+        raise
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, (BotoCoreError, ClientError)):
+            print(f"guard: AWS: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _default_baseline(environment: str | None) -> Path:
+    if environment is None:
+        raise GuardInputError("guard: --baseline DIR is required without CONFIG")
+    return BASELINE_ROOT / environment
+
+
+def _cloudformation_client(region: str, role_arn: str | None) -> Any:
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    if role_arn:
+        creds = session.client("sts").assume_role(RoleArn=role_arn, RoleSessionName="fminfra-guard")["Credentials"]
+        session = boto3.session.Session(
+            aws_access_key_id=creds["AccessKeyId"],
+            aws_secret_access_key=creds["SecretAccessKey"],
+            aws_session_token=creds["SessionToken"],
+            region_name=region,
+        )
+    return session.client("cloudformation")

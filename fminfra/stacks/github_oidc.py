@@ -1,0 +1,142 @@
+"""GitHub Actions OIDC: one account-level stack per AWS account, outside the environment Stages.
+
+An account holds one OIDC provider per URL, so the provider cannot live in an environment's
+Stage (two environments in one account would both create it). Per AWS account this stack creates
+the GitHub OIDC provider (or imports an existing one) and, per environment in that account, a
+deploy role that only a workflow job running in the GitHub environment of that name
+(`repo:OWNER/REPO:environment:ENV`) can assume, plus one diff role for pull requests. The roles can
+do one thing: assume that environment's CDK bootstrap roles (deploy, file publishing, lookup),
+which hold the actual permissions. No IAM users, no access keys.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from fminfra.config import EnvironmentConfig
+from fminfra.errors import ValidationError
+
+GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
+GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
+REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+BOOTSTRAP_QUALIFIER = "hnb659fds"
+DEPLOY_BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
+
+
+def deploy_role_name(env: str) -> str:
+    """Name of the role the deploy workflow assumes for an environment (the workflows use it)."""
+    return f"fminfra-{env}-github-deploy"
+
+
+DIFF_ROLE_NAME = "fminfra-github-diff"
+
+
+def bootstrap_role_arn(account: str, region: str, role: str) -> str:
+    return f"arn:aws:iam::{account}:role/cdk-{BOOTSTRAP_QUALIFIER}-{role}-role-{account}-{region}"
+
+
+class GithubOidcStack(cdk.Stack):
+    """GitHub OIDC provider and per-environment deploy roles of one AWS account.
+
+    Attributes: `provider_arn`, `deploy_roles` (by environment name), `diff_role`.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        account: str,
+        repository: str,
+        environments: Sequence[EnvironmentConfig],
+        existing_provider: bool = False,
+        **kwargs: object,
+    ) -> None:
+        if not REPOSITORY_RULE.match(repository):
+            raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}")
+        others = sorted({e.name for e in environments if e.account != account})
+        if others:
+            raise ValidationError(f"environments must all be in account {account}; not: {', '.join(others)}")
+        if not environments:
+            raise ValidationError(f"environments must list at least one environment of account {account}")
+        region = environments[0].region
+        super().__init__(scope, construct_id, env=cdk.Environment(account=account, region=region), **kwargs)  # type: ignore[arg-type]
+        if existing_provider:
+            self.provider_arn = f"arn:aws:iam::{account}:oidc-provider/{GITHUB_OIDC_HOST}"
+        else:
+            # The native AWS::IAM::OIDCProvider (no Lambda-backed custom resource).
+            provider = iam.OidcProviderNative(self, "GithubProvider", url=GITHUB_OIDC_URL, client_ids=["sts.amazonaws.com"])
+            self.provider_arn = provider.oidc_provider_arn
+        self.deploy_roles: dict[str, iam.Role] = {}
+        for env in environments:
+            role = iam.Role(
+                self,
+                f"DeployRole-{env.name}",
+                role_name=deploy_role_name(env.name),
+                description=f"GitHub Actions deploys of fminfra {env.name} from {repository} (GitHub environment {env.name} only)",
+                assumed_by=self._github_principal(repository, f"repo:{repository}:environment:{env.name}"),
+                max_session_duration=cdk.Duration.hours(2),
+            )
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="AssumeCdkBootstrapRoles",
+                    actions=["sts:AssumeRole", "sts:TagSession"],
+                    resources=[bootstrap_role_arn(env.account, env.region, r) for r in DEPLOY_BOOTSTRAP_ROLES],
+                )
+            )
+            self.deploy_roles[env.name] = role
+            cdk.CfnOutput(
+                self, f"DeployRoleArn{env.name.replace('-', '')}", value=role.role_arn, description=f"role-to-assume for {env.name}"
+            )
+        regions = sorted({e.region for e in environments})
+        self.diff_role = iam.Role(
+            self,
+            "DiffRole",
+            role_name=DIFF_ROLE_NAME,
+            description=f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
+            assumed_by=self._github_principal(repository, f"repo:{repository}:pull_request"),
+            max_session_duration=cdk.Duration.hours(1),
+        )
+        self.diff_role.add_to_policy(
+            iam.PolicyStatement(
+                sid="AssumeCdkLookupRoles",
+                actions=["sts:AssumeRole", "sts:TagSession"],
+                resources=[bootstrap_role_arn(account, r, "lookup") for r in regions],
+            )
+        )
+        cdk.CfnOutput(self, "DiffRoleArn", value=self.diff_role.role_arn, description="role-to-assume for pull-request diffs")
+
+    def _github_principal(self, repository: str, subject: str) -> iam.IPrincipal:
+        return iam.FederatedPrincipal(
+            self.provider_arn,
+            conditions={
+                "StringEquals": {f"{GITHUB_OIDC_HOST}:aud": "sts.amazonaws.com", f"{GITHUB_OIDC_HOST}:sub": subject},
+            },
+            assume_role_action="sts:AssumeRoleWithWebIdentity",
+        )
+
+
+def github_oidc_stacks(
+    scope: Construct, configs: Sequence[EnvironmentConfig], *, repository: str, existing_provider: bool = False
+) -> list[GithubOidcStack]:
+    """One `GithubOidcStack` per AWS account of the configs, named `fminfra-github-oidc-ACCOUNT`."""
+    by_account: dict[str, list[EnvironmentConfig]] = {}
+    for cfg in configs:
+        by_account.setdefault(cfg.account, []).append(cfg)
+    return [
+        GithubOidcStack(
+            scope,
+            f"fminfra-github-oidc-{account}",
+            account=account,
+            repository=repository,
+            environments=envs,
+            existing_provider=existing_provider,
+            description=f"fminfra: GitHub Actions OIDC provider and deploy roles for {', '.join(e.name for e in envs)}",
+        )
+        for account, envs in sorted(by_account.items())
+    ]
