@@ -22,7 +22,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
-node_modules/.installed: package.json package-lock.json $(VENV)/.installed
+node_modules/.installed: package.json package-lock.json | $(VENV)/.installed
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
@@ -33,7 +33,8 @@ promtool:
 
 setup: $(VENV)/.installed node_modules/.installed promtool
 
-synth: setup
+# synth needs only the Python packages and the CDK CLI (promtool is for the rule tests).
+synth: $(VENV)/.installed node_modules/.installed
 	rm -rf cdk.out
 	$(CDK) synth --quiet --no-notices '**'
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)

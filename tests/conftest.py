@@ -4,7 +4,6 @@ shipped config, example and test config together, is synthesized once per test s
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,10 +19,6 @@ from fminfra.stage import EnvironmentStage
 from fminfra.synth import build_app
 
 ROOT = Path(__file__).resolve().parent.parent
-# jsii (in this process and in every subprocess a test starts) runs on the project's pinned Node
-# from .venv/bin, as under `make test`, also when pytest is started directly.
-if (ROOT / ".venv" / "bin" / "node").exists():
-    os.environ["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 SHIPPED_CONFIGS = config_files(ROOT / "config")
 EXAMPLE_CONFIGS = config_files(ROOT / "examples")
 # Extra configs that exercise paths the shipped ones do not; synthesized in the same session.

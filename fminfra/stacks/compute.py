@@ -18,6 +18,7 @@ from fminfra.constructs.capacity_reservation import (
 )
 from fminfra.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup, GpuAutoScalingGroupProps
 from fminfra.constructs.launch_template import ROOT_DEVICE_UBUNTU, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
+from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.stacks.hyperpod_eks import FsxMount, add_eks_and_hyperpod
@@ -106,6 +107,7 @@ class ComputeStack(cdk.Stack):
             data_bucket=data_bucket,
             capacity_targets=self.capacity_targets,
             remote_write_url=self.remote_write_url,
+            prometheus=observability.prometheus if observability is not None else None,
         )
 
     def _capacity_target(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> CapacityReservationTarget | None:
@@ -141,6 +143,25 @@ class ComputeStack(cdk.Stack):
             return CapacityReservationTarget(resource_group_arn=rg.group_arn, capacity_block=block)
         return None
 
+    def node_environment(self, kind: str) -> dict[str, str]:
+        """Settings the node scripts read (bootstrap, exporters): region, node kind, remote write."""
+        env = {"FMINFRA_AWS_REGION": self.cfg.region, "FMINFRA_NODE_KIND": kind}
+        if self.remote_write_url is not None:
+            env["FMINFRA_REMOTE_WRITE_URL"] = self.remote_write_url
+        return env
+
+    def _bootstrap_user_data(self, group_name: str, instance_type: str) -> ec2.UserData:
+        """User data that fetches the node scripts (a CDK asset) and runs bootstrap.sh on them."""
+        bootstrap = NodeBootstrap(
+            self,
+            f"NodeBootstrap-{group_name}",
+            NodeBootstrapProps(instance_type=instance_type, environment=self.node_environment("worker")),
+        )
+        bootstrap.grant_read(self.node_role)
+        user_data = ec2.UserData.for_linux()
+        bootstrap.add_to_user_data(user_data)
+        return user_data
+
     def _ec2_groups(self) -> None:
         """The ec2 path: one Auto Scaling group per training group, from its EfaLaunchTemplate."""
         cfg = self.cfg
@@ -165,8 +186,7 @@ class ComputeStack(cdk.Stack):
                     capacity=target,
                     placement_group=pg.placement_group if pg else None,
                     threads_per_core=group.threads_per_core if spec.vcpus is not None else None,
-                    # The node bootstrap (scripts/node) plugs in here once it lands.
-                    user_data=None,
+                    user_data=self._bootstrap_user_data(group.name, spec.name),
                     launch_template_name=cfg.physical_name(group.name),
                 ),
             )

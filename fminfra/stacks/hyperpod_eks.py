@@ -10,6 +10,7 @@ from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -18,12 +19,14 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from fminfra import catalog
 from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig, supported_kubernetes_versions
 from fminfra.constructs.acknowledge import acknowledge, literal
+from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChartSpec
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.constructs.launch_template import IMDS_HOP_LIMIT_FOR_PODS, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
+from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.resources import scripts_root
 from fminfra.stacks.network import NetworkStack, removal_policy
 from fminfra.versions import version
@@ -62,7 +65,58 @@ class Orchestration:
     lifecycle: LifecycleScripts | None = None
     hyperpod: HyperPodCluster | None = None
     eks: EksCluster | None = None
+    scraper: AmpScraper | None = None
     inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
+
+
+# The AMP managed scraper's Kubernetes identity (bound by an access entry to its role) and what
+# it may read: the pods, nodes and endpoints it discovers exporters through.
+SCRAPER_USERNAME = "aps-collector-user"
+SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "aps-collector-role"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "aps-collector-user-role-binding"},
+        "subjects": [{"kind": "User", "name": SCRAPER_USERNAME, "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "aps-collector-role", "apiGroup": "rbac.authorization.k8s.io"},
+    },
+)
+
+
+def exporter_charts() -> list[HelmChartSpec]:
+    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs)."""
+    return [
+        HelmChartSpec(
+            name="dcgm-exporter",
+            chart="dcgm-exporter",
+            repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+            version=version("CHART_DCGM_EXPORTER_VERSION"),
+            namespace="monitoring",
+            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}},
+        ),
+        HelmChartSpec(
+            name="prometheus-node-exporter",
+            chart="prometheus-node-exporter",
+            repository="https://prometheus-community.github.io/helm-charts",
+            version=version("CHART_PROMETHEUS_NODE_EXPORTER_VERSION"),
+            namespace="monitoring",
+            values={"image": {"tag": f"v{version('NODE_EXPORTER_VERSION')}"}, "tolerations": [{"operator": "Exists"}]},
+        ),
+    ]
 
 
 def helm_charts() -> list[HelmChartSpec]:
@@ -158,6 +212,7 @@ def add_eks_and_hyperpod(
     data_bucket: s3.IBucket | None = None,
     capacity_targets: dict[str, CapacityReservationTarget] | None = None,
     remote_write_url: str | None = None,
+    prometheus: PrometheusWorkspace | None = None,
 ) -> Orchestration:
     """Create the EKS cluster, the HyperPod cluster and the inference node groups the config asks for."""
     out = Orchestration()
@@ -180,13 +235,15 @@ def add_eks_and_hyperpod(
                 addon_versions=addons,
                 admin_principal_arns=compute.eks.admin_principal_arns,
                 public_access_cidrs=compute.eks.public_access_cidrs,
-                helm_charts=helm_charts(),
+                helm_charts=[*helm_charts(), *(exporter_charts() if prometheus is not None else [])],
                 kubectl_layer=layer_class(stack, "KubectlLayer"),
                 removal_policy=removal_policy(cfg),
             ),
         )
         if compute.orchestrator == "eks":
             _training_operator_identity(stack, out.eks)
+        if prometheus is not None:
+            out.scraper = _amp_scraper(stack, cfg, network, out.eks, prometheus)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
         cdk.CfnOutput(
             stack,
@@ -333,6 +390,36 @@ EKS_NODE_ACTIONS = (
 TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
 TRAINING_OPERATOR_SERVICE_ACCOUNT = "hp-training-operator-controller-manager"
 TRAINING_OPERATOR_POLICY = "AmazonSageMakerHyperPodTrainingOperatorAccess"
+
+
+def _amp_scraper(
+    stack: cdk.Stack, cfg: EnvironmentConfig, network: NetworkStack, eks_cluster: EksCluster, prometheus: PrometheusWorkspace
+) -> AmpScraper:
+    """An AMP managed scraper of the cluster's exporters, with the access it needs in the cluster."""
+    scraper = AmpScraper(
+        stack,
+        "AmpScraper",
+        AmpScraperProps(
+            cluster_arn=eks_cluster.cluster_arn,
+            subnets=network.private_subnets[:5],
+            workspace=prometheus,
+            security_groups=[eks_cluster.cluster.cluster_security_group],
+            scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
+            alias=cfg.physical_name("scraper"),
+        ),
+    )
+    access = eks_l1.CfnAccessEntry(
+        stack,
+        "AmpScraperAccessEntry",
+        cluster_name=eks_cluster.cluster_name,
+        principal_arn=scraper.role_arn,
+        username=SCRAPER_USERNAME,
+        type="STANDARD",
+    )
+    rbac = eks_cluster.cluster.add_manifest("AmpScraperRbac", *SCRAPER_RBAC)
+    rbac.node.add_dependency(access)
+    cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")
+    return scraper
 
 
 def _training_operator_identity(stack: cdk.Stack, eks_cluster: EksCluster) -> None:
