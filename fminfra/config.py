@@ -59,6 +59,22 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def check_account(value: Any) -> Any:
+    """An AWS account id: a quoted string of 12 digits (shared by every config that names one)."""
+    if isinstance(value, int):
+        raise ValueError("must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)")
+    if isinstance(value, str) and not re.match(r"^[0-9]{12}$", value):
+        raise ValueError(f"must be 12 digits, got {value!r}")
+    return value
+
+
+def check_region(value: str) -> str:
+    """A region fminfra knows the AZ IDs of."""
+    if value not in AZ_ID_PREFIX_BY_REGION:
+        raise ValueError(f"unknown region {value!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
+    return value
+
+
 # --------------------------------------------------------------------------------------------
 # network
 
@@ -917,21 +933,8 @@ class EnvironmentConfig(Model):
             raise ValueError(f"must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got {value!r}")
         return value
 
-    @field_validator("account", mode="before")
-    @classmethod
-    def _account(cls, value: Any) -> Any:
-        if isinstance(value, int):
-            raise ValueError("must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)")
-        if isinstance(value, str) and not re.match(r"^[0-9]{12}$", value):
-            raise ValueError(f"must be 12 digits, got {value!r}")
-        return value
-
-    @field_validator("region")
-    @classmethod
-    def _region(cls, value: str) -> str:
-        if value not in AZ_ID_PREFIX_BY_REGION:
-            raise ValueError(f"unknown region {value!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
-        return value
+    _account = field_validator("account", mode="before")(check_account)
+    _region = field_validator("region")(check_region)
 
     @model_validator(mode="after")
     def _cross_section(self) -> EnvironmentConfig:

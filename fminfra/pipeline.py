@@ -28,9 +28,8 @@ from constructs import Construct
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from fminfra.config import EnvironmentConfig, load_config
+from fminfra.config import EnvironmentConfig, check_account, check_region, load_config
 from fminfra.errors import ConfigError
-from fminfra.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.stage import EnvironmentStage
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
@@ -83,19 +82,8 @@ class PipelineConfig(_Model):
     source: SourceConfig
     environments: list[PipelineEnvironment] = Field(min_length=1, description="Deployed in this order.")
 
-    @field_validator("account", mode="before")
-    @classmethod
-    def _account(cls, value: Any) -> Any:
-        if not (isinstance(value, str) and re.match(r"^[0-9]{12}$", value)):
-            raise ValueError(f"must be a quoted string of 12 digits, got {value!r}")
-        return value
-
-    @field_validator("region")
-    @classmethod
-    def _region(cls, value: str) -> str:
-        if value not in AZ_ID_PREFIX_BY_REGION:
-            raise ValueError(f"unknown region {value!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
-        return value
+    _account = field_validator("account", mode="before")(check_account)
+    _region = field_validator("region")(check_region)
 
     @field_validator("environments")
     @classmethod

@@ -165,7 +165,7 @@ def _pipeline_file(tmp_path: Path, **changes: Any) -> Path:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"account": 444444444444}, "account: must be a quoted string of 12 digits, got 444444444444"),
+        ({"account": 444444444444}, "account: must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)"),
         ({"source": {"connection_arn": "arn:aws:s3:::x", "repository": "a/b"}}, "source.connection_arn: must be arn:aws:codeconnections:"),
         ({"stages": []}, "stages: unknown field"),
         ({"environments": [{"config": "config/nope.yaml"}]}, "environments[0].config: no such file 'config/nope.yaml'"),
