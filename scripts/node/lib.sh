@@ -44,7 +44,6 @@ TARGET_OS=""
 TARGET_TYPE=""
 LOG_FILE=""
 CHECK_DETAIL=""
-declare -A MANIFEST=()
 
 # --- logging ------------------------------------------------------------------------------------
 
@@ -130,35 +129,11 @@ common_args() {
     printf '%s\n' "${args[@]}"
 }
 
-# --- the version manifest (strict KEY=VALUE, never sourced) -------------------------------------
+# --- the version manifest (strict KEY=VALUE, never sourced): manifest.sh, shared with the
+# observability scripts; its functions call usage_error above. -------------------------------
 
-load_manifest() {
-    local file=$FMINFRA_VERSIONS line number=0
-    [[ -r $file ]] || usage_error "$file: version manifest not found"
-    while IFS= read -r line || [[ -n $line ]]; do
-        number=$((number + 1))
-        [[ $line =~ ^[[:space:]]*(#.*)?$ ]] && continue
-        if [[ $line =~ ^([A-Z][A-Z0-9_]*)=([A-Za-z0-9._:/+,@-]*)$ ]]; then
-            [[ -z ${MANIFEST[${BASH_REMATCH[1]}]+set} ]] || usage_error "$file: line $number: ${BASH_REMATCH[1]} is set twice"
-            MANIFEST[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
-        else
-            usage_error "$file: line $number: expected KEY=VALUE (no quotes, spaces or expansions), got '$line'"
-        fi
-    done <"$file"
-}
-
-# A pinned value that must be set.
-ver() {
-    local value=${MANIFEST[$1]:-}
-    [[ -n $value ]] || usage_error "$FMINFRA_VERSIONS: $1: not set"
-    printf '%s' "$value"
-}
-
-# A pinned value that may be empty (the manifest's comment says what empty means).
-ver_optional() {
-    [[ -n ${MANIFEST[$1]+set} ]] || usage_error "$FMINFRA_VERSIONS: $1: missing (it may be empty, but must be present)"
-    printf '%s' "${MANIFEST[$1]}"
-}
+# shellcheck source=scripts/node/manifest.sh
+source "$NODE_DIR/manifest.sh"
 
 # --- the target: OS, architecture, instance type ------------------------------------------------
 

@@ -50,26 +50,14 @@ on_error() {
 }
 trap 'on_error "$LINENO" "$?" "$BASH_COMMAND"' ERR
 
-declare -A VERSIONS=()
-
-# Strict KEY=VALUE reader of the manifest: no sourcing, no expansion.
-load_versions() {
-  local line key value
-  [[ -r $VERSIONS_FILE ]] || die "version manifest $VERSIONS_FILE not found"
-  while IFS= read -r line || [[ -n $line ]]; do
-    [[ -z $line || $line == \#* ]] && continue
-    [[ $line =~ ^([A-Z][A-Z0-9_]*)=([A-Za-z0-9._:/+,@-]*)$ ]] || die "$VERSIONS_FILE: not KEY=VALUE: $line"
-    key=${BASH_REMATCH[1]}
-    value=${BASH_REMATCH[2]}
-    VERSIONS[$key]=$value
-  done <"$VERSIONS_FILE"
+usage_error() {
+  log "ERROR: $*"
+  exit 2
 }
 
-version() {
-  local value=${VERSIONS[$1]:-}
-  [[ -n $value ]] || die "$VERSIONS_FILE: $1 is not set"
-  printf '%s' "$value"
-}
+# The one strict reader of the version manifest (shared with the node scripts).
+# shellcheck source=scripts/node/manifest.sh
+source "$SCRIPT_DIR/../node/manifest.sh"
 
 retry() {
   local attempt=1 delay=2
@@ -163,10 +151,10 @@ main() {
   fi
   [[ $cluster =~ ^[A-Za-z0-9._-]+$ ]] || die "FMINFRA_CLUSTER must be letters, digits, '.', '_' and '-', got $cluster"
   mkdir -p "$(dirname "$LOG_FILE")" "$STATE_DIR"
-  load_versions
-  node_version=$(version NODE_EXPORTER_VERSION)
-  prom_version=$(version PROMETHEUS_VERSION)
-  dcgm_tag="$(version DCGM_EXPORTER_VERSION)-distroless"
+  load_manifest "$VERSIONS_FILE"
+  node_version=$(ver NODE_EXPORTER_VERSION)
+  prom_version=$(ver PROMETHEUS_VERSION)
+  dcgm_tag="$(ver DCGM_EXPORTER_VERSION)-distroless"
 
   fingerprint=$(printf '%s\n' "$FMINFRA_REMOTE_WRITE_URL" "$FMINFRA_AWS_REGION" "$kind" "$interval" "$cluster" "$node_version" "$prom_version" "$dcgm_tag" \
     | cat - "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$SCRIPT_DIR/collect_metrics.sh" "$SCRIPT_DIR/dcgm-counters.csv" | sha256sum | cut -d' ' -f1)
