@@ -68,8 +68,12 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+# The lifecycle scripts' prefix is a hash of the scripts (a script change must change the URI so
+# HyperPod picks it up; tests/test_lifecycle.py proves that), masked like an asset hash.
+_LIFECYCLE_PREFIX = re.compile(r"/lifecycle/[0-9a-f]{16}/")
 
 
 def mask_assets(template: dict[str, Any]) -> dict[str, Any]:
     """The template with asset hashes masked, for snapshots that survive unrelated asset edits."""
-    return json.loads(_ASSET_HASH.sub("<asset-hash>", json.dumps(template)))
+    text = _LIFECYCLE_PREFIX.sub("/lifecycle/<scripts-hash>/", _ASSET_HASH.sub("<asset-hash>", json.dumps(template)))
+    return json.loads(text)
