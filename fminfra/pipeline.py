@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from fminfra.config import EnvironmentConfig, check_account, check_region, load_config
+from fminfra.constructs.acknowledge import acknowledge
 from fminfra.errors import ConfigError
 from fminfra.stage import EnvironmentStage
 
@@ -246,7 +247,6 @@ class PipelineStack(cdk.Stack):
     def _acknowledge_generated_grants(self) -> None:
         """cdk-nag findings on what CDK Pipelines generates, each acknowledged with its reason."""
         scope = self.pipeline.node
-        ack = cdk.Validations.of(self.pipeline)
         for action in (
             "kms:GenerateDataKey*",
             "kms:ReEncrypt*",
@@ -256,37 +256,32 @@ class PipelineStack(cdk.Stack):
             "s3:GetObject*",
             "s3:List*",
         ):
-            ack.acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Action::{action}]",
-                    reason="CDK Pipelines' grant on its own artifact bucket and key: object-level actions scoped to that bucket and key",
-                )
+            acknowledge(
+                self.pipeline,
+                f"IAM5[Action::{action}]",
+                "CDK Pipelines' grant on its own artifact bucket and key: object-level actions scoped to that bucket and key",
             )
         bucket = self.pipeline.pipeline.artifact_bucket.node.default_child
         bucket_id = self.get_logical_id(bucket)  # type: ignore[arg-type]
-        ack.acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/*]",
-                reason="artifact objects have generated keys: the pipeline roles read and write any object of the pipeline's own artifact bucket",
-            )
+        acknowledge(
+            self.pipeline,
+            f"IAM5[Resource::<{bucket_id}.Arn>/*]",
+            "artifact objects have generated keys: the pipeline roles read and write any object of the pipeline's own artifact bucket",
         )
-        ack.acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-S1",
-                reason="the artifact bucket holds only build artifacts, KMS-encrypted and reachable by the pipeline roles alone; CloudTrail audits access",
-            )
+        acknowledge(
+            self.pipeline,
+            "S1",
+            "the artifact bucket holds only build artifacts, KMS-encrypted and reachable by the pipeline roles alone; CloudTrail audits access",
         )
-        ack.acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason="CDK Pipelines: cross-region replication keys are addressed by alias, and self-mutation must describe any stack it deploys",
-            )
+        acknowledge(
+            self.pipeline,
+            "IAM5[Resource::*]",
+            "CDK Pipelines: cross-region replication keys are addressed by alias, and self-mutation must describe any stack it deploys",
         )
-        ack.acknowledge(
-            cdk.Acknowledgment(
-                id=f"AwsSolutions::AwsSolutions-IAM5[Resource::arn:*:iam::{self.account}:role/*]",
-                reason="self-mutation assumes the CDK bootstrap roles only: the statement is conditioned on the aws-cdk:bootstrap-role tag",
-            )
+        acknowledge(
+            self.pipeline,
+            f"IAM5[Resource::arn:*:iam::{self.account}:role/*]",
+            "self-mutation assumes the CDK bootstrap roles only: the statement is conditioned on the aws-cdk:bootstrap-role tag",
         )
         for child in scope.find_all():
             if isinstance(child, codebuild.CfnProject):
@@ -295,11 +290,10 @@ class PipelineStack(cdk.Stack):
                     f"arn:aws:codebuild:{self.region}:{self.account}:report-group/<{project_id}>-*",
                     f"arn:aws:logs:{self.region}:{self.account}:log-group:/aws/codebuild/<{project_id}>:*",
                 ):
-                    ack.acknowledge(
-                        cdk.Acknowledgment(
-                            id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]",
-                            reason="CodeBuild's generated grant on its own project's log streams and report groups, named after the project",
-                        )
+                    acknowledge(
+                        self.pipeline,
+                        f"IAM5[Resource::{resource}]",
+                        "CodeBuild's generated grant on its own project's log streams and report groups, named after the project",
                     )
         # Asset publishing (node and lifecycle scripts are file assets) runs in CodeBuild projects
         # that CDK Pipelines generates per asset; their shared role writes logs and reports of
@@ -308,26 +302,23 @@ class PipelineStack(cdk.Stack):
             f"arn:aws:logs:{self.region}:{self.account}:log-group:/aws/codebuild/*",
             f"arn:aws:codebuild:{self.region}:{self.account}:report-group/*",
         ):
-            ack.acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::{resource}]",
-                    reason="CDK Pipelines' asset-publishing role: logs and reports of its generated per-asset CodeBuild projects, in this account and region only",
-                )
+            acknowledge(
+                self.pipeline,
+                f"IAM5[Resource::{resource}]",
+                "CDK Pipelines' asset-publishing role: logs and reports of its generated per-asset CodeBuild projects, in this account and region only",
             )
         for support in self.pipeline.pipeline.cross_region_support.values():
             replication = support.replication_bucket
-            cdk.Validations.of(replication).acknowledge(
-                cdk.Acknowledgment(
-                    id="AwsSolutions::AwsSolutions-S1",
-                    reason="CDK Pipelines' cross-region replication bucket holds only KMS-encrypted artifacts for the pipeline roles",
-                )
+            acknowledge(
+                replication,
+                "S1",
+                "CDK Pipelines' cross-region replication bucket holds only KMS-encrypted artifacts for the pipeline roles",
             )
             # Resolved here, in the pipeline stack, a cross-region bucket's name is its generated physical name.
-            ack.acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions::AwsSolutions-IAM5[Resource::arn:aws:s3:::{self.resolve(replication.bucket_name)}/*]",
-                    reason="artifact objects have generated keys: the pipeline role writes any object of its replication bucket",
-                )
+            acknowledge(
+                self.pipeline,
+                f"IAM5[Resource::arn:aws:s3:::{self.resolve(replication.bucket_name)}/*]",
+                "artifact objects have generated keys: the pipeline role writes any object of its replication bucket",
             )
 
 

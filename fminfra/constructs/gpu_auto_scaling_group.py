@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from fminfra.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.constructs.acknowledge import acknowledge
 from fminfra.constructs.launch_template import EfaLaunchTemplate
 from fminfra.errors import ValidationError
 
@@ -83,12 +83,11 @@ class GpuAutoScalingGroup(Construct):
             health_check_grace_period=900,
         )
         self.group_name: str = self.cfn_group.ref
-        cdk.Validations.of(self.cfn_group).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-AS3",
-                reason="GPU node groups scale only by operators or the Capacity Block schedule; every activity is in the group's "
-                "activity history and CloudTrail, and alerting is the observability stack's job, not per-group SNS notifications",
-            )
+        acknowledge(
+            self.cfn_group,
+            "AS3",
+            "GPU node groups scale only by operators or the Capacity Block schedule; every activity is in the group's "
+            "activity history and CloudTrail, and alerting is the observability stack's job, not per-group SNS notifications",
         )
         self.scale_out: autoscaling.CfnScheduledAction | None = None
         self.scale_in: autoscaling.CfnScheduledAction | None = None

@@ -10,6 +10,7 @@ from aws_cdk import aws_grafana as grafana
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from fminfra.constructs.acknowledge import acknowledge
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.errors import ValidationError
 
@@ -76,11 +77,10 @@ class GrafanaWorkspace(Construct):
         props.prometheus.grant_query(self.role)
         self.role.add_to_policy(iam.PolicyStatement(actions=["aps:ListWorkspaces"], resources=["*"]))
         self.role.add_to_policy(iam.PolicyStatement(actions=CLOUDWATCH_READ_ACTIONS, resources=["*"]))
-        cdk.Validations.of(self.role).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-IAM5[Resource::*]",
-                reason="CloudWatch read actions, ec2:DescribeRegions and aps:ListWorkspaces support no resource-level permissions",
-            )
+        acknowledge(
+            self.role,
+            "IAM5[Resource::*]",
+            "CloudWatch read actions, ec2:DescribeRegions and aps:ListWorkspaces support no resource-level permissions",
         )
         self.workspace = grafana.CfnWorkspace(
             self,

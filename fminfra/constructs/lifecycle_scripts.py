@@ -102,11 +102,10 @@ class LifecycleScripts(Construct):
             removal_policy=props.removal_policy,
             auto_delete_objects=False,
         )
-        cdk.Validations.of(self.bucket).acknowledge(
-            cdk.Acknowledgment(
-                id="AwsSolutions::AwsSolutions-S1",
-                reason="Holds only the lifecycle scripts, written solely by the CloudFormation deployment (recorded in CloudTrail); no data lands here",
-            )
+        acknowledge(
+            self.bucket,
+            "S1",
+            "Holds only the lifecycle scripts, written solely by the CloudFormation deployment (recorded in CloudTrail); no data lands here",
         )
         sources = [s3deploy.Source.asset(str(staging))]
         if props.parameters is not None:

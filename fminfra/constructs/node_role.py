@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
 from constructs import Construct
+
+from fminfra.constructs.acknowledge import acknowledge
 
 # Managed policy each node kind needs, and why an AWS managed policy is acceptable for it.
 _MANAGED_POLICY = {
@@ -55,6 +56,4 @@ class NodeRole(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(policy)],
             description=f"fminfra GPU nodes ({props.kind})",
         )
-        cdk.Validations.of(self.role).acknowledge(
-            cdk.Acknowledgment(id=f"AwsSolutions::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]", reason=reason)
-        )
+        acknowledge(self.role, f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]", reason)
