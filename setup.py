@@ -1,5 +1,5 @@
 """Packaging hook: the wheel carries `scripts/` (node and lifecycle scripts, the version manifest)
-as package data under `fminfra/_scripts`, where `fminfra.resources.scripts_root()` finds it.
+as package data under `fminfra/_scripts`, where `fminfra.core.resources.scripts_root()` finds it.
 Everything else about the package is in pyproject.toml."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 InterfaceType = Literal["interface", "efa", "efa-only"]
 

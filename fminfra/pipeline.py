@@ -15,134 +15,22 @@ and the pipeline's actions assume the target's CDK roles (see README, "Promoting
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
-import yaml
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_iam as iam
 from aws_cdk import pipelines
 from constructs import Construct
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic import ValidationError as PydanticValidationError
 
-from fminfra.config import EnvironmentConfig, check_account, check_region, load_config
+from fminfra.config import EnvironmentConfig
+from fminfra.config.pipeline import PipelineConfig, load_pipeline
 from fminfra.constructs.acknowledge import acknowledge
-from fminfra.errors import ConfigError
 from fminfra.stage import EnvironmentStage
 
-DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
-CONNECTION_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/[0-9a-f-]{36}$")
-REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 # The bootstrap qualifier every target account uses (CDK's default).
 BOOTSTRAP_QUALIFIER = "hnb659fds"
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SourceConfig(_Model):
-    """Where the pipeline gets the code: a CodeConnections (GitHub, GitLab, Bitbucket) repository."""
-
-    connection_arn: str = Field(description="arn:aws:codeconnections:REGION:ACCOUNT:connection/UUID (created in the console).")
-    repository: str = Field(description="owner/name of the repository.")
-    branch: str = Field(default="main", min_length=1, description="Branch whose pushes run the pipeline.")
-
-    @field_validator("connection_arn")
-    @classmethod
-    def _arn(cls, value: str) -> str:
-        if not CONNECTION_ARN_RULE.match(value):
-            raise ValueError(f"must be arn:aws:codeconnections:REGION:ACCOUNT:connection/UUID, got {value!r}")
-        return value
-
-    @field_validator("repository")
-    @classmethod
-    def _repo(cls, value: str) -> str:
-        if not REPOSITORY_RULE.match(value):
-            raise ValueError(f"must be owner/name, got {value!r}")
-        return value
-
-
-class PipelineEnvironment(_Model):
-    """One environment the pipeline deploys, in order."""
-
-    config: str = Field(description="Path of the environment's config file, relative to the repository root.")
-    approval: bool = Field(default=False, description="true: a manual approval before this environment's checks and deploy.")
-
-
-class PipelineConfig(_Model):
-    """pipeline.yaml: the promotion pipeline that spans the environments."""
-
-    version: int = Field(default=1, ge=1, le=1, description="Format version.")
-    name: str = Field(default="fminfra", pattern=r"^[a-z][a-z0-9-]{0,31}$", description="Pipeline name (and stack name prefix).")
-    account: str = Field(description="12-digit tooling account the pipeline runs in (quoted).")
-    region: str = Field(description="Region of the pipeline.")
-    source: SourceConfig
-    environments: list[PipelineEnvironment] = Field(min_length=1, description="Deployed in this order.")
-
-    _account = field_validator("account", mode="before")(check_account)
-    _region = field_validator("region")(check_region)
-
-    @field_validator("environments")
-    @classmethod
-    def _unique_configs(cls, value: list[PipelineEnvironment]) -> list[PipelineEnvironment]:
-        seen = [e.config for e in value]
-        repeated = sorted({c for c in seen if seen.count(c) > 1})
-        if repeated:
-            raise ValueError(f"each config once, repeated: {', '.join(repeated)}")
-        return value
-
-
-def _format_errors(file: str, exc: PydanticValidationError) -> list[str]:
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in err["loc"]).replace(".[", "[") or "(top level)"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown field (see fminfra.pipeline.PipelineConfig for the allowed fields)"
-        elif err["type"] == "missing":
-            msg = "required field is missing"
-        lines.append(f"{file}: {where}: {msg}")
-    return lines
-
-
-def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
-    """pipeline.yaml and the environment configs it names; ConfigError with one line per problem."""
-    file = str(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError([f"{file}: (file): no such file"]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([f"{file}: (yaml): invalid YAML: {getattr(exc, 'problem', None) or exc}"]) from None
-    if not isinstance(data, dict):
-        raise ConfigError([f"{file}: (top level): must be a mapping, got {type(data).__name__}"])
-    try:
-        pipeline = PipelineConfig.model_validate(data)
-    except PydanticValidationError as exc:
-        raise ConfigError(_format_errors(file, exc)) from None
-    root = path.parent
-    configs: list[EnvironmentConfig] = []
-    problems: list[str] = []
-    for i, env in enumerate(pipeline.environments):
-        config_path = root / env.config
-        if not config_path.is_file():
-            problems.append(f"{file}: environments[{i}].config: no such file {env.config!r}")
-            continue
-        try:
-            configs.append(load_config(config_path))
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    names = [c.name for c in configs]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        problems.append(f"{file}: environments: environment names must be unique, repeated: {', '.join(repeated)}")
-    if problems:
-        raise ConfigError(problems)
-    return pipeline, configs
 
 
 def bootstrap_role_arn(cfg: EnvironmentConfig, role: str) -> str:

@@ -10,7 +10,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from fminfra.config import EnvironmentConfig, config_files, load_config
-from fminfra.errors import ConfigError, ValidationError
+from fminfra.core.errors import ConfigError, ValidationError
 from fminfra.stage import EnvironmentStage
 
 DEFAULT_CONFIG_DIR = Path("config")

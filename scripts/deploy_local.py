@@ -476,7 +476,7 @@ def check_destroyed(
 
 def deploy_local(config: Path, *, cdk: Sequence[str], timeout_per_step: float, workdir: Path) -> int:
     from fminfra.config import load_config
-    from fminfra.errors import ConfigError
+    from fminfra.core.errors import ConfigError
 
     try:
         cfg = load_config(config)

@@ -13,7 +13,7 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 
-from fminfra.assembly import StackTemplate, read_assembly
+from fminfra.commands.assembly import StackTemplate, read_assembly
 from fminfra.config import EnvironmentConfig, config_files, load_config
 from fminfra.stage import EnvironmentStage
 from fminfra.synth import build_app

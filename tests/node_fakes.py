@@ -8,7 +8,7 @@ import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fminfra.versions import parse_manifest
+from fminfra.core.versions import parse_manifest
 from tests.conftest import ROOT
 
 NODE = ROOT / "scripts" / "node"

@@ -13,9 +13,9 @@ import yaml
 from fminfra import catalog
 from fminfra.checks import check_templates
 from fminfra.cli import main
+from fminfra.commands.plan import group_plans, render_plan
 from fminfra.config import load_config, parse_config
-from fminfra.errors import ConfigError
-from fminfra.plan import group_plans, render_plan
+from fminfra.core.errors import ConfigError
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())

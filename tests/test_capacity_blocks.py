@@ -11,10 +11,10 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from fminfra import cli
-from fminfra.capacity_blocks import duration_problem
 from fminfra.cli import main
+from fminfra.commands import capacity_blocks as capacity_blocks_command
 from fminfra.config import parse_config
+from fminfra.core.capacity_blocks import duration_problem
 
 ZONES = {
     "AvailabilityZones": [
@@ -45,7 +45,7 @@ def ec2(monkeypatch: pytest.MonkeyPatch) -> Stubber:
     client = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(client)
     stub.activate()
-    monkeypatch.setattr(cli, "_capacity_blocks_client", lambda ns: client)
+    monkeypatch.setattr(capacity_blocks_command, "_client", lambda ns: client)
     return stub
 
 

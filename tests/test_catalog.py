@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fminfra import catalog
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # (type, network cards, max EFA, card 0 carries EFA) as the facts file lists them.
 FACTS = [

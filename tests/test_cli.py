@@ -118,7 +118,7 @@ def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    from fminfra.assembly import read_assembly
+    from fminfra.commands.assembly import read_assembly
 
     stacks = read_assembly(out)
     assert list(stacks) == ["euro"]

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from fminfra.config import load_config, parse_config
-from fminfra.errors import ConfigError
+from fminfra.core.errors import ConfigError
 from tests.conftest import ALL_CONFIGS, ROOT
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from fminfra.commands.grafana import CLOUDWATCH_UID, PROMETHEUS_UID
 from fminfra.observability import (
     cloudwatch_metrics,
     dashboard_files,
@@ -16,7 +17,6 @@ from fminfra.observability import (
     promql_metric_names,
     recording_names,
 )
-from fminfra.observability.grafana_sync import CLOUDWATCH_UID, PROMETHEUS_UID
 
 PANEL_TYPES = {"timeseries", "stat", "table", "gauge", "bargauge"}
 DASHBOARDS = dashboard_files()

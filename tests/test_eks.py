@@ -12,8 +12,8 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 
 from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps
-from fminfra.errors import ValidationError
-from fminfra.versions import version
+from fminfra.core.errors import ValidationError
+from fminfra.core.versions import version
 from tests.conftest import Synth
 
 PINNED_ADDONS = {

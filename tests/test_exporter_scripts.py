@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fminfra.versions import version
+from fminfra.core.versions import version
 from tests.conftest import ROOT
 
 SCRIPTS = ROOT / "scripts" / "observability"

@@ -13,9 +13,9 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from fminfra import cli
+from fminfra.commands.grafana import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
 from fminfra.config import load_config
 from fminfra.observability import load_dashboards
-from fminfra.observability.grafana_sync import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "tests" / "configs" / "obs-grafana.yaml"

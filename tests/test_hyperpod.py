@@ -17,8 +17,8 @@ from aws_cdk import aws_iam as iam
 from fminfra.checks import check_templates
 from fminfra.config import parse_config
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
-from fminfra.errors import ConfigError, ValidationError
-from fminfra.hyperpod_types import hyperpod_instance_types
+from fminfra.core.errors import ConfigError, ValidationError
+from fminfra.core.hyperpod_types import hyperpod_instance_types
 from tests.conftest import ROOT, Synth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())

@@ -18,7 +18,7 @@ from fminfra.constructs.launch_template import (
     EfaLaunchTemplate,
     EfaLaunchTemplateProps,
 )
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 
 def _efa_only_cards(cards: range) -> list[tuple[int, int, str]]:

@@ -15,8 +15,8 @@ import pytest
 
 from fminfra.config import load_config
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
-from fminfra.errors import ValidationError
-from fminfra.stacks.hyperpod_eks import FsxMount, provisioning_parameters
+from fminfra.core.errors import ValidationError
+from fminfra.stacks.compute.clusters import FsxMount, provisioning_parameters
 from tests.conftest import ROOT
 
 LIFECYCLE = ROOT / "scripts" / "lifecycle"
@@ -196,7 +196,7 @@ def test_eks_node_does_no_slurm_work(tmp_path: Path) -> None:
 
 
 def test_containers_installed_at_manifest_versions_when_missing(tmp_path: Path) -> None:
-    from fminfra.versions import version
+    from fminfra.core.versions import version
 
     published, env = _node(tmp_path, _params("dev", tmp_path), ["controller", "workers"], "workers", with_enroot=False)
     result = _run(published, env)

@@ -16,8 +16,8 @@ from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
 from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
-from fminfra.errors import ValidationError
-from fminfra.resources import scripts_root
+from fminfra.core.errors import ValidationError
+from fminfra.core.resources import scripts_root
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 

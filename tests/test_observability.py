@@ -15,7 +15,7 @@ from fminfra.constructs.alerting import AlertTopic, AlertTopicProps, FsxLustreAl
 from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 from fminfra.observability import load_rule_groups
 from tests.conftest import SHIPPED_NAMES, Synth
 

@@ -13,9 +13,9 @@ import aws_cdk as cdk
 import pytest
 import yaml
 
-from fminfra import guard
-from fminfra.errors import ConfigError
-from fminfra.gate import cfn_lint
+from fminfra.commands import guard
+from fminfra.commands.gate import cfn_lint
+from fminfra.core.errors import ConfigError
 from fminfra.pipeline import PipelineStack, build_pipeline_app, load_pipeline
 from tests.conftest import ROOT, Synth
 

@@ -11,7 +11,7 @@ import pytest
 from aws_cdk import aws_s3 as s3
 
 from fminfra.checks import check_templates
-from fminfra.gate import cfn_lint
+from fminfra.commands.gate import cfn_lint
 from tests.conftest import ROOT, Synth
 
 

@@ -18,7 +18,7 @@ from aws_cdk.assertions import Match, Template
 from fminfra.checks import check_templates
 from fminfra.config import load_config
 from fminfra.constructs.lustre import LustreFileSystem, LustreFileSystemProps
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 from fminfra.synth import build_app
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 

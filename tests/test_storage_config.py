@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from fminfra.cli import main
+from fminfra.commands.plan import render_plan
 from fminfra.config import (
     format_warnings,
     lustre_capacity_for_throughput,
@@ -17,8 +18,7 @@ from fminfra.config import (
     lustre_throughput_gb_per_s,
     parse_config,
 )
-from fminfra.errors import ConfigError
-from fminfra.plan import render_plan
+from fminfra.core.errors import ConfigError
 from tests.conftest import ROOT
 
 PROD = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())

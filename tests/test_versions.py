@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.errors import ValidationError
-from fminfra.resources import versions_manifest
-from fminfra.versions import NODE_KEYS, load_versions, manifest_problems, parse_manifest, unpinned_commits, version
+from fminfra.core.errors import ValidationError
+from fminfra.core.resources import versions_manifest
+from fminfra.core.versions import NODE_KEYS, load_versions, manifest_problems, parse_manifest, unpinned_commits, version
 
 NODE = versions_manifest().parent
 

@@ -26,9 +26,9 @@ from aws_cdk import aws_iam as iam
 import fminfra
 from fminfra.config import load_config
 from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
-from fminfra.resources import scripts_root
+from fminfra.core.resources import scripts_root
 from fminfra.synth import build_app
-from fminfra.versions import version
+from fminfra.core.versions import version
 
 config, outdir, context = sys.argv[1], sys.argv[2], json.loads(Path(sys.argv[3]).read_text())["context"]
 app = cdk.App(outdir=outdir, context=context)

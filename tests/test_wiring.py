@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from fminfra.versions import version
+from fminfra.core.versions import version
 from tests.conftest import Synth
 
 

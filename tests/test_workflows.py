@@ -14,8 +14,8 @@ import pytest
 import yaml
 from cdk_nag import AwsSolutionsChecks
 
-from fminfra.errors import ValidationError
-from fminfra.gate import cfn_lint
+from fminfra.commands.gate import cfn_lint
+from fminfra.core.errors import ValidationError
 from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 

@@ -16,7 +16,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # The services that publish alerts: the AMP alert manager and CloudWatch alarms.
 PUBLISHERS = ("aps.amazonaws.com", "cloudwatch.amazonaws.com")

@@ -12,7 +12,7 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # Scrape job name -> container port of the exporter pods (the DCGM exporter and node exporter
 # charts). The job names match the nodes' Prometheus agent, so one set of rules serves both.

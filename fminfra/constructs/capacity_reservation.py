@@ -14,9 +14,9 @@ from aws_cdk import aws_resourcegroups as resourcegroups
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.capacity_blocks import utc_timestamp
-from fminfra.errors import ValidationError
-from fminfra.regions import is_az_id
+from fminfra.core.capacity_blocks import utc_timestamp
+from fminfra.core.errors import ValidationError
+from fminfra.core.regions import is_az_id
 
 RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
 INSTANCE_PLATFORMS = ("Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Ubuntu Pro", "Windows")

@@ -10,7 +10,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,7 +14,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
 REQUIRED_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")

@@ -9,10 +9,10 @@ from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from fminfra.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
 from fminfra.constructs.acknowledge import acknowledge
 from fminfra.constructs.launch_template import EfaLaunchTemplate
-from fminfra.errors import ValidationError
+from fminfra.core.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.core.errors import ValidationError
 
 
 @dataclass(frozen=True, kw_only=True)

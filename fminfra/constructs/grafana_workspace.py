@@ -12,7 +12,7 @@ from constructs import Construct
 
 from fminfra.constructs.acknowledge import acknowledge
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9-._~]{1,255}$")
 AUTHENTICATION_PROVIDERS = ("AWS_SSO",)

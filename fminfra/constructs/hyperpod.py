@@ -13,8 +13,8 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.errors import ValidationError
-from fminfra.hyperpod_types import hyperpod_instance_types
+from fminfra.core.errors import ValidationError
+from fminfra.core.hyperpod_types import hyperpod_instance_types
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_INSTANCES = 6758

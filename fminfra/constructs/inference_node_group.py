@@ -12,7 +12,7 @@ from constructs import Construct
 
 from fminfra import catalog
 from fminfra.constructs.acknowledge import acknowledge
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 _EFFECTS = {
     "NoSchedule": eks.TaintEffect.NO_SCHEDULE,

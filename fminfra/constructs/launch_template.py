@@ -17,7 +17,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # Pods reach the instance metadata service through one more network hop than the node (the pod
 # network namespace), so with a hop limit of 1 IMDSv2 token responses never reach them. EKS node

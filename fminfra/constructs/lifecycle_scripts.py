@@ -19,7 +19,7 @@ from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
 
 from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

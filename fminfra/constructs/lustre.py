@@ -17,7 +17,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra.constructs.efa_security_group import EfaSecurityGroup, EfaSecurityGroupProps
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
 THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)

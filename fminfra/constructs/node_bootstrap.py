@@ -14,8 +14,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.errors import ValidationError
-from fminfra.resources import scripts_root
+from fminfra.core.errors import ValidationError
+from fminfra.core.resources import scripts_root
 
 _INSTALL_DIR = re.compile(r"^/[A-Za-z0-9._/-]+$")
 _ENV_NAME = re.compile(r"^FMINFRA_[A-Z0-9_]+$")
@@ -32,7 +32,7 @@ class NodeBootstrapProps:
       catalog. Passed to `bootstrap.sh --instance-type`, so the scripts need no instance metadata.
     mode: "install" installs what the AMI lacks (ec2 and EKS launch templates); "verify" only
       checks what the AMI carries against the manifest (AMIs that ship the stack). Default: install.
-    scripts_dir: the folder published as the asset. Default: `fminfra.resources.scripts_root()`
+    scripts_dir: the folder published as the asset. Default: `fminfra.core.resources.scripts_root()`
       (the checkout's `scripts/`, or the installed wheel's copy).
     install_dir: where nodes unpack the scripts. Default: /opt/fminfra.
     download_attempts: attempts of `aws s3 cp` before user data fails, with a capped back-off

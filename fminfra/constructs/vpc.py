@@ -16,8 +16,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from fminfra.errors import ValidationError
-from fminfra.subnets import SubnetPlan
+from fminfra.core.errors import ValidationError
+from fminfra.core.subnets import SubnetPlan
 
 # Interface endpoints that private GPU nodes need to boot, register and report without a NAT hop.
 DEFAULT_INTERFACE_ENDPOINTS: tuple[str, ...] = (
@@ -38,7 +38,7 @@ class AzIdVpcProps:
     """Props of `AzIdVpc`.
 
     cidr: the VPC's IPv4 CIDR.
-    subnets: the subnet plan (`fminfra.subnets.plan_subnets`); exactly one private subnet is the
+    subnets: the subnet plan (`fminfra.core.subnets.plan_subnets`); exactly one private subnet is the
       compute subnet.
     nat_gateways: "one" puts a single NAT gateway in the compute AZ; "per-az" one in each AZ.
       Default: one.

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from fminfra.resources import scripts_root
+from fminfra.core.resources import scripts_root
 
 HERE = Path(__file__).resolve().parent
 RULES_DIR = HERE / "rules"

@@ -19,7 +19,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"

@@ -413,7 +413,7 @@ def count_stateful(templates: Templates) -> int:
 BASELINE_ROOT = Path("baselines")
 
 
-def add_guard_arguments(p: Any) -> None:
+def add_arguments(p: Any) -> None:
     p.add_argument("config", nargs="?", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
     p.add_argument("--baseline", metavar="DIR", help="templates before the change (default: baselines/<env>/)")
     p.add_argument("--templates", metavar="DIR", help="templates after the change (default: synthesize CONFIG)")
@@ -424,7 +424,7 @@ def add_guard_arguments(p: Any) -> None:
     p.add_argument("--role-arn", metavar="ARN", help="assume this role first (e.g. the target account's CDK deploy role)")
 
 
-def run_guard_command(ns: Any) -> int:
+def main(ns: Any) -> int:
     """Handler of `guard`: exit 0 clean, 1 a stateful resource would be deleted/replaced, 2 bad input."""
     from fminfra.config import resolve_config_path
 
@@ -503,3 +503,6 @@ def _cloudformation_client(region: str, role_arn: str | None) -> Any:
             region_name=region,
         )
     return session.client("cloudformation")
+
+
+HELP = "fail when a stateful resource (bucket, key, FSx, cluster, VPC, ...) would be deleted or replaced"

@@ -16,7 +16,7 @@ def scripts_root() -> Path:
     packaged = importlib.resources.files("fminfra").joinpath("_scripts")
     if packaged.is_dir():
         return Path(str(packaged))
-    return Path(__file__).resolve().parent.parent / "scripts"
+    return Path(__file__).resolve().parents[2] / "scripts"
 
 
 def node_scripts_dir() -> Path:

@@ -1,6 +1,8 @@
-"""The HyperPod and EKS part of the Compute stack: config -> construct props.
-
-Kept beside `compute.py` so that the stack file stays a short list of what it creates.
+"""The clusters of the Compute stack (HyperPod Slurm or EKS, the EKS cluster, inference node groups,
+the AMP scraper): a builder that translates the config into construct props, called by
+`ComputeStack` (`fminfra/stacks/compute/__init__.py`). Not a stack of its own: its resources share
+the Compute stack's lifecycle (the node role, placement groups and capacity are in it too), and a
+separate stack would turn every reference between them into a CloudFormation export.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from fminfra.constructs.launch_template import IMDS_HOP_LIMIT_FOR_PODS, Capacity
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
-from fminfra.resources import scripts_root
+from fminfra.core.resources import scripts_root
+from fminfra.core.versions import version
 from fminfra.stacks.network import NetworkStack, removal_policy
-from fminfra.versions import version
 
 # EKS add-on name -> manifest key of its pinned version.
 ADDONS = {

@@ -7,15 +7,16 @@ GPUs, EFA interfaces attached/maximum and, when present, FSx throughput.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from fminfra.assembly import StackTemplate, read_assembly
 from fminfra.checks import Finding, check_templates
+from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.commands.plan import format_table, group_plans
 from fminfra.config import EnvironmentConfig
-from fminfra.plan import format_table, group_plans
 
 CFN_LINT_CONFIG = ".cfnlintrc.yaml"
 
@@ -96,3 +97,22 @@ def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_co
         f"own rules {'FAIL' if own_findings else 'ok'}"
     )
     return 1 if (own_findings or code or nag_violations) else 0
+
+
+HELP = "own rules + cfn-lint over a synthesized cdk.out, and the summary table"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="*", metavar="CONFIG", help="default: every file in --config-dir")
+    p.add_argument("--outdir", default="cdk.out")
+    p.add_argument("--config-dir", default="config")
+    p.add_argument("--cfn-lint-config", default=".cfnlintrc.yaml")
+
+
+def main(ns: argparse.Namespace) -> int:
+    from fminfra.commands.common import load_configs
+    from fminfra.config import config_files, resolve_config_path
+
+    paths = [resolve_config_path(c) for c in ns.configs] if ns.configs else config_files(Path(ns.config_dir))
+    configs = {cfg.name: cfg for _, cfg in load_configs([str(p) for p in paths])}
+    return run_gate(Path(ns.outdir), configs, cfn_lint_config=Path(ns.cfn_lint_config))

@@ -9,6 +9,7 @@ a second run only reads. Exit codes: 0 done, 1 an AWS or Grafana call failed, 2 
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 import urllib.error
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fminfra.config import EnvironmentConfig
-from fminfra.errors import ConfigError
+from fminfra.core.errors import ConfigError
 from fminfra.observability import load_dashboards
 
 PROMETHEUS_UID = "fminfra-amp"
@@ -226,3 +227,24 @@ def run(cfg: EnvironmentConfig, *, grafana_url: str | None = None, client: Clien
         print(f"{cfg.name}: {line}")
     print(f"{cfg.name}: {report.changes} change(s)")
     return 0
+
+
+HELP = "Amazon Managed Grafana: `grafana sync CONFIG`"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="grafana_command", required=True)
+    s = sub.add_parser("sync", help="data sources, dashboards and admin groups of the environment's Grafana workspace")
+    s.add_argument("config", metavar="CONFIG")
+    s.add_argument("--grafana-url", default=None, help="Grafana base URL instead of the workspace's (e.g. through a proxy)")
+
+
+def main(ns: argparse.Namespace) -> int:
+    from fminfra.commands.common import load_configs
+
+    (path, cfg), *_ = load_configs([ns.config])
+    if not cfg.observability.grafana.enabled:
+        raise ConfigError(
+            [f"{path}: observability.grafana.enabled: is false, so there is no Grafana workspace to sync; set it to true and deploy"]
+        )
+    return run(cfg, grafana_url=ns.grafana_url)

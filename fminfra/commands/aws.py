@@ -21,7 +21,7 @@ from botocore.exceptions import (
     TokenRetrievalError,
 )
 
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 CLIENT_CONFIG = Config(connect_timeout=5, read_timeout=30, retries={"max_attempts": 4, "mode": "standard"})
 

@@ -1,12 +1,13 @@
-"""What an environment will run, computed from the config alone (no synth, no AWS calls)."""
+"""`plan CONFIG...`: what an environment will run, computed from the config alone (no synth, no AWS calls)."""
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from fminfra import catalog
-from fminfra.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
 from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.core.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -148,3 +149,20 @@ def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
         + f", efa {'on' if lustre.efa else 'off'}, {len(lustre.repositories)} repositories"
     )
     return lines
+
+
+HELP = "what each group will run, without synthesizing"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+
+
+def main(ns: argparse.Namespace) -> int:
+    from fminfra.commands.common import EXIT_OK, load_configs
+
+    for i, (_, cfg) in enumerate(load_configs(ns.configs)):
+        if i:
+            print()
+        print(render_plan(cfg))
+    return EXIT_OK

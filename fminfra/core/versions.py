@@ -6,8 +6,8 @@ import re
 from functools import cache
 from pathlib import Path
 
-from fminfra.errors import ValidationError
-from fminfra.resources import versions_manifest
+from fminfra.core.errors import ValidationError
+from fminfra.core.resources import versions_manifest
 
 _LINE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>[A-Za-z0-9._:/+,@-]*)$")
 

@@ -21,7 +21,7 @@ from fminfra.constructs.launch_template import ROOT_DEVICE_UBUNTU, CapacityReser
 from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
 from fminfra.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
-from fminfra.stacks.hyperpod_eks import FsxMount, add_eks_and_hyperpod
+from fminfra.stacks.compute.clusters import FsxMount, add_eks_and_hyperpod
 from fminfra.stacks.network import NetworkStack
 from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack

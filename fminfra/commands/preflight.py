@@ -8,6 +8,7 @@ PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
 
 from __future__ import annotations
 
+import argparse
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -17,10 +18,10 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fminfra import catalog
-from fminfra.aws import AwsAccessError, access_problem, error_code
-from fminfra.capacity_blocks import utc_timestamp
+from fminfra.commands.aws import AwsAccessError, access_problem, error_code
+from fminfra.commands.plan import format_table
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
-from fminfra.plan import format_table
+from fminfra.core.capacity_blocks import utc_timestamp
 
 Status = Literal["PASS", "WARN", "FAIL"]
 
@@ -510,7 +511,7 @@ def render(cfg: EnvironmentConfig, rows: Iterable[Row]) -> str:
 
 
 def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
-    from fminfra.aws import client, make_session
+    from fminfra.commands.aws import client, make_session
 
     session = make_session(region=cfg.region, profile=profile)
     return Clients(
@@ -522,3 +523,24 @@ def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
 
 
 __all__ = ["AwsAccessError", "Clients", "Row", "clients_for", "render", "run_preflight"]
+
+
+HELP = "read-only AWS checks of capacity, quotas and subnets before a deploy"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+    p.add_argument("--profile", help="AWS profile (default: normal credential resolution)")
+
+
+def main(ns: argparse.Namespace) -> int:
+    from fminfra.commands.common import EXIT_CHECK_FAILED, EXIT_OK, load_configs
+
+    failed = False
+    for i, (_, cfg) in enumerate(load_configs(ns.configs)):
+        if i:
+            print()
+        rows = run_preflight(cfg, clients_for(cfg, ns.profile))
+        print(render(cfg, rows))
+        failed = failed or any(r.status == "FAIL" for r in rows)
+    return EXIT_CHECK_FAILED if failed else EXIT_OK

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from fminfra.errors import ValidationError
+from fminfra.core.errors import ValidationError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,103 @@
+"""Typed environment config: one pydantic model per section, mirroring `fminfra/stacks/`.
+
+Every section is a pydantic model with `extra="forbid"`, so a misspelled field is an error and
+never a silently ignored value. Cross-field rules (AZ IDs of the region, capacity types per
+orchestrator, subnet sizes) live in the models so that they fail before any synth. `loader` is the
+one reader of YAML: `load_config` turns every problem into one line `FILE: field.path: message`.
+
+- `base`: the base model, problem reporting, account and region checks;
+- `network`, `compute`, `storage`, `observability`: one module per section;
+- `environment`: the whole file and the cross-section rules;
+- `loader`: reading YAML files; `pipeline`: `pipeline.yaml`, which spans environments.
+
+This package imports no CDK.
+"""
+
+from fminfra.config.base import LOG_RETENTION_DAYS, Model, Problems, check_account, check_region
+from fminfra.config.compute import (
+    CAPACITY_TYPES,
+    CONTROLLER_GROUP_NAME,
+    EC2_CAPACITY_TYPES,
+    GROUP_NAME_RULE,
+    HYPERPOD_CAPACITY_TYPES,
+    HYPERPOD_MAX_INSTANCES,
+    LOGIN_GROUP_NAME,
+    CapacityConfig,
+    ComputeConfig,
+    EksConfig,
+    InferenceNodeGroupConfig,
+    InstanceGroupConfig,
+    SlurmConfig,
+    SlurmLoginConfig,
+    SlurmNodeConfig,
+    Taint,
+    supported_kubernetes_versions,
+)
+from fminfra.config.environment import EnvironmentConfig
+from fminfra.config.loader import config_files, format_warnings, load_config, parse_config, read_yaml, resolve_config_path
+from fminfra.config.network import NetworkConfig
+from fminfra.config.observability import AlertsConfig, GrafanaConfig, ObservabilityConfig
+from fminfra.config.storage import (
+    LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_EFA_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_REPOSITORIES,
+    LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB,
+    LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
+    BucketConfig,
+    LustreConfig,
+    MetadataConfig,
+    RepositoryConfig,
+    StorageConfig,
+    lustre_capacity_for_throughput,
+    lustre_capacity_valid,
+    lustre_throughput_gb_per_s,
+)
+
+__all__ = [
+    "CAPACITY_TYPES",
+    "CONTROLLER_GROUP_NAME",
+    "EC2_CAPACITY_TYPES",
+    "GROUP_NAME_RULE",
+    "HYPERPOD_CAPACITY_TYPES",
+    "HYPERPOD_MAX_INSTANCES",
+    "LOGIN_GROUP_NAME",
+    "LOG_RETENTION_DAYS",
+    "LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB",
+    "LUSTRE_EFA_CAPACITY_STEP_GIB",
+    "LUSTRE_MAX_REPOSITORIES",
+    "LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB",
+    "LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB",
+    "AlertsConfig",
+    "BucketConfig",
+    "CapacityConfig",
+    "ComputeConfig",
+    "EksConfig",
+    "EnvironmentConfig",
+    "GrafanaConfig",
+    "InferenceNodeGroupConfig",
+    "InstanceGroupConfig",
+    "LustreConfig",
+    "MetadataConfig",
+    "Model",
+    "NetworkConfig",
+    "ObservabilityConfig",
+    "Problems",
+    "RepositoryConfig",
+    "SlurmConfig",
+    "SlurmLoginConfig",
+    "SlurmNodeConfig",
+    "StorageConfig",
+    "Taint",
+    "check_account",
+    "check_region",
+    "config_files",
+    "format_warnings",
+    "load_config",
+    "lustre_capacity_for_throughput",
+    "lustre_capacity_valid",
+    "lustre_throughput_gb_per_s",
+    "parse_config",
+    "read_yaml",
+    "resolve_config_path",
+    "supported_kubernetes_versions",
+]

@@ -1,0 +1,48 @@
+"""What every config section shares: the base model, problem reporting, account and region checks,
+and the names and limits the sections have in common."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
+
+
+class Problems(ValueError):
+    """Raised by validators: problems each with a path relative to the model that found them."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in problems))
+        self.problems = problems
+
+
+def _raise_problems(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise Problems(problems)
+
+
+class Model(BaseModel):
+    """Base of every config section: unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def check_account(value: Any) -> Any:
+    """An AWS account id: a quoted string of 12 digits (shared by every config that names one)."""
+    if isinstance(value, int):
+        raise ValueError("must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)")
+    if isinstance(value, str) and not re.match(r"^[0-9]{12}$", value):
+        raise ValueError(f"must be 12 digits, got {value!r}")
+    return value
+
+
+def check_region(value: str) -> str:
+    """A region fminfra knows the AZ IDs of."""
+    if value not in AZ_ID_PREFIX_BY_REGION:
+        raise ValueError(f"unknown region {value!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
+    return value

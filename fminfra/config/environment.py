@@ -1,0 +1,73 @@
+"""One environment file: the top-level model that holds every section, and the cross-section rules."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fminfra.config.base import Model, _raise_problems, check_account, check_region
+from fminfra.config.compute import ComputeConfig
+from fminfra.config.network import NetworkConfig
+from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
+from fminfra.config.storage import StorageConfig
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, region_of_az_id
+
+NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
+
+
+class EnvironmentConfig(Model):
+    """One environment (dev, staging, prod): everything a Stage needs."""
+
+    version: Literal[1] = Field(default=1, description="Config format version.")
+    name: str = Field(description="1-16 lowercase letters, digits, hyphens; starts with a letter.")
+    account: str = Field(description="12-digit AWS account id (quoted in YAML).")
+    region: str = Field(description="AWS region, e.g. us-west-2.")
+    tags: dict[str, str] = Field(default_factory=dict)
+    removal_policy: Literal["retain", "destroy"] = Field(default="retain", description="For stateful resources.")
+    network: NetworkConfig
+    compute: ComputeConfig
+    storage: StorageConfig | None = Field(default=None, description="Omitted: no data bucket, no file system.")
+    observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RULE.match(value) or value.endswith("-"):
+            raise ValueError(f"must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got {value!r}")
+        return value
+
+    _account = field_validator("account", mode="before")(check_account)
+    _region = field_validator("region")(check_region)
+
+    @model_validator(mode="after")
+    def _cross_section(self) -> EnvironmentConfig:
+        problems: list[tuple[str, str]] = []
+        prefix = AZ_ID_PREFIX_BY_REGION[self.region]
+        for i, az in enumerate(self.network.az_ids):
+            owner = region_of_az_id(az)
+            if owner != self.region:
+                where = f"belongs to {owner}" if owner else "belongs to no known region"
+                problems.append((f"network.az_ids[{i}]", f"{az!r} {where}, not {self.region} (its AZ IDs start with {prefix}-)"))
+        if self.compute.needs_eks and len(self.network.az_ids) < 2:
+            problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
+        topic = SNS_TOPIC_ARN_RULE.match(self.observability.alerts.sns_topic_arn or "")
+        if topic and (topic["region"], topic["account"]) != (self.region, self.account):
+            problems.append(
+                (
+                    "observability.alerts.sns_topic_arn",
+                    f"CloudWatch alarms and the AMP alert manager publish only to a topic in their own account and region "
+                    f"({self.account}, {self.region}), got {topic['account']}, {topic['region']}",
+                )
+            )
+        _raise_problems(problems)
+        return self
+
+    # Names used for physical resources: every one includes the environment name.
+    def physical_name(self, *parts: str) -> str:
+        return "-".join(("fminfra", self.name, *parts))
+
+    def warnings(self) -> list[tuple[str, str]]:
+        """Problems that do not reject the config: (field path, message); validate and plan print them."""
+        return [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]

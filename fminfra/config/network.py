@@ -1,0 +1,77 @@
+"""The `network` section: VPC CIDR, the AZ IDs it spans, endpoints, flow logs (mirrors stacks/network.py)."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fminfra.config.base import LOG_RETENTION_DAYS, Model, Problems, _raise_problems
+from fminfra.core.errors import ValidationError
+from fminfra.core.regions import is_az_id
+from fminfra.core.subnets import SubnetPlan, plan_subnets
+
+
+class NetworkConfig(Model):
+    """The VPC: CIDR, the AZs (by AZ ID) it spans, and where the GPU capacity lives."""
+
+    cidr: str = Field(default="10.0.0.0/16", description="IPv4 CIDR of the VPC, /16 to /24.")
+    az_ids: list[str] = Field(min_length=1, max_length=6, description="AZ IDs of the region, e.g. usw2-az1.")
+    compute_az_id: str = Field(description="AZ ID holding GPU capacity, FSx and the placement group.")
+    compute_subnet_prefix: int = Field(default=18, ge=16, le=26, description="Prefix of the compute-AZ private subnet.")
+    private_subnet_prefix: int = Field(default=20, ge=16, le=27, description="Prefix of each other private subnet.")
+    public_subnet_prefix: int = Field(default=26, ge=16, le=28, description="Prefix of each public (NAT-only) subnet.")
+    nat_gateways: Literal["one", "per-az"] = Field(
+        default="one", description="one: a NAT gateway in the compute AZ; per-az: one in every AZ."
+    )
+    flow_log_retention_days: int = Field(default=90, description="CloudWatch Logs retention of VPC flow logs.")
+
+    @field_validator("cidr")
+    @classmethod
+    def _cidr(cls, value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"must be an IPv4 network such as 10.0.0.0/16, got {value!r} ({exc})") from None
+        if not 16 <= network.prefixlen <= 24:
+            raise ValueError(f"prefix must be /16 to /24 (the VPC limits), got /{network.prefixlen}")
+        return value
+
+    @field_validator("az_ids")
+    @classmethod
+    def _az_ids(cls, value: list[str]) -> list[str]:
+        problems = [(f"[{i}]", f"{az!r} is not an AZ ID such as usw2-az1") for i, az in enumerate(value) if not is_az_id(az)]
+        _raise_problems(problems)
+        duplicates = sorted({az for az in value if value.count(az) > 1})
+        if duplicates:
+            raise ValueError(f"AZ IDs must be unique, repeated: {', '.join(duplicates)}")
+        return value
+
+    @field_validator("flow_log_retention_days")
+    @classmethod
+    def _retention(cls, value: int) -> int:
+        if value not in LOG_RETENTION_DAYS:
+            raise ValueError(f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}, got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _compute_az(self) -> NetworkConfig:
+        if self.compute_az_id not in self.az_ids:
+            raise Problems([("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
+        try:
+            self.subnets()
+        except ValidationError as exc:
+            raise Problems([("cidr", str(exc))]) from None
+        return self
+
+    def subnets(self) -> list[SubnetPlan]:
+        """The subnet plan (see `fminfra.core.subnets`)."""
+        return plan_subnets(
+            cidr=self.cidr,
+            az_ids=self.az_ids,
+            compute_az_id=self.compute_az_id,
+            compute_subnet_prefix=self.compute_subnet_prefix,
+            private_subnet_prefix=self.private_subnet_prefix,
+            public_subnet_prefix=self.public_subnet_prefix,
+        )
