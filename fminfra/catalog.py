@@ -1,7 +1,7 @@
 """GPU instance facts: one table, one source of truth.
 
 Figures come from EC2 DescribeInstanceTypes data and the EFA user guide, as collected in
-shared/reference/aws-gpu-facts.md §1. The EFA layout of a launch template is derived from these
+docs/facts/instances.md (one gpu-* entry per type). The EFA layout of a launch template is derived from these
 facts by `efa_network_interfaces`, never written by hand elsewhere.
 """
 
@@ -117,7 +117,7 @@ _TYPES: tuple[GpuInstanceType, ...] = (
     _p("p5en.48xlarge", "H200", 141, cards=16, efa=16, gbps=3200, card0_efa=True, generation=3),
     _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4),
     _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4),
-    # UltraServer node: network figures are unverified (facts §1 ⚠); plan and synth say so.
+    # UltraServer node: network figures are unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge); plan and synth say so.
     _p(
         "p6e-gb200.36xlarge",
         "GB200",

@@ -1,4 +1,4 @@
-"""The catalog's EFA layouts against the facts file (shared/reference/aws-gpu-facts.md §1)."""
+"""The catalog's EFA layouts against the gpu-* entries of docs/facts/instances.md and docs/facts/network.md#efa-card0-interface-types."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from fminfra import catalog
 from fminfra.core.errors import ValidationError
 
-# (type, network cards, max EFA, card 0 carries EFA) as the facts file lists them.
+# (type, network cards, max EFA, card 0 carries EFA) as docs/facts/instances.md lists them.
 FACTS = [
     ("p4d.24xlarge", 4, 4, True),
     ("p4de.24xlarge", 4, 4, True),

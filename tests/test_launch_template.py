@@ -1,4 +1,4 @@
-"""EfaLaunchTemplate: interface layouts against the facts file, capacity targeting, EKS use."""
+"""EfaLaunchTemplate: interface layouts against docs/facts/network.md#efa-launch-template-layout, capacity targeting, EKS use."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _efa_only_cards(cards: range) -> list[tuple[int, int, str]]:
     return [(card, 0, "efa-only") for card in cards]
 
 
-# Written out from shared/reference/aws-gpu-facts.md §1, not derived from the catalog, so that a
+# Written out from docs/facts/network.md#efa-launch-template-layout and the gpu-* entries of docs/facts/instances.md, not derived from the catalog, so that a
 # catalog mistake shows up here. (card, device, InterfaceType)
 EXPECTED_LAYOUTS: dict[str, list[tuple[int, int, str]]] = {
     "p4d.24xlarge": [(0, 0, "interface"), (0, 1, "efa-only"), *_efa_only_cards(range(1, 4))],

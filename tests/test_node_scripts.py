@@ -81,7 +81,7 @@ def test_instance_table_matches_the_catalog() -> None:
 
 
 def test_only_measured_types_have_nccl_thresholds() -> None:
-    # facts §6: measured on 2x p5.48xlarge; fail below 250 GB/s, warn below 400.
+    # docs/facts/instances.md#nccl-allreduce-p5-two-node (measured on 2x p5.48xlarge) and #nccl-allreduce-ci-gate-250: fail below 250 GB/s, warn below 400.
     thresholds = {name: (cols[5], cols[6]) for name, cols in _table().items() if cols[5] != "-"}
     assert thresholds == {"p5.48xlarge": ("250", "400")}
 

@@ -88,7 +88,7 @@ BAD = [
         _lustre(backup_retention_days=7),
         "f.yaml: storage.lustre.backup_retention_days: must be 0 when repositories are set: FSx backs up only file systems not linked to S3 (the versioned bucket holds the durable copy)",
     ),
-    # The other rules of facts §3.
+    # The other rules: docs/facts/storage.md#fsx-lustre-persistent2-throughput-tiers, #fsx-lustre-efa-requirements, #fsx-lustre-metadata-iops, #fsx-dra-limits.
     (
         "neither capacity nor target",
         _lustre(target_throughput_gb_per_s=...),

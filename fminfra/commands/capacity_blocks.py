@@ -1,5 +1,5 @@
 """`capacity-blocks find|purchase`: find Capacity Block offerings and buy one (EC2
-DescribeCapacityBlockOfferings / PurchaseCapacityBlock; API only, facts §2)."""
+DescribeCapacityBlockOfferings / PurchaseCapacityBlock; API only: docs/facts/capacity.md#capacity-block-api-only)."""
 
 from __future__ import annotations
 

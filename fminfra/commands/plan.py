@@ -67,7 +67,7 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
             count, count_text = group.max_size, f"{group.min_size}-{group.desired_size}-{group.max_size}"
         notes: list[str] = []
         if not spec.verified:
-            notes.append(f"{spec.name}: network layout unverified (facts §1 ⚠)")
+            notes.append(f"{spec.name}: network layout unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge)")
         if group.capacity.type == "odcr":
             notes.append("an ODCR bills from creation whether or not instances run")
         if group.capacity.type == "capacity-block" and group_kind == "ec2":

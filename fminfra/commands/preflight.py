@@ -382,7 +382,7 @@ class Preflight:
                 continue
             if group.capacity.type == "capacity-block":
                 # Capacity Blocks are purchased capacity; whether they also draw on the On-Demand
-                # vCPU quota is unverified (facts ⚠), so they are left out of the sum and said so.
+                # vCPU quota is unverified (docs/facts/capacity.md#capacity-block-vcpu-quota), so they are left out of the sum and said so.
                 self.add("WARN", f"group {group.name}", "EC2 vCPU quota", "Capacity Block group left out of the On-Demand vCPU sum")
                 continue
             if spec.vcpus is None:

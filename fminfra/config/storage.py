@@ -13,7 +13,8 @@ from fminfra.config.base import Model, Problems, _raise_problems
 if TYPE_CHECKING:
     from fminfra.config.environment import EnvironmentConfig
 
-# FSx for Lustre rules (facts §3). SSD capacity: 1200, 2400 or a multiple of 2400 GiB.
+# FSx for Lustre rules: docs/facts/storage.md#fsx-lustre-ssd-capacity, #fsx-lustre-persistent2-throughput-tiers,
+# #fsx-lustre-metadata-iops, #fsx-dra-limits. SSD capacity: 1200, 2400 or a multiple of 2400 GiB.
 LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
 # PERSISTENT_2 tier used when neither throughput_mb_per_tib is given: 500 MB/s/TiB gives about
 # 0.5 GB/s per TiB, a middle ground between the 125/250 tiers that starve GPU fleets and 1000.
@@ -21,7 +22,7 @@ LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB = 500
 # SCRATCH_2 has a fixed baseline of 200 MB/s/TiB (bursting higher): FSx performance table.
 LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
 # EFA-enabled file systems grow in these steps (FSx "increase storage capacity" page); documented
-# for increases only, so a capacity off the step is a warning, not a rejection (facts §3 ⚠).
+# for increases only, so a capacity off the step is a warning, not a rejection (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
 LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
 LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
 LUSTRE_METADATA_IOPS_MAX = 192000

@@ -1,7 +1,8 @@
 """FSx for Lustre: the file system and its data repository associations with S3.
 
 Built on the L1 `AWS::FSx::FileSystem`: the L2 `fsx.LustreFileSystem` has no EFA and no metadata
-configuration, and its auto-import option throws on PERSISTENT_2 (facts §2).
+configuration, and its auto-import option throws on PERSISTENT_2 (docs/facts/storage.md#cdk-fsx-l2-no-efa-metadata,
+docs/facts/storage.md#cdk-fsx-l2-auto-import-persistent2).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ METADATA_IOPS_SMALL = (1500, 3000, 6000)
 METADATA_IOPS_MAX = 192000
 REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
 MAX_REPOSITORY_ASSOCIATIONS = 8
-# Lustre's ports (facts §3): LNet on TCP 988 and the 1018-1023 range.
+# Lustre's ports (docs/facts/storage.md#fsx-lustre-ports): LNet on TCP 988 and the 1018-1023 range.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 LUSTRE_PORT_NAMES = ("988", "1018-1023")
 
@@ -87,7 +88,7 @@ class LustreFileSystemProps:
 
 
 def _validate(props: LustreFileSystemProps) -> None:
-    """One check per FSx rule (facts §3); the message names the field, the allowed values, the value."""
+    """One check per FSx rule (the fsx-lustre-* entries of docs/facts/storage.md); the message names the field, the allowed values, the value."""
     dt = props.deployment_type
     if dt not in DEPLOYMENT_TYPES:
         raise ValidationError(f"deployment_type must be PERSISTENT_2 or SCRATCH_2, got {dt!r}")

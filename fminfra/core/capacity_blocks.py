@@ -1,5 +1,5 @@
 """Capacity Blocks for ML: their timing and size rules, shared by the config, the constructs and the
-`capacity-blocks` command (EC2 DescribeCapacityBlockOfferings / PurchaseCapacityBlock; API only, facts §2)."""
+`capacity-blocks` command (EC2 DescribeCapacityBlockOfferings / PurchaseCapacityBlock; API only: docs/facts/capacity.md#capacity-block-api-only)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack
 
 # AWS Deep Learning Base OSS AMI (Ubuntu 22.04: NVIDIA driver, CUDA, EFA, aws-ofi-nccl), resolved
-# at deploy time from its public SSM parameter, so synth makes no AWS call (facts §5).
+# at deploy time from its public SSM parameter, so synth makes no AWS call (docs/facts/node-software.md#dlami-ssm-parameter).
 DLAMI_SSM_PARAMETER = "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id"
 DEFAULT_ROOT_VOLUME_GIB = 500
 
