@@ -12,7 +12,7 @@ from fminfra.config.compute import ComputeConfig
 from fminfra.config.network import NetworkConfig
 from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
 from fminfra.config.storage import StorageConfig
-from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, region_of_az_id
+from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 
@@ -44,12 +44,9 @@ class EnvironmentConfig(Model):
     @model_validator(mode="after")
     def _cross_section(self) -> EnvironmentConfig:
         problems: list[tuple[str, str]] = []
-        prefix = AZ_ID_PREFIX_BY_REGION[self.region]
         for i, az in enumerate(self.network.az_ids):
-            owner = region_of_az_id(az)
-            if owner != self.region:
-                where = f"belongs to {owner}" if owner else "belongs to no known region"
-                problems.append((f"network.az_ids[{i}]", f"{az!r} {where}, not {self.region} (its AZ IDs start with {prefix}-)"))
+            if problem := az_id_problem(az, self.region):
+                problems.append((f"network.az_ids[{i}]", problem))
         if self.compute.needs_eks and len(self.network.az_ids) < 2:
             problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
         topic = SNS_TOPIC_ARN_RULE.match(self.observability.alerts.sns_topic_arn or "")
