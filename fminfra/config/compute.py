@@ -12,6 +12,7 @@ from pydantic import Field, field_validator, model_validator
 
 from fminfra import catalog
 from fminfra.config.base import Model, Problems, _raise_problems
+from fminfra.core.capacity_blocks import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.hyperpod_types import hyperpod_instance_types
 from fminfra.core.versions import version
 
@@ -26,6 +27,8 @@ HYPERPOD_MAX_INSTANCES = 6758
 CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
 HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
 EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
+# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
+MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
 
 
 class CapacityConfig(Model):
@@ -35,7 +38,13 @@ class CapacityConfig(Model):
     end_date: datetime | None = Field(default=None, description="odcr: when the reservation ends (none: open-ended).")
     reservation_ids: list[str] | None = Field(default=None, description="reservation, capacity-block: cr-... ids.")
     starts_at: datetime | None = Field(default=None, description="capacity-block: start of the block.")
-    ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block.")
+    ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block (11:30 UTC).")
+    drain_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DRAIN_MINUTES,
+        description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations (default 10).",
+    )
     training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
 
     @model_validator(mode="after")
@@ -44,14 +53,14 @@ class CapacityConfig(Model):
             "on-demand": set(),
             "odcr": {"end_date"},
             "reservation": {"reservation_ids"},
-            "capacity-block": {"reservation_ids", "starts_at", "ends_at"},
+            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes"},
             "training-plan": {"training_plan_arn"},
         }[self.type]
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
         problems: list[tuple[str, str]] = []
-        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "training_plan_arn"):
+        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
                 problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
@@ -75,26 +84,45 @@ class CapacityConfig(Model):
             value = getattr(self, field)
             if value is not None and value.tzinfo is None:
                 problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
-        if self.starts_at and self.ends_at and self.starts_at.tzinfo and self.ends_at.tzinfo and self.ends_at <= self.starts_at:
-            problems.append(("ends_at", f"must be after starts_at ({self.starts_at.isoformat()}), got {self.ends_at.isoformat()}"))
-        elif (
-            self.starts_at
-            and self.ends_at
-            and self.starts_at.tzinfo
-            and self.ends_at.tzinfo
-            and self.ends_at - self.starts_at < timedelta(days=1)
-        ):
-            problems.append(
-                (
-                    "ends_at",
-                    f"a Capacity Block lasts 1 to 182 days; ends_at must be at least 1 day after starts_at, got {self.ends_at - self.starts_at}",
-                )
-            )
+        problems.extend(self._block_window_problems())
         if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
             given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
             problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
         _raise_problems(problems)
         return self
+
+    @property
+    def drain(self) -> timedelta:
+        """The drain window before EC2 terminates a block's instances (capacity-block)."""
+        return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
+
+    def _block_window_problems(self) -> list[tuple[str, str]]:
+        """A Capacity Block's window: blocks end at 11:30 UTC and an offering can be a little
+        shorter or longer than the duration asked for (docs/facts/capacity.md#capacity-block-end-time),
+        so the window is checked against that, not against whole days."""
+        start, end = self.starts_at, self.ends_at
+        if not (start and end and start.tzinfo and end.tzinfo):
+            if self.drain_minutes is not None and self.type == "capacity-block" and start is None and end is None:
+                return [("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
+            return []
+        if end <= start:
+            return [("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
+        problems: list[tuple[str, str]] = []
+        if problem := end_time_problem(end):
+            problems.append(("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
+        if end - start > MAX_BLOCK_LENGTH:
+            problems.append(
+                ("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
+            )
+        if scale_in_time(end, self.drain) <= start:
+            problems.append(
+                (
+                    "ends_at",
+                    f"the block ({end - start}) must outlast EC2's 30-minute reclaim and the {self.drain} drain, "
+                    f"or the group scales in before it scales out",
+                )
+            )
+        return problems
 
 
 def _check_group_name(value: str) -> str:

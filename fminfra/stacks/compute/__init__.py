@@ -202,6 +202,7 @@ class ComputeStack(cdk.Stack):
                     capacity_block=block,
                     block_starts_at=group.capacity.starts_at if block else None,
                     block_ends_at=group.capacity.ends_at if block else None,
+                    drain=group.capacity.drain,
                     group_name=cfg.physical_name(group.name),
                 ),
             )
