@@ -363,13 +363,8 @@ def test_ec2_vcpu_quota_per_family(aws: Aws, count: int, status: str) -> None:
     assert [(r.status, r.reason) for r in quota] == [(status, f"block need {need} vCPUs; the quota (L-417A185B) is 384{tail}")]
 
 
-def test_subnet_free_addresses(aws: Aws) -> None:
-    aws.ec2_quota("L-417A185B", 10000)
-    cfg = _cfg(count=2, capacity={"type": "on-demand"})
-    planned = [r for r in aws.run(cfg) if r.check == "free IP addresses"]
-    assert [(r.status, r.reason) for r in planned] == [
-        ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
-    ]
+def _compute_subnet(aws: Aws) -> tuple[str, str]:
+    """The compute subnet as the Network stack names it, as a /28 (11 free addresses)."""
     vpc = aws.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnet = aws.ec2.create_subnet(
         VpcId=vpc,
@@ -377,6 +372,17 @@ def test_subnet_free_addresses(aws: Aws) -> None:
         AvailabilityZone="us-west-2d",
         TagSpecifications=[{"ResourceType": "subnet", "Tags": [{"Key": "Name", "Value": "fminfra-pf-private-usw2-az4"}]}],
     )["Subnet"]["SubnetId"]
+    return vpc, subnet
+
+
+def test_subnet_free_addresses(aws: Aws) -> None:
+    aws.ec2_quota("L-417A185B", 10000)
+    cfg = _cfg(count=2, capacity={"type": "on-demand"})
+    planned = [r for r in aws.run(cfg) if r.check == "free IP addresses"]
+    assert [(r.status, r.reason) for r in planned] == [
+        ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
+    ]
+    vpc, subnet = _compute_subnet(aws)
     aws.ec2_quota("L-417A185B", 10000)
     try:
         deployed = [r for r in aws.run(_cfg(count=20, capacity={"type": "on-demand"})) if r.check == "free IP addresses"]
@@ -685,13 +691,7 @@ def test_vcpu_quota_counts_what_already_runs_but_not_this_environment(aws: Aws) 
 def test_subnet_check_gives_back_the_addresses_this_environment_holds(aws: Aws) -> None:
     """After a deploy the nodes' own addresses are no longer free; a re-run must not count them
     as new demand (a /28 has 11 free addresses; two nodes hold 2 of them)."""
-    vpc = aws.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
-    subnet = aws.ec2.create_subnet(
-        VpcId=vpc,
-        CidrBlock="10.9.0.0/28",
-        AvailabilityZone="us-west-2d",
-        TagSpecifications=[{"ResourceType": "subnet", "Tags": [{"Key": "Name", "Value": "fminfra-pf-private-usw2-az4"}]}],
-    )["Subnet"]["SubnetId"]
+    vpc, subnet = _compute_subnet(aws)
     _own_group(aws, 2, subnet=subnet)
     aws.ec2_quota("L-417A185B", 100000)
     try:

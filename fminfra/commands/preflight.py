@@ -419,10 +419,7 @@ class Preflight:
             others = in_use.get(code, 0)
             used = f"; {others} vCPUs already run outside this environment" if others else ""
             text = f"{groups} need {vcpus} vCPUs{used}; the quota ({code}) is {value:g}"
-            if vcpus + others <= value:
-                self.add("PASS", subject, "EC2 vCPU quota", text)
-            else:
-                self.add("FAIL", subject, "EC2 vCPU quota", f"{text}: request an increase in Service Quotas")
+            self._quota_row(vcpus + others <= value, subject, "EC2 vCPU quota", text)
 
     def sagemaker_quotas(self) -> None:
         """SageMaker's per-instance-type cluster quotas for HyperPod groups (and the Slurm
@@ -507,17 +504,18 @@ class Preflight:
                 self.add(
                     "WARN", subject, "HyperPod account quota", f"no SageMaker quota named {name!r} in {self.cfg.region}; check it by hand"
                 )
-            elif total <= value:
-                self.add("PASS", subject, "HyperPod account quota", f"this cluster needs {need}{in_use}; the quota is {value:g}")
             else:
-                self.add(
-                    "FAIL",
-                    subject,
-                    "HyperPod account quota",
-                    f"this cluster needs {need}{in_use}; the quota is {value:g}: request an increase in Service Quotas",
+                self._quota_row(
+                    total <= value, subject, "HyperPod account quota", f"this cluster needs {need}{in_use}; the quota is {value:g}"
                 )
 
     # ----------------------------------------------------------------------------------------
+
+    def _quota_row(self, fits: bool, subject: str, check: str, text: str) -> None:
+        if fits:
+            self.add("PASS", subject, check, text)
+        else:
+            self.add("FAIL", subject, check, f"{text}: request an increase in Service Quotas")
 
     def _quota_value(self, service: str, code: str) -> float:
         """A quota's applied value, or AWS's default where none is applied (GetServiceQuota answers
@@ -624,10 +622,7 @@ class Preflight:
         own += sum(n * _interfaces_per_node(t) for t, n in self._own_cluster_counts.items())
         others = max(in_region - own, 0)
         text = f"the nodes take up to {need} ({', '.join(parts)}); {others} other interfaces exist in {self.cfg.region}; the quota ({code}) is {value:g}"
-        if need + others <= value:
-            self.add("PASS", f"quota {name}", "network interface quota", text)
-        else:
-            self.add("FAIL", f"quota {name}", "network interface quota", f"{text}: request an increase in Service Quotas")
+        self._quota_row(need + others <= value, f"quota {name}", "network interface quota", text)
 
     def _addresses_needed(self) -> tuple[int, int]:
         """(addresses the nodes take, the same plus EKS pods). ec2 nodes: one (the primary; the
