@@ -226,7 +226,7 @@ def _block_windows(template: Mapping[str, Any]) -> dict[str, tuple[datetime, dat
 
 def capacity_block_deploy_findings(before: Templates, after: Templates, now: datetime) -> list[tuple[bool, str]]:
     """(blocking, line) for each Auto Scaling group that this deploy updates while its Capacity
-    Block window runs (scale-out done, scale-in ahead). Blocking when the update would shrink it:
+    Block window runs (scale-out done, scale-in ahead). Blocking when the update would reset or resize it:
     without the AutoScalingScheduledAction update policy CloudFormation sets the size back to the
     template's values (docs/facts/capacity.md#cfn-scheduled-action-update-policy); with it, a
     changed size property still applies at once."""
@@ -565,7 +565,7 @@ def main(ns: Any) -> int:
 
 
 def _report_capacity_blocks(before: Templates, after: Templates) -> int:
-    """Print what the deploy does to Capacity Block groups inside their window; 1 if it shrinks one."""
+    """Print what the deploy does to Capacity Block groups inside their window; 1 if it resets or resizes one."""
     findings = capacity_block_deploy_findings(before, after, datetime.now(UTC))
     for blocking, line in findings:
         print(f"{'FAIL' if blocking else 'WARN'} {line}")
