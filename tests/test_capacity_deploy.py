@@ -6,8 +6,11 @@ examples/ec2-capacity-block.yaml; CloudFormation's behaviour is the one its docu
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fminfra.commands.guard import capacity_block_deploy_findings
 from fminfra.commands.plan import capacity_block_deploy_notes, render_plan
@@ -101,3 +104,28 @@ def test_plan_warns_that_a_windowless_block_group_is_reset_by_a_deploy() -> None
     notes = capacity_block_deploy_notes(cfg, INSIDE)
     assert [n.split(":")[0] for n in notes] == ["blocks"]
     assert "sets it back to 0 instances" in notes[0]
+
+
+def test_guard_command_fails_a_deploy_that_resets_a_running_block_group(
+    synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The command line: `guard --baseline BEFORE --templates AFTER` prints the Capacity Block
+    line and exits 1. The block's window is moved around the real current time."""
+    import json
+
+    from fminfra.cli import main
+
+    _, after = _templates(synth)
+    now = datetime.now(UTC)
+    for res in after["Compute"]["Resources"].values():
+        if res["Type"] == "AWS::AutoScaling::ScheduledAction":
+            when = now - timedelta(days=1) if res["Properties"]["DesiredCapacity"] else now + timedelta(days=1)
+            res["Properties"]["StartTime"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    before = _new_launch_template_version(after)
+    del after["Compute"]["Resources"][_group_lid(after["Compute"])]["UpdatePolicy"]
+    for folder, templates in (("before", before), ("after", after)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "Compute.template.json").write_text(json.dumps(templates["Compute"]))
+    assert main(["guard", "--baseline", str(tmp_path / "before"), "--templates", str(tmp_path / "after")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL Compute: " in out and "sets min/max/desired back to 0/8/0 and terminates its nodes" in out
