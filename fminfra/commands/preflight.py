@@ -2,8 +2,10 @@
 
 Read-only AWS calls in the config's region: the AZ IDs exist in the account, every instance type
 is offered in the compute AZ, reservations / Capacity Blocks / training plans exist and match
-their group, quotas cover the groups, and the compute subnet has room for the nodes. Prints one
-PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
+their group, quotas (vCPUs, network interfaces, SageMaker and HyperPod instances) cover the groups
+on top of what the account already runs, and the compute subnet has room for the nodes. This
+environment's own deployed nodes count as available, so a re-run after a deploy does not count
+them twice. Prints one PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
 """
 
 from __future__ import annotations
