@@ -7,11 +7,52 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
+from fminfra.core.errors import ValidationError
 from fminfra.stacks.compute import ComputeStack
 from fminfra.stacks.data import DataStack, needs_data_stack
 from fminfra.stacks.network import NetworkStack
 from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack
+
+# The CDK feature flags the stage's templates are built and tested with. The stage sets each one on
+# its own scope unless the app already has a value, so it works in any CDK app, with or without a
+# cdk.json (this repository's cdk.json repeats them for the stacks outside a stage). Each flag is
+# documented in aws-cdk-lib's FEATURE_FLAGS.md; `tests/test_library.py` keeps this table and
+# cdk.json equal.
+FEATURE_FLAGS: dict[str, object] = {
+    "@aws-cdk/core:checkSecretUsage": True,
+    "@aws-cdk/core:target-partitions": ["aws", "aws-cn"],
+    "@aws-cdk/aws-iam:minimizePolicies": True,
+    "@aws-cdk/core:validateSnapshotRemovalPolicy": True,
+    "@aws-cdk/aws-s3:createDefaultLoggingPolicy": True,
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/core:enablePartitionLiterals": True,
+    "@aws-cdk/aws-kms:aliasNameRef": True,
+    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": False,
+    "@aws-cdk/aws-iam:standardizedServicePrincipals": True,
+    "@aws-cdk/aws-kms:reduceCrossAccountRegionPolicyScope": True,
+    "@aws-cdk/core:includePrefixInUniqueNameGeneration": True,
+    "@aws-cdk/aws-ec2:ebsDefaultGp3Volume": True,
+    "@aws-cdk/aws-s3:keepNotificationInImportedBucket": True,
+    "@aws-cdk/aws-s3:publicAccessBlockedByDefault": True,
+    "@aws-cdk/core:validateAgainstDefaultRules": True,
+}
+# Flags the constructs cannot work without: the cdk-nag acknowledgments name IAM resources by their
+# literal ARN (`fminfra.constructs.acknowledge.literal`), which needs partition literals.
+REQUIRED_FLAGS = ("@aws-cdk/core:enablePartitionLiterals",)
+
+
+def apply_feature_flags(stage: cdk.Stage) -> None:
+    """Set the stage's feature flags on its scope where the app has none; refuse a required flag set off."""
+    for flag, value in FEATURE_FLAGS.items():
+        given = stage.node.try_get_context(flag)
+        if given is None:
+            stage.node.set_context(flag, value)
+        elif flag in REQUIRED_FLAGS and given != value:
+            raise ValidationError(
+                f"feature flag {flag} is {given!r} in this app; fminfra needs {value!r}: "
+                f"remove it from cdk.json or the app's context, or set it to {value!r}"
+            )
 
 
 class EnvironmentStage(cdk.Stage):
@@ -29,6 +70,7 @@ class EnvironmentStage(cdk.Stage):
             env=cdk.Environment(account=cfg.account, region=cfg.region),
             **kwargs,  # type: ignore[arg-type]
         )
+        apply_feature_flags(self)
         self.cfg = cfg
         tags = {"fminfra:environment": cfg.name, **cfg.tags}
         for key, value in tags.items():
