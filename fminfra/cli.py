@@ -21,6 +21,8 @@ from fminfra.core.errors import ConfigError, ValidationError
 COMMANDS = {
     "validate": "validate",
     "schema": "schema",
+    "show": "show",
+    "init": "init",
     "plan": "plan",
     "gate": "gate",
     "preflight": "preflight",

@@ -54,7 +54,7 @@ def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
 def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     """Rows for every training group and inference node group of the environment."""
     rows: list[GroupPlan] = []
-    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2"}[cfg.compute.orchestrator]
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
     groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
         *((kind, g) for g in cfg.compute.instance_groups),
         *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
@@ -102,9 +102,12 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
 def render_plan(cfg: EnvironmentConfig) -> str:
     """The text `python -m fminfra plan` prints for one environment."""
     rows = group_plans(cfg)
-    out = [
-        f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), orchestrator {cfg.compute.orchestrator}"
-    ]
+    what = (
+        "inference only: an EKS cluster with GPU node groups, no training cluster"
+        if cfg.compute.orchestrator == "none"
+        else f"orchestrator {cfg.compute.orchestrator}"
+    )
+    out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
     out.append(
         format_table(
             ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
