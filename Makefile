@@ -37,7 +37,8 @@ setup: $(VENV)/.installed node_modules/.installed promtool
 # promtool (installed with apt) is for the rule tests of `make test` alone.
 synth: $(VENV)/.installed node_modules/.installed
 	rm -rf cdk.out
-	$(CDK) synth --quiet --no-notices -c config_dir=$(CONFIG_DIR) '**'
+	$(CDK) synth --quiet --no-notices -c config_dir=$(CONFIG_DIR) '**' \
+	  2> >(grep -v -e '^Successfully synthesized' -e '^Supply a stack id' -e '^$$' >&2)
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
 
 test: setup

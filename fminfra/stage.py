@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
@@ -14,29 +17,13 @@ from fminfra.stacks.network import NetworkStack
 from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack
 
-# The CDK feature flags the stage's templates are built and tested with. The stage sets each one on
-# its own scope unless the app already has a value, so it works in any CDK app, with or without a
-# cdk.json (this repository's cdk.json repeats them for the stacks outside a stage). Each flag is
-# documented in aws-cdk-lib's FEATURE_FLAGS.md; `tests/test_library.py` keeps this table and
-# cdk.json equal.
-FEATURE_FLAGS: dict[str, object] = {
-    "@aws-cdk/core:checkSecretUsage": True,
-    "@aws-cdk/core:target-partitions": ["aws", "aws-cn"],
-    "@aws-cdk/aws-iam:minimizePolicies": True,
-    "@aws-cdk/core:validateSnapshotRemovalPolicy": True,
-    "@aws-cdk/aws-s3:createDefaultLoggingPolicy": True,
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
-    "@aws-cdk/core:enablePartitionLiterals": True,
-    "@aws-cdk/aws-kms:aliasNameRef": True,
-    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": False,
-    "@aws-cdk/aws-iam:standardizedServicePrincipals": True,
-    "@aws-cdk/aws-kms:reduceCrossAccountRegionPolicyScope": True,
-    "@aws-cdk/core:includePrefixInUniqueNameGeneration": True,
-    "@aws-cdk/aws-ec2:ebsDefaultGp3Volume": True,
-    "@aws-cdk/aws-s3:keepNotificationInImportedBucket": True,
-    "@aws-cdk/aws-s3:publicAccessBlockedByDefault": True,
-    "@aws-cdk/core:validateAgainstDefaultRules": True,
-}
+# The CDK feature flags the stage's templates are built and tested with (feature_flags.json beside
+# this module: the flags this repository started with, and every flag `cdk flags` lists for
+# aws-cdk-lib 2.275 at its recommended value where that leaves every template unchanged; see
+# CHANGELOG.md for the two set otherwise). The stage sets each one on its own scope unless the app
+# already has a value, so it works in any CDK app, with or without a cdk.json (this repository's
+# cdk.json repeats them for the stacks outside a stage; tests/test_library.py keeps the two equal).
+FEATURE_FLAGS: dict[str, object] = json.loads((Path(__file__).parent / "feature_flags.json").read_text(encoding="utf-8"))
 # Flags the constructs cannot work without: the cdk-nag acknowledgments name IAM resources by their
 # literal ARN (`fminfra.constructs.acknowledge.literal`), which needs partition literals.
 REQUIRED_FLAGS = ("@aws-cdk/core:enablePartitionLiterals",)

@@ -47,5 +47,5 @@ def test_the_app_keeps_its_own_value_of_an_optional_flag() -> None:
 
 def test_cdk_json_and_the_stage_agree_on_feature_flags() -> None:
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    flags = {k: v for k, v in context.items() if k.startswith("@aws-cdk/")}
+    flags = {k: v for k, v in context.items() if k.startswith("@aws-cdk")}
     assert flags == FEATURE_FLAGS

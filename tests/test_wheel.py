@@ -170,3 +170,5 @@ def test_readme_library_app_synthesizes_from_the_wheel_in_an_empty_folder(instal
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert len(list((tmp_path / "cdk.out").glob("assembly-dev/*.template.json"))) == 5
+    # Quiet: no warning (the stage's feature flags settle the cross-stack reference strength).
+    assert "WARNING" not in result.stderr, result.stderr
