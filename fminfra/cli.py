@@ -29,6 +29,8 @@ COMMANDS = {
     "capacity-blocks": "capacity_blocks",
     "grafana": "grafana",
     "guard": "guard",
+    "cost": "cost",
+    "diagram": "diagram",
 }
 
 

@@ -39,6 +39,12 @@ class CapacityConfig(Model):
     starts_at: datetime | None = Field(default=None, description="capacity-block: start of the block.")
     ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block.")
     training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
+    upfront_fee_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="capacity-block, training-plan: the fee paid up front (in no template); `fminfra cost` shows it.",
+    )
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> CapacityConfig:
@@ -46,14 +52,14 @@ class CapacityConfig(Model):
             "on-demand": set(),
             "odcr": {"end_date"},
             "reservation": {"reservation_ids"},
-            "capacity-block": {"reservation_ids", "starts_at", "ends_at"},
-            "training-plan": {"training_plan_arn"},
+            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "upfront_fee_usd"},
+            "training-plan": {"training_plan_arn", "upfront_fee_usd"},
         }[self.type]
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
         problems: list[tuple[str, str]] = []
-        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "training_plan_arn"):
+        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "training_plan_arn", "upfront_fee_usd"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
                 problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
@@ -169,7 +175,7 @@ class InferenceNodeGroupConfig(Model):
 
     name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
     instance_type: str = Field(
-        description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).", json_schema_extra={"enum": sorted(catalog.CATALOG)}
+        description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).", json_schema_extra={"enum": [*sorted(catalog.CATALOG)]}
     )
     min_size: int = Field(default=0, ge=0, le=1000)
     desired_size: int = Field(default=1, ge=0, le=1000)
