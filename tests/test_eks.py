@@ -1,4 +1,4 @@
-"""EKS (issue 5): the cluster of staging (HyperPod on EKS) and of the Slurm + inference test
+"""EKS: the cluster of staging (HyperPod on EKS) and of the Slurm + inference test
 config: auth mode, endpoint, secrets encryption, logging, pinned add-ons and charts, access
 entries, inference node groups and their launch templates."""
 

@@ -1,4 +1,4 @@
-"""HyperPod (issue 5): config rejections, the construct's own checks, the synthesized clusters,
+"""HyperPod: config rejections, the construct's own checks, the synthesized clusters,
 IAM of the node role, and the own rules' ability to fail."""
 
 from __future__ import annotations

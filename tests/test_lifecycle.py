@@ -1,4 +1,4 @@
-"""Lifecycle scripts (issue 5): run on_create.sh on the parameters the config generates, with
+"""Lifecycle scripts: run on_create.sh on the parameters the config generates, with
 fake system commands on PATH, twice; and the publishing construct's versioned prefix."""
 
 from __future__ import annotations

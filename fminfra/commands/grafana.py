@@ -206,9 +206,10 @@ def sync(cfg: EnvironmentConfig, *, client: ClientFactory, grafana_url: str | No
 
 
 def boto3_clients(region: str) -> ClientFactory:
-    import boto3
+    """Clients of one session with normal credential resolution; AwsAccessError (exit 2) without credentials."""
+    from fminfra.commands.aws import make_session
 
-    session = boto3.session.Session(region_name=region)
+    session = make_session(region=region)
     return lambda service: session.client(service)  # type: ignore[call-overload]
 
 

@@ -59,7 +59,7 @@ def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
 def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     """Rows for every training group and inference node group of the environment."""
     rows: list[GroupPlan] = []
-    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2"}[cfg.compute.orchestrator]
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
     groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
         *((kind, g) for g in cfg.compute.instance_groups),
         *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
@@ -133,9 +133,12 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
     """The text `python -m fminfra plan` prints for one environment (NOW: for the Capacity Block
     notes; default the current time)."""
     rows = group_plans(cfg)
-    out = [
-        f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), orchestrator {cfg.compute.orchestrator}"
-    ]
+    what = (
+        "inference only: an EKS cluster with GPU node groups, no training cluster"
+        if cfg.compute.orchestrator == "none"
+        else f"orchestrator {cfg.compute.orchestrator}"
+    )
+    out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
     out.append(
         format_table(
             ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],

@@ -19,7 +19,9 @@ from fminfra.core.versions import version
 # HyperPod's rule for cluster and instance group names.
 GROUP_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
-TRAINING_PLAN_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$")
+TRAINING_PLAN_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
 IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
 CONTROLLER_GROUP_NAME = "controller"
 LOGIN_GROUP_NAME = "login"
@@ -46,6 +48,12 @@ class CapacityConfig(Model):
         description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations (default 10).",
     )
     training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
+    upfront_fee_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="capacity-block, training-plan: the fee paid up front (in no template); `fminfra cost` shows it.",
+    )
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> CapacityConfig:
@@ -53,14 +61,14 @@ class CapacityConfig(Model):
             "on-demand": set(),
             "odcr": {"end_date"},
             "reservation": {"reservation_ids"},
-            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes"},
-            "training-plan": {"training_plan_arn"},
+            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes", "upfront_fee_usd"},
+            "training-plan": {"training_plan_arn", "upfront_fee_usd"},
         }[self.type]
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
         problems: list[tuple[str, str]] = []
-        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn"):
+        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn", "upfront_fee_usd"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
                 problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
@@ -146,7 +154,10 @@ class InstanceGroupConfig(Model):
     """A training group: a HyperPod instance group (slurm, eks) or an Auto Scaling group (ec2)."""
 
     name: str = Field(description="1-63 letters, digits and hyphens (HyperPod's rule); unique.")
-    instance_type: str = Field(description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).")
+    instance_type: str = Field(
+        description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).",
+        json_schema_extra={"enum": [*catalog.TRAINING_TYPES, *(f"ml.{n}" for n in catalog.TRAINING_TYPES)]},
+    )
     count: int = Field(ge=0, le=HYPERPOD_MAX_INSTANCES, description="Number of instances.")
     placement: Literal["cluster", "none"] | None = Field(
         default=None, description="ec2 groups: cluster (default) or none; capacity-block defaults to none."
@@ -191,7 +202,9 @@ class InferenceNodeGroupConfig(Model):
     """An EKS managed node group of GPU instances for serving."""
 
     name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
-    instance_type: str = Field(description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).")
+    instance_type: str = Field(
+        description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).", json_schema_extra={"enum": [*sorted(catalog.CATALOG)]}
+    )
     min_size: int = Field(default=0, ge=0, le=1000)
     desired_size: int = Field(default=1, ge=0, le=1000)
     max_size: int = Field(default=1, ge=1, le=1000)
@@ -314,7 +327,10 @@ class EksConfig(Model):
 class ComputeConfig(Model):
     """Training groups, the orchestrator that runs them, and inference node groups."""
 
-    orchestrator: Literal["slurm", "eks", "ec2"] = Field(description="slurm | eks (HyperPod) | ec2 (Auto Scaling groups).")
+    orchestrator: Literal["slurm", "eks", "ec2", "none"] = Field(
+        default="none",
+        description="slurm | eks (HyperPod) | ec2 (Auto Scaling groups) | none (no training cluster: inference_node_groups only).",
+    )
     instance_groups: list[InstanceGroupConfig] = Field(default_factory=list)
     slurm: SlurmConfig | None = Field(default=None, description="orchestrator slurm only.")
     eks: EksConfig | None = Field(default=None, description="orchestrator eks, or when inference_node_groups exist.")
@@ -333,6 +349,18 @@ class ComputeConfig(Model):
         problems: list[tuple[str, str]] = []
         if self.hyperpod and not self.instance_groups:
             problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
+        if self.orchestrator == "none":
+            if self.instance_groups:
+                problems.append(
+                    ("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
+                )
+            elif not self.inference_node_groups:
+                problems.append(
+                    (
+                        "",
+                        "give instance_groups with an orchestrator (slurm, eks, ec2), or inference_node_groups for an inference-only EKS cluster",
+                    )
+                )
         if self.slurm is not None and self.orchestrator != "slurm":
             problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
