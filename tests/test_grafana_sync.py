@@ -259,12 +259,14 @@ def test_cli_rejects_an_environment_without_grafana(capsys: pytest.CaptureFixtur
     )
 
 
-def test_cli_without_credentials_exits_1_without_a_traceback(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_without_credentials_exits_2_with_the_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    assert cli.main(["grafana", "sync", str(CONFIG)]) == 1
+    assert cli.main(["grafana", "sync", str(CONFIG)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("obs-grafana: grafana sync: ") and "Traceback" not in err[0]
+    assert err == [
+        "no AWS credentials found (environment variables, --profile, SSO or an instance role); this command needs read access to the account in the config"
+    ]
