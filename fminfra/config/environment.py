@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -68,6 +69,8 @@ class EnvironmentConfig(Model):
     def physical_name(self, *parts: str) -> str:
         return "-".join(("fminfra", self.name, *parts))
 
-    def warnings(self) -> list[tuple[str, str]]:
-        """Problems that do not reject the config: (field path, message); validate and plan print them."""
-        return [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]
+    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+        """Problems that do not reject the config: (field path, message); validate and plan print them.
+        `today` (default: the current UTC date) dates the Kubernetes support warning."""
+        out = [(f"compute.{path}", msg) for path, msg in self.compute.warnings(today)]
+        return out + [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]
