@@ -128,3 +128,13 @@ def test_validate_prints_the_warning_on_stderr() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "compute.eks.kubernetes_version: warning: 1.34: EKS standard support" in result.stderr
+
+
+def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
+    data = copy.deepcopy(STAGING)
+    data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "eu-west-3", ["euw3-az1", "euw3-az2"], "euw3-az1"
+    warnings = dict(parse_config(data, "f.yaml").warnings(date(2026, 1, 1)))
+    assert warnings["region"].startswith(
+        "HyperPod's dependency chart has no health-monitoring agent image in eu-west-3; it pulls us-east-1's"
+    )
+    assert "region" not in dict(parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1)))

@@ -128,10 +128,14 @@ def test_create_downloads_the_pinned_commit_and_installs_the_release(tmp_path: P
 
 def test_update_reinstalls_and_keeps_the_physical_id(tmp_path: Path) -> None:
     run = Recorder()
+    stale = tmp_path / "work" / "src" / "helm_chart" / "HyperPodHelmChart" / "templates" / "from-an-older-commit.yaml"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("kind: Stale\n")  # a warm Lambda's /tmp from an earlier commit
     event = _event(RequestType="Update", PhysicalResourceId="fminfra-staging-eks/kube-system/hyperpod-dependencies")
     physical, _ = index.handle(event, **_deps(tmp_path, run, []))
     assert physical == event["PhysicalResourceId"]
     assert [argv[1] for argv, _ in run.calls] == ["dependency", "upgrade"]
+    assert not stale.exists()
 
 
 def test_a_helm_failure_is_reported_not_swallowed(tmp_path: Path) -> None:

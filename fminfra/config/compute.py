@@ -256,6 +256,12 @@ SUPPORT_END_WARNING_DAYS = 60
 DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 # Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
 REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
+# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
+HEALTH_MONITORING_AGENT_REGIONS = (
+    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
+    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
+)  # fmt: skip
 EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
 
 

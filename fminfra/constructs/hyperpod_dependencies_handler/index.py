@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 import traceback
@@ -163,6 +164,9 @@ def install(
     token: Callable[[str], str],
 ) -> None:
     """Create and Update: download, unpack, resolve the chart's dependencies, upgrade --install."""
+    # A warm Lambda keeps /tmp: start from an empty folder so no file of an earlier commit remains.
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
     url = ARCHIVE_URL.format(repository=props["Repository"], commit=props["Commit"])
     chart = extract_chart(fetch(url), props["Repository"], props["Commit"], props["ChartPath"], work / "src")
     (work / "values.json").write_text(json.dumps(props["Values"], sort_keys=True))
