@@ -11,6 +11,7 @@ import tarfile
 import urllib.parse
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +69,14 @@ class Recorder:
         return ""
 
 
+@cache
+def _session() -> botocore.session.Session:
+    return botocore.session.get_session()  # one session: botocore loads the EKS model once
+
+
 def _eks_describe() -> tuple[Any, Stubber]:
     """DescribeCluster through botocore's Stubber: the recorded response must match the EKS model."""
-    client = botocore.session.get_session().create_client(
-        "eks", region_name="us-west-2", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret"
-    )
+    client = _session().create_client("eks", region_name="us-west-2", aws_access_key_id="AKIDEXAMPLE", aws_secret_access_key="secret")
     stubber = Stubber(client)
     recorded = json.loads((DATA / "describe_cluster.json").read_text())
     recorded["cluster"]["createdAt"] = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -82,17 +86,19 @@ def _eks_describe() -> tuple[Any, Stubber]:
 
 
 def _deps(tmp_path: Path, run: Recorder, fetched: list[str], archive: bytes | None = None) -> dict[str, Any]:
-    client, _ = _eks_describe()
-
     def fetch(url: str) -> bytes:
         fetched.append(url)
         return archive if archive is not None else _archive()
+
+    def describe(name: str) -> Any:
+        client, _ = _eks_describe()
+        return client.describe_cluster(name=name)["cluster"]
 
     return {
         "work": tmp_path / "work",
         "fetch": fetch,
         "run": run,
-        "describe": lambda name: client.describe_cluster(name=name)["cluster"],
+        "describe": describe,
         "token": lambda name: f"k8s-aws-v1.token-for-{name}",
     }
 
