@@ -134,3 +134,14 @@ def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
         "HyperPod's dependency chart has no health-monitoring agent image in eu-west-3; it pulls us-east-1's"
     )
     assert "region" not in dict(parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1)))
+
+
+def test_default_system_node_type_is_an_ec2_instance_type() -> None:
+    # Against botocore's EC2 model (the InstanceType enum), not against our own rule.
+    import botocore.session
+
+    from fminfra.config import SystemNodesConfig
+
+    enum = botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum
+    assert SystemNodesConfig().instance_type in enum
+    assert "ml.m5.large" not in enum  # the test of the test: a HyperPod name is no EC2 type
