@@ -84,6 +84,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         names = set(zf.namelist())
     for path in ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv"):
         assert f"fminfra/_scripts/{path}" in names
+    assert "fminfra/constructs/hyperpod_dependencies_handler/index.py" in names  # the installer Lambda's asset
 
     # A fresh venv; its dependencies come from the test environment through a .pth file, so
     # nothing is downloaded. The installed fminfra comes first on sys.path.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -279,12 +279,66 @@ def supported_kubernetes_versions() -> tuple[str, ...]:
     return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
 
 
+def standard_support_end(kubernetes_version: str) -> date:
+    """The day EKS standard support of a supported version ends (the manifest's
+    EKS_KUBERNETES_<major>_<minor>_STANDARD_SUPPORT_END; docs/facts/eks.md#eks-kubernetes-version)."""
+    return date.fromisoformat(version(f"EKS_KUBERNETES_{kubernetes_version.replace('.', '_')}_STANDARD_SUPPORT_END"))
+
+
+def default_kubernetes_version() -> str:
+    """The newest version of the manifest's list (in EKS standard support and HyperPod's list)."""
+    return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
+# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
+SUPPORT_END_WARNING_DAYS = 60
+# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
+DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
+REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
+# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
+HEALTH_MONITORING_AGENT_REGIONS = (
+    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
+    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
+)  # fmt: skip
+EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
+class SystemNodesConfig(Model):
+    """A small untainted CPU node group for CoreDNS and other system pods (EKS managed node group)."""
+
+    count: int | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="Nodes (0: none). Default: 2 when every node group of the cluster is tainted (inference-only), "
+        "0 when untainted nodes exist (HyperPod instance groups, untainted inference groups).",
+    )
+    instance_type: str = Field(default="m6i.large", description="EC2 instance type (CPU), e.g. m6i.large.")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if not EC2_INSTANCE_TYPE_RULE.match(value) or value.startswith("ml."):
+            raise ValueError(f"must be an EC2 instance type such as m6i.large (no ml. prefix), got {value!r}")
+        if value in catalog.CATALOG:
+            raise ValueError(
+                f"{value!r} is a GPU type; system nodes are for CoreDNS and other system pods, use a CPU type such as m6i.large"
+            )
+        return value
+
+
 class EksConfig(Model):
-    kubernetes_version: str = Field(default="1.34", description="EKS Kubernetes version.")
+    kubernetes_version: str = Field(
+        default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
+    )
     admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
     public_access_cidrs: list[str] = Field(
         default_factory=list, description="CIDRs allowed to the public API endpoint; empty: private endpoint only."
     )
+    system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, description="CPU nodes for system pods.")
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -344,6 +398,46 @@ class ComputeConfig(Model):
     def needs_eks(self) -> bool:
         return self.orchestrator == "eks" or bool(self.inference_node_groups)
 
+    def untainted_node_sources(self) -> list[str]:
+        """Node groups of the EKS cluster on which CoreDNS and other system pods can run: HyperPod
+        instance groups with nodes (fminfra sets no Kubernetes taints on them) and inference groups
+        with nodes whose taints (the GPU taint by default) keep no pod off."""
+        sources: list[str] = []
+        if self.orchestrator == "eks":
+            sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
+        for g in self.inference_node_groups:
+            taints = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
+                sources.append(f"inference node group {g.name!r}")
+        return sources
+
+    def system_node_count(self) -> int:
+        """Nodes of the system node group: the config's count, or 2 when nothing else could run
+        CoreDNS and 0 otherwise (HyperPod EKS with nodes, untainted inference groups)."""
+        assert self.eks is not None
+        if self.eks.system_nodes.count is not None:
+            return self.eks.system_nodes.count
+        return 0 if self.untainted_node_sources() else 2
+
+    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+        """(field path, message) for what does not reject the config: a Kubernetes version within
+        SUPPORT_END_WARNING_DAYS of the end of its EKS standard support."""
+        if self.eks is None:
+            return []
+        today = today or datetime.now(UTC).date()
+        end = standard_support_end(self.eks.kubernetes_version)
+        left = (end - today).days
+        if left > SUPPORT_END_WARNING_DAYS:
+            return []
+        when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
+        return [
+            (
+                "eks.kubernetes_version",
+                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
+                "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+            )
+        ]
+
     @model_validator(mode="after")
     def _rules(self) -> ComputeConfig:
         problems: list[tuple[str, str]] = []
@@ -400,6 +494,18 @@ class ComputeConfig(Model):
             self.slurm = SlurmConfig()
         if self.needs_eks and self.eks is None:
             self.eks = EksConfig()
+        if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
+            _raise_problems(
+                [
+                    (
+                        "eks.system_nodes.count",
+                        "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
+                        "(default nvidia.com/gpu=true:NoSchedule)"
+                        + (" and no HyperPod instance group has nodes" if self.orchestrator == "eks" else "")
+                        + "; set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint",
+                    )
+                ]
+            )
         return self
 
     def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
