@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import re
 
 import aws_cdk as cdk
@@ -116,15 +118,25 @@ def test_node_role_only_amp_right_is_remote_write_on_this_workspace(synth: Synth
         assert all("Prometheus" not in str(arn) for arn in role.get("ManagedPolicyArns", []))
 
 
-def test_remote_write_url_is_the_endpoint_attribute_plus_remote_write(synth: Synth) -> None:
+def test_remote_write_url_is_built_from_the_workspace_id(synth: Synth) -> None:
+    """AMP's RemoteWrite URI (docs/facts/observability.md#amp-remote-write-url):
+    https://aps-workspaces.<region>.<url suffix>/workspaces/<id>/api/v1/remote_write, never the
+    PrometheusEndpoint attribute + "remote_write" (which gives .../workspaces/<id>/remote_write)."""
     stage = synth.stages["dev"]
     assert stage.compute.remote_write_url == stage.observability.prometheus.remote_write_url
     outputs = synth.template("dev", "Observability")["Outputs"]
     url = outputs["RemoteWriteUrl"]["Value"]
-    endpoint, suffix = url["Fn::Join"][1]
-    assert url["Fn::Join"][0] == "" and suffix == "remote_write"
-    assert endpoint["Fn::GetAtt"][1] == "PrometheusEndpoint"
-    assert next(iter(synth.resources("dev", "Observability", "AWS::APS::Workspace"))) == endpoint["Fn::GetAtt"][0]
+    assert url["Fn::Join"][0] == ""
+    parts = url["Fn::Join"][1]
+    workspace = next(iter(synth.resources("dev", "Observability", "AWS::APS::Workspace")))
+    assert parts == [
+        f"https://aps-workspaces.{stage.observability.region}.",
+        {"Ref": "AWS::URLSuffix"},
+        "/workspaces/",
+        {"Fn::GetAtt": [workspace, "WorkspaceId"]},
+        "/api/v1/remote_write",
+    ]
+    assert "PrometheusEndpoint" not in json.dumps(url)
 
 
 def test_observability_deploys_before_compute(synth: Synth) -> None:
