@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import re
 
 import aws_cdk as cdk
@@ -191,6 +190,10 @@ def test_fsx_alarms_on_aws_fsx_metrics_into_the_topic() -> None:
             "Dimensions": [{"Name": "FileSystemId", "Value": "fs-0123456789abcdef0"}],
             "ComparisonOperator": "LessThanThreshold",
             "Threshold": 4800 * 1024**3 // 10,
+            # The whole file system's free bytes: Sum over a 1-minute period (one data point per
+            # storage target per minute); Minimum would be the fullest storage target only.
+            "Statistic": "Sum",
+            "Period": 60,
             "AlarmActions": [topic_ref],
             "OKActions": [topic_ref],
         },
@@ -375,3 +378,72 @@ def test_an_existing_topic_receives_the_alert_manager_and_no_topic_is_created() 
     definition = template.find_resources("AWS::APS::Workspace")
     text = next(iter(definition.values()))["Properties"]["AlertManagerDefinition"]
     assert f"topic_arn: {arn}" in text
+
+
+def test_eks_dcgm_chart_collects_the_same_counters_file() -> None:
+    """The chart's default list leaves out the ECC, violation, NVLink error and Xid-count fields
+    the rules use; customMetrics (the chart's ConfigMap, mounted over its default-counters.csv)
+    ships ours (docs/facts/observability.md#dcgm-exporter-chart-custom-metrics)."""
+    from fminfra.observability import dcgm_counters_file
+    from fminfra.stacks.compute.clusters import exporter_charts
+
+    dcgm = next(c for c in exporter_charts() if c.chart == "dcgm-exporter")
+    assert dcgm.values["customMetrics"] == dcgm_counters_file().read_text(encoding="utf-8")
+    assert "arguments" not in dcgm.values, "the chart's default -f /etc/dcgm-exporter/default-counters.csv reads the ConfigMap"
+
+
+def test_eks_node_exporter_runs_the_efa_collector_beside_it() -> None:
+    """A sidecar of the node exporter pod runs collect_efa.sh (from a ConfigMap, in the node exporter
+    image's busybox sh) into a volume the node exporter's textfile collector reads; /sys is the
+    chart's own host mount named sys (docs/facts/observability.md#chart-node-exporter-sidecar-values)."""
+    from fminfra.core.resources import scripts_root
+    from fminfra.stacks.compute.clusters import exporter_charts
+
+    node = next(c for c in exporter_charts() if c.chart == "prometheus-node-exporter")
+    values = node.values
+    (configmap_text,) = values["extraManifests"]
+    configmap = yaml.safe_load(configmap_text)
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["namespace"] == node.namespace
+    assert configmap["data"]["collect_efa.sh"] == (scripts_root() / "observability" / "collect_efa.sh").read_text(encoding="utf-8")
+    assert "{{" not in configmap_text, "the chart renders extraManifests with tpl"
+    assert values["configmaps"] == [{"name": configmap["metadata"]["name"], "mountPath": "/opt/fminfra"}]
+    (sidecar,) = values["sidecars"]
+    assert sidecar["command"][:2] == ["/bin/sh", "/opt/fminfra/collect_efa.sh"] and sidecar["command"][2] == "--every"
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert mounts["sys"] == env["SYSFS_ROOT"] == "/host/sys"
+    assert mounts[configmap["metadata"]["name"]] == "/opt/fminfra"
+    (shared,) = values["sidecarVolumeMount"]
+    assert shared["mountPath"] == env["TEXTFILE_DIR"] and shared["readOnly"] is False
+    assert f"--collector.textfile.directory={env['TEXTFILE_DIR']}" in values["extraArgs"]
+
+
+def test_rule_namespace_records_the_expected_node_count(synth: Synth) -> None:
+    """NodesMissing compares the reporting nodes with the count the config expects: the stack writes
+    it into the rule groups namespace."""
+    from fminfra.observability import EXPECTED_NODES_RECORD, expected_node_count
+
+    for env in SHIPPED_NAMES:
+        cfg = synth.configs[env]
+        if not cfg.observability.prometheus:
+            continue
+        (namespace,) = synth.resources(env, "Observability", "AWS::APS::RuleGroupsNamespace").values()
+        groups = yaml.safe_load(namespace["Properties"]["Data"])["groups"]
+        expected = [r for g in groups for r in g["rules"] if r.get("record") == EXPECTED_NODES_RECORD]
+        assert expected == [{"record": EXPECTED_NODES_RECORD, "expr": f"vector({expected_node_count(cfg)})"}], env
+        assert any(r.get("alert") == "NodesMissing" for g in groups for r in g["rules"])
+
+
+def test_expected_node_count_counts_every_node_with_an_exporter(synth: Synth) -> None:
+    from fminfra.observability import expected_node_count
+
+    for env in SHIPPED_NAMES:
+        cfg = synth.configs[env]
+        compute = cfg.compute
+        count = sum(g.count for g in compute.instance_groups)
+        if compute.orchestrator == "slurm":
+            assert compute.slurm is not None
+            count += 1 + compute.slurm.login.count
+        if compute.needs_eks:
+            count += sum(g.min_size for g in compute.inference_node_groups)
+        assert expected_node_count(cfg) == count > 0, env

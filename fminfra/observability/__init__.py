@@ -132,9 +132,16 @@ def dcgm_fields() -> tuple[str, ...]:
 def exporter_metrics() -> dict[str, tuple[str, ...]]:
     """Prometheus metric names by scrape job (dcgm, node, slurm, prometheus)."""
     data = yaml.safe_load(EXPORTER_METRICS.read_text(encoding="utf-8"))
-    metrics = {job: tuple(names) for job, names in data.items() if job != "cloudwatch"}
+    metrics = {job: tuple(names) for job, names in data.items() if job not in ("cloudwatch", "paths")}
     metrics["dcgm"] = dcgm_fields()
     return metrics
+
+
+@cache
+def path_jobs() -> dict[str, tuple[str, ...]]:
+    """The scrape jobs of each deployment path (slurm, ec2, eks)."""
+    data = yaml.safe_load(EXPORTER_METRICS.read_text(encoding="utf-8"))
+    return {path: tuple(jobs) for path, jobs in data["paths"].items()}
 
 
 @cache
