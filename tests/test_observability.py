@@ -17,7 +17,7 @@ from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
 from fminfra.core.errors import ValidationError
-from fminfra.observability import load_rule_groups
+from fminfra.observability import expected_node_count, expected_nodes_group, load_rule_groups
 from tests.conftest import SHIPPED_NAMES, Synth
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
@@ -59,10 +59,12 @@ def test_amp_workspace_has_its_own_key_and_logging(synth: Synth) -> None:
 
 
 def test_rule_groups_namespace_holds_exactly_the_repo_rules(synth: Synth) -> None:
+    """The repo's rule files, and the environment's expected node count."""
     for env in SHIPPED_NAMES:
         namespace = _only(synth.resources(env, "Observability", "AWS::APS::RuleGroupsNamespace"))["Properties"]
         assert namespace["Name"] == f"fminfra-{env}-rules"
-        assert yaml.safe_load(namespace["Data"]) == {"groups": load_rule_groups()}
+        count = expected_node_count(synth.configs[env])
+        assert yaml.safe_load(namespace["Data"]) == {"groups": [*load_rule_groups(), expected_nodes_group(count)]}
 
 
 def test_alert_manager_routes_to_the_topic_with_sigv4(synth: Synth) -> None:

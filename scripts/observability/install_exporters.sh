@@ -7,7 +7,8 @@
 #     loader cache; the distroless image has no driver of its own). Docker is installed from the
 #     distribution when the AMI lacks it, as AWS's reference lifecycle scripts install it; without
 #     the toolkit the exporter is not started but its scrape job stays, so ExporterDown reports it;
-#     the rest of the install goes on either way;
+#     the rest of the install goes on either way (docs/facts/observability.md#dcgm-exporter-distroless-image,
+#     docs/facts/observability.md#reference-lifecycle-installs-docker);
 #   - on the Slurm controller, the Slurm exporter on :8080 (job "slurm"): a node exporter that
 #     serves only the textfile collect_metrics.sh slurm writes from sinfo and squeue;
 #   - a Prometheus agent that scrapes them and remote-writes to AMP with SigV4 as the node role.
