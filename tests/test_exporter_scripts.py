@@ -177,6 +177,8 @@ def test_controller_install_runs_once_and_the_second_run_does_nothing(node: dict
     # The Slurm collection finds sinfo in /opt/slurm/bin, which systemd's default PATH lacks.
     slurm_metrics = (root / "etc/systemd/system/fminfra-slurm-metrics.service").read_text()
     assert "PATH=/opt/slurm/bin:" in slurm_metrics
+    # collect_metrics.sh efa runs the EFA collector installed beside it.
+    assert (root / "opt/fminfra/observability/bin/collect_efa.sh").is_file()
     assert "--web.listen-address=:8080" in (root / "etc/systemd/system/fminfra-slurm-exporter.service").read_text()
 
     Path(node["CALLS"]).write_text("")
