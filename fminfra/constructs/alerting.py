@@ -215,7 +215,17 @@ class FsxLustreAlarms(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         free_bytes = props.storage_capacity_gib * 1024**3 * props.free_capacity_alarm_percent // 100
-        self.free_capacity_alarm = metric("FreeDataStorageCapacity", "Minimum").create_alarm(
+        # Sum is the whole file system's free bytes (Minimum: the fullest storage target's). FSx
+        # emits one data point per storage target per minute, so the Sum takes a 1-minute period;
+        # five of them in a row. docs/facts/observability.md#fsx-free-storage-capacity-statistics
+        free = cloudwatch.Metric(
+            namespace="AWS/FSx",
+            metric_name="FreeDataStorageCapacity",
+            dimensions_map=dims,
+            statistic="Sum",
+            period=cdk.Duration.minutes(1),
+        )
+        self.free_capacity_alarm = free.create_alarm(
             self,
             "FreeCapacity",
             alarm_description=(
@@ -225,7 +235,7 @@ class FsxLustreAlarms(Construct):
             ),
             threshold=free_bytes,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            evaluation_periods=1,
+            evaluation_periods=5,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         for alarm in (self.throughput_alarm, self.free_capacity_alarm):

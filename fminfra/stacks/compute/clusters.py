@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import aws_cdk as cdk
+import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
@@ -103,8 +104,54 @@ SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
 )
 
 
+# The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
+# the node exporter image, busybox sh) runs collect_efa.sh from a ConfigMap every 30 s into a volume
+# the node exporter's textfile collector reads. Chart values: prometheus-node-exporter's
+# configmaps, sidecars, sidecarVolumeMount, extraArgs, extraManifests
+# (docs/facts/observability.md#chart-node-exporter-sidecar-values).
+EFA_COLLECTOR_CONFIGMAP = "fminfra-efa-collector"
+EFA_TEXTFILE_DIR = "/var/lib/fminfra/textfile"
+EFA_COLLECT_SECONDS = 30
+
+
+def _efa_collector_values(script: str) -> dict[str, Any]:
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": EFA_COLLECTOR_CONFIGMAP, "namespace": "monitoring"},
+        "data": {"collect_efa.sh": script},
+    }
+    return {
+        "extraArgs": [f"--collector.textfile.directory={EFA_TEXTFILE_DIR}"],
+        "extraManifests": [yaml.safe_dump(configmap, sort_keys=False)],
+        "configmaps": [{"name": EFA_COLLECTOR_CONFIGMAP, "mountPath": "/opt/fminfra"}],
+        "sidecarVolumeMount": [{"name": "fminfra-textfile", "mountPath": EFA_TEXTFILE_DIR, "readOnly": False}],
+        "sidecars": [
+            {
+                "name": "efa-collector",
+                "command": ["/bin/sh", "/opt/fminfra/collect_efa.sh", "--every", str(EFA_COLLECT_SECONDS)],
+                "env": [{"name": "SYSFS_ROOT", "value": "/host/sys"}, {"name": "TEXTFILE_DIR", "value": EFA_TEXTFILE_DIR}],
+                "volumeMounts": [
+                    {"name": "sys", "mountPath": "/host/sys", "readOnly": True},
+                    {"name": EFA_COLLECTOR_CONFIGMAP, "mountPath": "/opt/fminfra", "readOnly": True},
+                ],
+            }
+        ],
+    }
+
+
 def exporter_charts() -> list[HelmChartSpec]:
-    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs)."""
+    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs).
+
+    The DCGM exporter collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm
+    and ec2 nodes do (the chart's `customMetrics` replaces its default list, which lacks the ECC,
+    violation, NVLink error and Xid-count fields the rules use:
+    docs/facts/observability.md#dcgm-exporter-chart-custom-metrics). The node exporter also serves
+    the EFA counters (see `_efa_collector_values`).
+    """
+    observability = scripts_root() / "observability"
+    counters = (observability / "dcgm-counters.csv").read_text(encoding="utf-8")
+    efa_script = (observability / "collect_efa.sh").read_text(encoding="utf-8")
     return [
         HelmChartSpec(
             name="dcgm-exporter",
@@ -112,7 +159,7 @@ def exporter_charts() -> list[HelmChartSpec]:
             repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
             version=version("CHART_DCGM_EXPORTER_VERSION"),
             namespace="monitoring",
-            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}},
+            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}, "customMetrics": counters},
         ),
         HelmChartSpec(
             name="prometheus-node-exporter",
@@ -120,7 +167,11 @@ def exporter_charts() -> list[HelmChartSpec]:
             repository="https://prometheus-community.github.io/helm-charts",
             version=version("CHART_PROMETHEUS_NODE_EXPORTER_VERSION"),
             namespace="monitoring",
-            values={"image": {"tag": f"v{version('NODE_EXPORTER_VERSION')}"}, "tolerations": [{"operator": "Exists"}]},
+            values={
+                "image": {"tag": f"v{version('NODE_EXPORTER_VERSION')}"},
+                "tolerations": [{"operator": "Exists"}],
+                **_efa_collector_values(efa_script),
+            },
         ),
     ]
 
