@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import aws_cdk as cdk
@@ -34,19 +35,31 @@ from tests.contract import iam, shapes
 from tests.contract.template import policy_statements, render
 
 
-def _resources(synth: Synth) -> list[tuple[str, str, dict[str, Any]]]:
-    return [
-        (stack.display_name, lid, resource)
-        for stack in synth.all_templates()
-        for lid, resource in (stack.template.get("Resources") or {}).items()
-    ]
+@pytest.fixture(scope="module")
+def templates(
+    synth: Synth, pipeline_synth: tuple[Any, Path, dict[str, Any]], oidc_synth: tuple[list[Any], Path]
+) -> list[tuple[str, dict[str, Any]]]:
+    """(name, template) of every stack fminfra ships: each environment of every config, example
+    and test config, the promotion pipeline (and its cross-region support stack), and the GitHub
+    OIDC stacks; each app synthesized once per session (tests/conftest.py)."""
+    found = [(s.display_name, s.template) for s in synth.all_templates()]
+    for outdir in (pipeline_synth[1], oidc_synth[1]):
+        found += [(path.name, json.loads(path.read_text())) for path in sorted(outdir.glob("*.template.json"))]
+    return found
+
+
+def _resources(templates: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(name, lid, resource) for name, template in templates for lid, resource in (template.get("Resources") or {}).items()]
 
 
 # ---- AWS managed policies --------------------------------------------------------------------
 
 
-def test_every_aws_managed_policy_arn_exists(synth: Synth) -> None:
-    found = [(s.display_name, where, arn) for s in synth.all_templates() for where, arn in iam.managed_policy_arns(s.template)]
+def test_every_aws_managed_policy_arn_exists(templates: list[tuple[str, dict[str, Any]]]) -> None:
+    assert any(name.startswith("fminfra-pipeline") for name, _ in templates) and any(
+        name.startswith("fminfra-github-oidc-") for name, _ in templates
+    )
+    found = [(name, where, arn) for name, template in templates for where, arn in iam.managed_policy_arns(template)]
     assert len({arn for _, _, arn in found}) >= 8, "the walk finds the managed policies the node and EKS roles use"
     problems = sorted({f"{stack} {where}: {p}" for stack, where, arn in found if (p := iam.managed_policy_problem(arn))})
     assert problems == []
@@ -88,8 +101,8 @@ def test_newer_managed_policies_cite_a_facts_entry() -> None:
 # ---- IAM actions -----------------------------------------------------------------------------
 
 
-def test_every_policy_action_is_a_real_iam_action(synth: Synth) -> None:
-    found = [(s.display_name, where, action) for s in synth.all_templates() for where, action in iam.statement_actions(s.template)]
+def test_every_policy_action_is_a_real_iam_action(templates: list[tuple[str, dict[str, Any]]]) -> None:
+    found = [(name, where, action) for name, template in templates for where, action in iam.statement_actions(template)]
     assert len({a for _, _, a in found}) >= 40, "the walk reaches role, key, bucket and topic policies"
     problems = sorted({f"{stack} {where}: {p}" for stack, where, action in found if (p := iam.action_problem(action))})
     assert problems == []
@@ -154,10 +167,10 @@ def test_mapping_check_fails_on_a_wrong_member_name() -> None:
     assert any("CreateNodegroupRequest does not have" in p for p in shapes.problems(wrong, {"NodeRole": "arn:aws:iam::1:role/x"}))
 
 
-def test_create_api_resources_match_botocore_request_shapes(synth: Synth) -> None:
+def test_create_api_resources_match_botocore_request_shapes(templates: list[tuple[str, dict[str, Any]]]) -> None:
     checked: dict[str, int] = dict.fromkeys(shapes.CREATE_APIS, 0)
     problems = []
-    for stack, lid, resource in _resources(synth):
+    for stack, lid, resource in _resources(templates):
         api = shapes.CREATE_APIS.get(resource["Type"])
         if api is None:
             continue
@@ -375,9 +388,9 @@ def test_instance_connectivity_on_a_one_node_group_is_rejected() -> None:
     ]
 
 
-def test_no_synthesized_hyperpod_group_runs_connectivity_checks_below_two_nodes(synth: Synth) -> None:
+def test_no_synthesized_hyperpod_group_runs_connectivity_checks_below_two_nodes(templates: list[tuple[str, dict[str, Any]]]) -> None:
     checked = 0
-    for stack, lid, resource in _resources(synth):
+    for stack, lid, resource in _resources(templates):
         if resource["Type"] != "AWS::SageMaker::Cluster":
             continue
         for group in resource["Properties"]["InstanceGroups"]:
