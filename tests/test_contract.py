@@ -293,6 +293,35 @@ def test_generated_names_may_be_left_out() -> None:
     assert shapes.problems(shapes.EC2_LAUNCH_TEMPLATE, _set(_LAUNCH_TEMPLATE, "LaunchTemplateName", None)) == []
 
 
+def test_every_check_fails_on_a_broken_copy_of_a_real_template(templates: list[tuple[str, dict[str, Any]]]) -> None:
+    """The three checks on dev's synthesized Compute template, broken on purpose in one place each."""
+    ((_, compute),) = [(n, t) for n, t in templates if n == "dev/Compute"]
+    broken = copy.deepcopy(compute)
+    resources = broken["Resources"]
+    role = next(r for r in resources.values() if r["Type"] == "AWS::IAM::Role" and r["Properties"].get("ManagedPolicyArns"))
+    role["Properties"]["ManagedPolicyArns"] = [
+        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/service-role/AmazonSageMakerClusterInstanceRolePolicy"]]}
+    ]
+    policy = next(r for r in resources.values() if r["Type"] == "AWS::IAM::Policy")
+    policy["Properties"]["PolicyDocument"]["Statement"][0]["Action"] = "logs:PutLogEvent"
+    cluster = next(r for r in resources.values() if r["Type"] == "AWS::SageMaker::Cluster")
+    cluster["Properties"]["InstanceGroups"][-1]["ThreadsPerCore"] = 3
+
+    assert all(iam.managed_policy_problem(arn) is None for _, arn in iam.managed_policy_arns(compute))
+    assert [p for _, arn in iam.managed_policy_arns(broken) if (p := iam.managed_policy_problem(arn))]
+    assert all(iam.action_problem(a) is None for _, a in iam.statement_actions(compute))
+    assert [iam.action_problem(a) for _, a in iam.statement_actions(broken) if iam.action_problem(a)] == [
+        "'logs:PutLogEvent': logs has no action matching 'PutLogEvent'"
+    ]
+    assert shapes.problems(shapes.SAGEMAKER_CLUSTER, compute["Resources"][_lid(compute, "AWS::SageMaker::Cluster")]["Properties"]) == []
+    assert any("above ClusterThreadsPerCore's maximum 2" in p for p in shapes.problems(shapes.SAGEMAKER_CLUSTER, cluster["Properties"]))
+
+
+def _lid(template: dict[str, Any], resource_type: str) -> str:
+    (lid,) = [lid for lid, r in template["Resources"].items() if r["Type"] == resource_type]
+    return lid
+
+
 # ---- Defects the contracts found (issue 12), each pinned ---------------------------------------
 # Defect 1 (the node role's managed-policy path) is pinned by test_every_aws_managed_policy_arn_exists;
 # defect 2 (the alert topic's policy) by tests/test_observability.py; defect 3 (a reservation group
