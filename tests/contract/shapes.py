@@ -224,7 +224,35 @@ EC2_LAUNCH_TEMPLATE = CreateApi(
     generated={"LaunchTemplateName": "CloudFormation generates a name when the property is absent"},
 )
 
-CREATE_APIS = {api.resource_type: api for api in (SAGEMAKER_CLUSTER, FSX_FILE_SYSTEM, EKS_NODEGROUP, EC2_LAUNCH_TEMPLATE)}
+EC2_CAPACITY_RESERVATION = CreateApi(
+    resource_type="AWS::EC2::CapacityReservation",
+    service="ec2",
+    operation="CreateCapacityReservation",
+    members={
+        "AvailabilityZone": "AvailabilityZone",
+        "AvailabilityZoneId": "AvailabilityZoneId",
+        "EbsOptimized": "EbsOptimized",
+        "EndDate": "EndDate",
+        "EndDateType": "EndDateType",
+        "EphemeralStorage": "EphemeralStorage",
+        "InstanceCount": "InstanceCount",
+        "InstanceMatchCriteria": "InstanceMatchCriteria",
+        "InstancePlatform": "InstancePlatform",
+        "InstanceType": "InstanceType",
+        "OutPostArn": "OutpostArn",
+        "PlacementGroupArn": "PlacementGroupArn",
+        "TagSpecifications": "TagSpecifications",
+        "TagSpecifications[].ResourceType": "ResourceType",
+        "TagSpecifications[].Tags": "Tags",
+        "TagSpecifications[].Tags[].Key": "Key",
+        "TagSpecifications[].Tags[].Value": "Value",
+        "Tenancy": "Tenancy",
+    },
+)
+
+CREATE_APIS = {
+    api.resource_type: api for api in (SAGEMAKER_CLUSTER, FSX_FILE_SYSTEM, EKS_NODEGROUP, EC2_LAUNCH_TEMPLATE, EC2_CAPACITY_RESERVATION)
+}
 
 
 @functools.cache
