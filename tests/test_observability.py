@@ -89,8 +89,35 @@ def test_alert_topic_key_and_topic_policies_let_aps_and_cloudwatch_in(synth: Syn
     assert key_statement["Principal"] == publishers and set(key_statement["Action"]) == {"kms:GenerateDataKey*", "kms:Decrypt"}
     policy = _only(synth.resources("dev", "Observability", "AWS::SNS::TopicPolicy"))["Properties"]
     assert policy["Topics"] == [{"Ref": topic_lid}]
-    publish = next(s for s in policy["PolicyDocument"]["Statement"] if s.get("Sid") == "AlertPublishersPublish")
-    assert publish["Principal"] == publishers and publish["Action"] == "sns:Publish" and publish["Effect"] == "Allow"
+    statements = {s.get("Sid"): s for s in policy["PolicyDocument"]["Statement"]}
+    # AMP's documented statement: Publish and GetTopicAttributes, only from this workspace and
+    # account (docs/facts/observability.md#amp-alert-manager-sns-topic-policy).
+    (workspace_lid,) = synth.resources("dev", "Observability", "AWS::APS::Workspace")
+    assert statements["PrometheusAlertManagerPublish"] == {
+        "Sid": "PrometheusAlertManagerPublish",
+        "Effect": "Allow",
+        "Principal": {"Service": "aps.amazonaws.com"},
+        "Action": ["sns:GetTopicAttributes", "sns:Publish"],
+        "Resource": {"Ref": topic_lid},
+        "Condition": {
+            "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [workspace_lid, "Arn"]}},
+            "StringEquals": {"aws:SourceAccount": "111111111111"},
+        },
+    }
+    # CloudWatch alarms: their own statement, from this account's alarms in this region
+    # (docs/facts/observability.md#cloudwatch-alarm-sns-topic-policy).
+    assert statements["CloudWatchAlarmsPublish"] == {
+        "Sid": "CloudWatchAlarmsPublish",
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Action": "sns:Publish",
+        "Resource": {"Ref": topic_lid},
+        "Condition": {
+            "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:us-west-2:111111111111:alarm:*"},
+            "StringEquals": {"aws:SourceAccount": "111111111111"},
+        },
+    }
+    assert set(statements) == {"AllowPublishThroughSSLOnly", "CloudWatchAlarmsPublish", "PrometheusAlertManagerPublish"}
     assert any(
         s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         for s in policy["PolicyDocument"]["Statement"]

@@ -133,6 +133,19 @@ class CapacityConfig(Model):
         return problems
 
 
+def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> tuple[str, str] | None:
+    """A group whose capacity type AWS does not sell its instance type through
+    (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
+    allowed = catalog.capacity_types(instance_type)
+    if allowed is None or capacity_type in allowed:
+        return None
+    return (
+        f"{path}.capacity.type",
+        f"group {name!r}: AWS sells {catalog.normalize_instance_type(instance_type)} only through {', '.join(allowed)}, "
+        f"not {capacity_type}; allowed: {', '.join(allowed)}",
+    )
+
+
 def _check_group_name(value: str) -> str:
     if not GROUP_NAME_RULE.match(value):
         raise ValueError(f"must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}")
@@ -168,7 +181,8 @@ class InstanceGroupConfig(Model):
     )
     threads_per_core: Literal[1, 2] = Field(default=1, description="1 (no hyper-threading) or 2.")
     deep_health_checks: list[Literal["instance_stress", "instance_connectivity"]] | None = Field(
-        default=None, description="HyperPod groups: deep health checks on start (default both)."
+        default=None,
+        description="HyperPod groups: deep health checks on start (default both; instance_connectivity only with count >= 2).",
     )
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
 
@@ -482,6 +496,8 @@ class ComputeConfig(Model):
                         f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
                     )
                 )
+            if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
+                problems.append(purchase)
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(
                     (
@@ -519,12 +535,22 @@ class ComputeConfig(Model):
                     f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
                 )
             )
+        if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
+            problems.append(purchase)
         if self.hyperpod:
             if group.spec.hyperpod_name not in hyperpod_instance_types():
                 problems.append(
                     (
                         f"{path}.instance_type",
                         f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
+                    )
+                )
+            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
+                # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
+                problems.append(
+                    (
+                        f"{path}.deep_health_checks",
+                        f"group {group.name!r}: instance_connectivity runs NCCL tests across nodes and needs count of at least 2, got {group.count}",
                     )
                 )
             for field in ("placement", "root_volume_gib"):
