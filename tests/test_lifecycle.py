@@ -12,6 +12,7 @@ The defects of issue 14 each have a test that fails on the scripts as they were 
 5 fstab -> test_fsx_mount_comes_back_after_reboot; 6 exporters started with bash -> the simulation;
 7 SAGEMAKER_RESOURCE_CONFIG_PATH -> every simulation test (the file is only where it points);
 8 pins -> test_enroot_and_pyxis_are_pinned, test_enroot_install_checks_sha256.
+test_the_fakes_catch_broken_scripts shows the fakes failing deliberately broken copies.
 """
 
 from __future__ import annotations
@@ -230,6 +231,64 @@ def test_pyxis_needs_slurm_headers(s3_published: Any, tmp_path: Path) -> None:
     _run(cluster, s3_published)
     assert node.result is not None and node.result.returncode != 0
     assert "slurm/spank.h: No such file or directory" in node.result.stderr
+
+
+def _stderr(node: Node) -> str:
+    assert node.result is not None
+    return node.result.stderr
+
+
+def _broken(scripts: Path, rel: str, old: str, new: str) -> None:
+    path = scripts / rel
+    text = path.read_text()
+    assert old in text, f"{rel} no longer holds {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+def test_the_fakes_catch_broken_scripts(s3_published: Any, tmp_path: Path) -> None:
+    """Tests of the test: the simulation fails deliberately broken copies of the scripts."""
+    groups = [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)]
+    # slurmd.service edited but systemd not reloaded: slurmd starts without --conf-server and exits
+    cluster = Cluster(tmp_path / "reload", groups)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(copies[cluster.node("p5").ip], "start_slurm.sh", "        systemctl daemon-reload\n", "")
+    cluster.run_each(copies, {})
+    node = cluster.node("p5")
+    assert node.result is not None and node.result.returncode == 1
+    assert "changed on disk. Run 'systemctl daemon-reload'" in node.result.stderr
+    assert "slurmd is not running after start" in node.result.stderr
+    assert cluster.registered(["p5"]) == set()
+    # pyxis built with CPPFLAGS lacking Slurm's include path
+    cluster = Cluster(tmp_path / "cppflags", groups)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(
+        copies[cluster.node("p5").ip], "setup_containers.sh", 'CPPFLAGS="-I $ROOT$SLURM_DIR/include" make -C "$src"\n', 'make -C "$src"\n'
+    )
+    cluster.run_each({cluster.node("p5").ip: copies[cluster.node("p5").ip]}, {})
+    assert "slurm/spank.h: No such file or directory" in _stderr(cluster.node("p5"))
+    # the controller started before HyperPod wrote slurm.conf: slurmctld exits
+    cluster = Cluster(tmp_path / "early", groups[:1], slurm_conf_delay=5)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(copies[cluster.nodes[0].ip], "start_slurm.sh", "\nwait_for_slurm_conf\n", "\n")
+    cluster.run_each(copies, {})
+    assert "slurmctld is not running after start" in _stderr(cluster.nodes[0])
+
+
+def test_node_without_resource_config(s3_published: Any, tmp_path: Path) -> None:
+    """No SAGEMAKER_RESOURCE_CONFIG_PATH and no default file: a Slurm node cannot tell its role;
+    an EKS node (all of fminfra's HyperPod EKS groups are GPU groups) verifies the type from
+    instance metadata."""
+    for env, message in (("hp-two-groups", "cannot tell this node's Slurm role"), ("staging", "done")):
+        cluster = Cluster(tmp_path / env, [("workers", "ml.p5en.48xlarge", 1)])
+        (node,) = cluster.nodes
+        node.env.pop("SAGEMAKER_RESOURCE_CONFIG_PATH")
+        copies = {node.ip: _copy_for(node, s3_published, env)}
+        cluster.run_each(copies, {})
+        assert node.result is not None and message in node.result.stderr
+        if env == "staging":
+            assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify kind= url="]
+        else:
+            assert node.result.returncode == 1
 
 
 def test_enroot_and_pyxis_are_pinned() -> None:
