@@ -215,6 +215,17 @@ def test_controller_waits_for_slurm_conf(s3_published: Any, tmp_path: Path) -> N
     assert not (node.root / "var/lib/fminfra/lifecycle/done").exists()
 
 
+def test_slurm_conf_must_name_the_controller_address_whole(tmp_path: Path) -> None:
+    """10.0.0.1 is not the controller of a slurm.conf naming 10.0.0.12."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=ip-10-0-0-12(10.0.0.12)\n")
+    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(conf), "SLURM_CONF_TIMEOUT": "0", "FMINFRA_ROOT": str(tmp_path)}
+    run = subprocess.run(
+        ["bash", str(LIFECYCLE / "start_slurm.sh"), "controller", "10.0.0.1"], env=env, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 1 and "does not name the controller (10.0.0.1)" in run.stderr
+
+
 def test_resource_config_path(s3_published: Any, tmp_path: Path) -> None:
     cluster = Cluster(tmp_path, [("p5", "ml.p5.48xlarge", 1)])
     (node,) = cluster.nodes

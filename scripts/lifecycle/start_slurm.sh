@@ -30,12 +30,13 @@ fi
 role=$1
 controllers=$2
 
-# names_a_controller: slurm.conf exists and holds one of the controller addresses.
+# names_a_controller: slurm.conf exists and holds one of the controller addresses (as a whole
+# address: 10.0.0.1 is not found in 10.0.0.12).
 names_a_controller() {
     local ip
     [[ -f $SLURM_CONF ]] || return 1
     for ip in ${controllers//,/ }; do
-        grep -qF -- "$ip" "$SLURM_CONF" && return 0
+        grep -qE -- "(^|[^0-9.])${ip//./\\.}([^0-9.]|\$)" "$SLURM_CONF" && return 0
     done
     return 1
 }
