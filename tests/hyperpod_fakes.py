@@ -30,15 +30,17 @@ Node (one folder per node = FMINFRA_ROOT; commands on PATH are the AMI's, hence 
   and the node is in a worker group (systemd restarts it until the controller answers, so start
   order does not matter); without `--conf-server` and without a local slurm.conf it exits.
   $SLURMD_OPTIONS in ExecStart is empty unless the unit was edited (systemd expands unset
-  variables to nothing). Source: Slurm configless docs (slurm.schedmd.com/configless_slurm.html),
-  AWS's reference start_slurm.sh (docs/facts/hyperpod.md#hyperpod-reference-slurm-start).
+  variables to nothing). Source: docs/facts/hyperpod.md#slurmd-conf-server (slurmd(8)) and AWS's
+  reference start_slurm.sh (docs/facts/hyperpod.md#hyperpod-reference-slurm-start); the restart
+  until the controller answers is an assumption (unverified, see the first entry).
 - HyperPod's agent writes slurm.conf on the controller `slurm_conf_delay` seconds after the
   lifecycle starts (the reference waits for it: lifecycle_script.py `wait_for_slurm_conf`).
 - `mount -t lustre -o OPTS SRC TARGET`: fails (exit 32, "mount point does not exist") without the
   target folder; records SRC TARGET in the node's /proc/mounts. `mountpoint -q`: 0 when recorded,
-  32 otherwise (util-linux). `reboot(node)` empties /proc/mounts and remounts each fstab entry the
-  way systemd's fstab generator does: an `x-systemd.requires=UNIT` on a unit the OS does not have
-  fails the mount (Ubuntu 22.04 has network-online.target and no network.service).
+  non-zero otherwise (util-linux). `reboot(node)` empties /proc/mounts and remounts each fstab
+  entry the way systemd's fstab generator does: an `x-systemd.requires=UNIT` on a unit the OS does
+  not have fails the mount (Ubuntu has network-online.target and no network.service;
+  docs/facts/hyperpod.md#systemd-fstab-requires).
 - `curl -o FILE URL`: writes `fake:<URL>` to FILE (so a checksum can be computed and pinned in a
   test manifest). `apt-get install DEB...`: installs `enroot` on PATH from enroot debs.
   `dpkg --print-architecture`: amd64.
