@@ -166,9 +166,17 @@ def test_simulated_cluster_second_run_changes_nothing(s3_published: Any, tmp_pat
         (node.root / "calls.log").unlink()
     cluster.run_each(copies, {})
     for node in cluster.nodes:
-        assert "already configured" in _ok(node)
+        assert "already configured with these scripts" in _ok(node)
         assert not any(c.startswith(("mount ", "systemctl enable", "bootstrap.sh")) for c in node.calls)
         assert (node.root / "etc/fstab").read_text() == fstabs[node.ip]
+    # a new version of the scripts (UpdateClusterSoftware) runs the steps again, changing nothing twice
+    node = cluster.node("p5")
+    with (copies[node.ip] / "provisioning_parameters.json").open("a") as f:
+        f.write("\n")
+    cluster.run_each({node.ip: copies[node.ip]}, {})
+    assert "already configured" not in _ok(node)
+    assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify --instance-type ml.p5.48xlarge kind= url="]
+    assert (node.root / "etc/fstab").read_text() == fstabs[node.ip]
 
 
 def test_simulated_eks_node_group(s3_published: Any, tmp_path: Path) -> None:

@@ -119,8 +119,12 @@ main() {
     else
         die "no resource config (SAGEMAKER_RESOURCE_CONFIG_PATH unset, $DEFAULT_RESOURCE_CONFIG absent): cannot tell this node's Slurm role"
     fi
-    if [[ -e $STATE_DIR/done ]]; then
-        log "already configured ($STATE_DIR/done); nothing to do"
+    # The done-marker holds the hash of the published scripts and parameters: a new version
+    # (UpdateClusterSoftware re-runs the lifecycle) runs every step again; they are idempotent.
+    local version
+    version=$(cd "$HERE" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+    if [[ $(cat "$STATE_DIR/done" 2>/dev/null) == "$version" ]]; then
+        log "already configured with these scripts ($STATE_DIR/done); nothing to do"
         return 0
     fi
     mount_fsx
@@ -141,7 +145,7 @@ main() {
         bash "$HERE/start_slurm.sh" "$role" "$controllers"
         install_exporters "$role"
     fi
-    date -u +%Y-%m-%dT%H:%M:%SZ >"$STATE_DIR/done"
+    echo "$version" >"$STATE_DIR/done"
     log "done"
 }
 
