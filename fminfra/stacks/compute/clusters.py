@@ -251,12 +251,15 @@ def hyperpod_dependency_values(cfg: EnvironmentConfig) -> dict[str, object]:
 def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None, remote_write_url: str | None = None) -> dict[str, Any]:
     """provisioning_parameters.json: what the lifecycle scripts (and HyperPod's classic Slurm
     set-up) read: the group names by Slurm role, the FSx file system to mount, and where the
-    exporters remote-write (the AMP workspace's URL, when there is one)."""
+    exporters remote-write (the AMP workspace's URL, when there is one). `gpu_groups` names the
+    training groups (all GPU types): only their nodes run the GPU verification; the Slurm
+    controller and login groups are CPU types (scripts/lifecycle/on_create.sh)."""
     params: dict[str, Any] = {
         "version": "1.0.0",
         "workload_manager": cfg.compute.orchestrator,
         "cluster_name": cfg.physical_name("hyperpod"),
         "region": cfg.region,
+        "gpu_groups": [g.name for g in cfg.compute.instance_groups],
     }
     if cfg.compute.orchestrator == "slurm":
         slurm = cfg.compute.slurm
