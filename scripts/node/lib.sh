@@ -485,7 +485,8 @@ pkg_hold() {
 pkg_unhold() {
     case $PKG in
     apt) run apt-mark unhold "$@" ;;
-    dnf) run dnf -q versionlock delete "$@" ;;
+    # dnf exits non-zero when a package has no lock; nothing to undo then.
+    dnf) run dnf -q versionlock delete "$@" || true ;;
     esac
 }
 

@@ -169,10 +169,11 @@ check_loaded_versions() {
 # BatchMode SSH from here. fminfra sets up no SSH trust between ec2 nodes (docs/node-bootstrap.md,
 # "Multi-node validation"), so say so in one line instead of hanging on a password prompt.
 mpi_preflight() {
-    local host out self
+    local host out self addresses
     self=$(hostname)
+    addresses=" $(hostname -I 2>/dev/null || true) "
     for host in "$@"; do
-        [[ $host == "$self" || $host == localhost || $host == "${self%%.*}" ]] && continue
+        [[ $host == "$self" || $host == localhost || $host == "${self%%.*}" || $addresses == *" $host "* ]] && continue
         if ! out=$(ssh -o BatchMode=yes -o ConnectTimeout=5 "$host" true 2>&1); then
             report FAIL nccl-allreduce "mpirun needs passwordless SSH from $self to $host, which fails ($(head -n 1 <<<"$out")); fminfra sets none up on ec2 nodes: set up keys (docs/node-bootstrap.md) or run inside Slurm with --launcher srun"
             return 1
