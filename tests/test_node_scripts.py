@@ -477,6 +477,19 @@ def test_install_verify_and_rerun_on_each_modelled_image(tmp_path: Path, image: 
         text = marker.read_text()
         if text.startswith("adopted:"):
             assert f"{marker.stem}: {text.strip()}" in done
+    # A pin bump, then a re-run: the NCCL marker names the NCCL installed, or says it was adopted.
+    package = "libnccl" if IMAGES[image][0] == "amzn" else "libnccl2"
+    bumped = "2.30.5-1+cuda13.2"
+    for name in (package, "libnccl-dev" if package == "libnccl2" else "libnccl-devel"):
+        node.offer(name, bumped)
+    node.set_manifest(NCCL_VERSION="2.30.5-1")
+    third = node.run("bootstrap.sh", "--instance-type", instance_type)
+    assert third.returncode == 0, third.stderr[-3000:]
+    nccl_marker = (node.markers / "nccl.done").read_text().strip()
+    if nccl_marker.startswith("adopted:"):
+        assert node.package(package) != bumped and f"nccl: {nccl_marker}" in (node.markers / "bootstrap.done").read_text()
+    else:
+        assert nccl_marker == f"NCCL {bumped}" and node.package(package) == bumped
 
 
 def test_dry_run_for_every_os_and_catalog_type(tmp_path: Path) -> None:
