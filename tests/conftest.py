@@ -27,6 +27,38 @@ ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
 SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
 
 
+# Every way botocore and the AWS SDKs find credentials outside the code: keys, profiles and their
+# files, SSO (through profiles), web identity, and the container endpoint that CodeBuild and ECS
+# provide (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI/_FULL_URI). Tests never see the machine's.
+AWS_CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_machine_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """No test depends on the machine's credentials, in any form (a test that needs some sets them)."""
+    for name in AWS_CREDENTIAL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    missing = tmp_path_factory.getbasetemp() / "no-aws-config"
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(missing))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(missing))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 @dataclass
 class Synth:
     """The synthesized app: stages, configs and templates by environment and stack id."""

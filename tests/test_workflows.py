@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import subprocess
@@ -57,7 +58,7 @@ def test_workflows_match_the_github_workflow_schema() -> None:
 def test_schema_check_can_fail(tmp_path: Path) -> None:
     bad = _load("deploy.yml")
     bad["jobs"]["dev"]["runs-on"] = "ubuntu-24.04"  # a reusable-workflow call cannot also have runs-on
-    bad["jobs"]["synth"]["steps"][0]["usess"] = "actions/checkout@v4"
+    bad["jobs"]["synth"]["steps"][0]["usess"] = "actions/checkout@v7"
     path = tmp_path / "bad.yml"
     path.write_text(yaml.safe_dump(bad))
     exe = Path(sys.executable).with_name("check-jsonschema")
@@ -65,6 +66,33 @@ def test_schema_check_can_fail(tmp_path: Path) -> None:
         [str(exe), "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
+
+
+# Actions pinned to a commit, the release tag in a comment (docs/facts/pipeline.md#github-action-pins).
+ACTION_PINS = {
+    "actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7.0.1"),
+    "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
+    "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
+    "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+    "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3"),
+}
+_USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$")
+
+
+def pin_problems(text: str) -> list[str]:
+    """Every external `uses:` line: OWNER/REPO@<40-hex commit> # <tag>, the pair recorded above."""
+    problems = []
+    for line in text.splitlines():
+        m = _USES_LINE.match(line)
+        if not m or m.group(1).startswith("./"):
+            continue
+        action, _, ref = m.group(1).partition("@")
+        comment = m.group(2).strip()
+        if action not in ACTION_PINS:
+            problems.append(f"{action}: not a recorded action")
+        elif (ref, comment) != (ACTION_PINS[action][0], f"# {ACTION_PINS[action][1]}"):
+            problems.append(f"{m.group(1)} {comment}: must be {action}@{ACTION_PINS[action][0]} # {ACTION_PINS[action][1]}")
+    return problems
 
 
 @pytest.mark.parametrize("name", ["pull-request.yml", "deploy.yml", "deploy-environment.yml"])
@@ -75,71 +103,189 @@ def test_structure_every_workflow(name: str) -> None:
     # no long-lived keys anywhere: credentials only through OIDC
     assert not re.search(r"aws-access-key-id|aws-secret-access-key|AWS_SECRET_ACCESS_KEY|secrets\.", text)
     assert wf["permissions"]["contents"] == "read"
+    assert pin_problems(text) == []
     for job_id, job in jobs.items():
         assert ("uses" in job) != ("runs-on" in job), job_id
         for need in [job["needs"]] if isinstance(job.get("needs"), str) else job.get("needs") or []:
             assert need in jobs, (job_id, need)
         for step in _steps(job):
             assert ("uses" in step) != ("run" in step), (job_id, step)
-            if "uses" in step and not step["uses"].startswith("./"):
-                assert re.match(r"^[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})$", step["uses"]), step["uses"]
+            if "run" in step:
+                assert unmanaged_commands(step["run"]) == [], (job_id, step["run"])
         uses_aws = any("configure-aws-credentials" in s.get("uses", "") for s in _steps(job))
         if uses_aws:
             assert job.get("permissions", wf["permissions"]).get("id-token") == "write", job_id
 
 
+def test_pin_check_can_fail() -> None:
+    assert pin_problems("      - uses: actions/checkout@v4\n") == [
+        "actions/checkout@v4 : must be actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1"
+    ]
+    assert pin_problems("- uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v6.0.0\n") != []
+    assert pin_problems("- uses: someone/else@3d3c42e5aac5ba805825da76410c181273ba90b1 # v1\n") == ["someone/else: not a recorded action"]
+
+
+# A CI step runs in a fresh shell: only `make TARGET` (whose exported PATH puts .venv/bin and
+# node_modules/.bin first) reaches the project's Python and CDK CLI (docs/promotion.md).
+_TOOL = re.compile(r"(?<![\w./-])(python3?|pip3?|npx|npm|node|cdk|\.venv/\S*|pytest|ruff)(?![\w-])")
+
+
+def unmanaged_commands(run: str) -> list[str]:
+    """Tools a `run:` block or build command calls directly instead of through `make`."""
+    found = []
+    for line in run.splitlines():
+        code = line.split("#", 1)[0]
+        code = re.sub(r"'[^']*'|\"[^\"]*\"", "", code)  # quoted text (echo '```diff') is not a command
+        found += [m.group(1) for m in _TOOL.finditer(code)]
+    return found
+
+
+@pytest.mark.parametrize(
+    "old",
+    [
+        "npx --no-install cdk synth --quiet --no-notices -o cdk.out '**'",
+        '.venv/bin/python -m fminfra preflight "config/${ENVIRONMENT}.yaml"',
+        'npx --no-install cdk deploy --no-notices --app cdk.out --require-approval never "${ENVIRONMENT}/*"',
+    ],
+)
+def test_unmanaged_command_check_can_fail(old: str) -> None:
+    """The commands the workflows ran before (in a fresh shell, outside the project's environment)."""
+    assert unmanaged_commands(old) != []
+    assert unmanaged_commands('make diff ENV="$ENVIRONMENT" 2>&1 | tail -c 60000') == []
+
+
 def test_pull_requests_run_make_test_and_diff_each_environment_into_the_summary() -> None:
     wf = _load("pull-request.yml")
     assert "pull_request" in wf["on"]
-    assert "make test" in _runs(wf["jobs"]["test"])
+    assert _runs(wf["jobs"]["test"])[:2] == ["make test", "make synth"]
     diff = wf["jobs"]["diff"]
     assert diff["needs"] == "test"
     assert sorted(diff["strategy"]["matrix"]["environment"]) == sorted(SHIPPED_NAMES)
     runs = "\n".join(_runs(diff))
-    assert 'cdk diff --no-notices --app cdk.out "${ENVIRONMENT}/*"' in runs
+    assert 'make diff ENV="$ENVIRONMENT"' in runs
     assert runs.count('>> "$GITHUB_STEP_SUMMARY"') >= 2
-    assert 'fminfra guard "config/${ENVIRONMENT}.yaml" --templates cdk.out --deployed' in runs
-    roles = [s["with"]["role-to-assume"] for s in _steps(diff) if "configure-aws-credentials" in s.get("uses", "")]
-    assert roles[0].endswith(":role/fminfra-github-diff")
-    assert "cdk-hnb659fds-lookup-role" in roles[1]
+    assert 'make guard-deployed ENV="$ENVIRONMENT"' in runs
+    roles = [s["with"] for s in _steps(diff) if "configure-aws-credentials" in s.get("uses", "")]
+    assert roles[0]["role-to-assume"].endswith(":role/fminfra-github-diff")
+    assert "cdk-hnb659fds-lookup-role" in roles[1]["role-to-assume"]
+    assert roles[1]["role-skip-session-tagging"] is True
 
 
 def test_main_promotes_one_artifact_dev_then_staging_then_prod() -> None:
     wf = _load("deploy.yml")
     assert wf["on"]["push"]["branches"] == ["main"]
     jobs = wf["jobs"]
-    assert "make test" in _runs(jobs["synth"])
-    assert any("cdk synth" in r and "-o cdk.out" in r for r in _runs(jobs["synth"]))
+    assert _runs(jobs["synth"])[:2] == ["make test", "make synth"]
     assert [jobs[e]["needs"] for e in ("dev", "staging", "prod")] == ["synth", "dev", "staging"]
     for env in ("dev", "staging", "prod"):
         assert jobs[env]["uses"] == "./.github/workflows/deploy-environment.yml"
         assert jobs[env]["with"] == {"environment": env}
-        assert jobs[env]["permissions"]["id-token"] == "write"
-    assert wf["concurrency"]["cancel-in-progress"] is False
+        assert jobs[env]["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
+    # one workflow-wide group would hold dev and staging while prod waits for approval
+    assert "concurrency" not in wf
 
 
-def test_each_environment_runs_in_its_github_environment_with_checks_before_deploy() -> None:
+def _creds(steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, s.get("with") or {}) for i, s in enumerate(steps) if "configure-aws-credentials" in s.get("uses", "")]
+
+
+def deploy_job_problems(job: dict[str, Any]) -> list[str]:
+    """What a job that runs `make deploy` lacks: environment, per-environment concurrency, the
+    session the deploy role allows, and the protection check before any AWS credentials."""
+    from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS
+
+    problems = []
+    steps = _steps(job)
+    runs = [s.get("run", "") for s in steps]
+    if not any("make deploy " in r for r in runs):
+        return problems
+    env = job.get("environment")
+    name = env.get("name") if isinstance(env, dict) else env
+    if not name:
+        problems.append("names no GitHub environment")
+    group = str(
+        (job.get("concurrency") or {}).get("group", "") if isinstance(job.get("concurrency"), dict) else job.get("concurrency") or ""
+    )
+    if not name or str(name) not in group:
+        problems.append(f"concurrency group {group!r} is not per environment ({name})")
+    if isinstance(job.get("concurrency"), dict) and job["concurrency"].get("cancel-in-progress"):
+        problems.append("cancel-in-progress would cut a deploy short")
+    deploy_at = next(i for i, r in enumerate(runs) if "make deploy " in r)
+    deploy_creds = [w for i, w in _creds(steps) if "github-deploy" in w.get("role-to-assume", "") and i < deploy_at]
+    if not deploy_creds or any(str(w.get("role-duration-seconds")) != str(DEPLOY_SESSION_SECONDS) for w in deploy_creds):
+        problems.append(f"deploy-role sessions must ask for role-duration-seconds {DEPLOY_SESSION_SECONDS}")
+    if int(job.get("timeout-minutes", 360)) * 60 > DEPLOY_SESSION_SECONDS:
+        problems.append("the job may outlive its session")
+    check = next((i for i, r in enumerate(runs) if r.startswith("make github-environment-check ")), None)
+    first_run = next((i for i, r in enumerate(runs) if r), None)
+    first_creds = min((i for i, _ in _creds(steps)), default=len(steps))
+    if check is None or check != first_run or check > first_creds:
+        problems.append("the environment-protection check must be the first command, before any AWS credentials")
+    return problems
+
+
+def _deploying_jobs() -> list[tuple[str, dict[str, Any]]]:
+    jobs = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job_id, job in _load(path.name)["jobs"].items():
+            if any("make deploy " in r for r in _runs(job)):
+                jobs.append((f"{path.name}:{job_id}", job))
+    return jobs
+
+
+def test_every_deploying_job_is_protected_per_environment_with_a_long_session() -> None:
+    jobs = _deploying_jobs()
+    assert [j for j, _ in jobs] == ["deploy-environment.yml:deploy"]
+    for where, job in jobs:
+        assert deploy_job_problems(job) == [], where
+        assert job["permissions"]["actions"] == "read", where  # the protection check reads the environment
+
+
+@pytest.mark.parametrize(
+    ("break_it", "problem"),
+    [
+        (lambda j: j.pop("environment"), "names no GitHub environment"),
+        (lambda j: j.update(concurrency={"group": "deploy", "cancel-in-progress": False}), "is not per environment"),
+        (lambda j: [s["with"].pop("role-duration-seconds", None) for s in j["steps"] if "with" in s], "role-duration-seconds"),
+        (lambda j: j.update(steps=[s for s in j["steps"] if "github-environment-check" not in s.get("run", "")]), "protection check"),
+        (
+            lambda j: j["steps"].insert(
+                2, j["steps"].pop(next(i for i, s in enumerate(j["steps"]) if "role-duration-seconds" in s.get("with", {})))
+            ),
+            "protection check",
+        ),
+        (lambda j: j.update({"timeout-minutes": 600}), "outlive its session"),
+    ],
+)
+def test_deploy_job_check_can_fail(break_it: Any, problem: str) -> None:
+    job = copy.deepcopy(_load("deploy-environment.yml")["jobs"]["deploy"])
+    break_it(job)
+    assert any(problem in p for p in deploy_job_problems(job)), deploy_job_problems(job)
+
+
+def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     wf = _load("deploy-environment.yml")
     assert wf["on"]["workflow_call"]["inputs"]["environment"]["required"] is True
-    job = wf["jobs"]["deploy"]
-    # the GitHub environment's protection rules (required reviewers) gate this job
-    assert job["environment"] == "${{ inputs.environment }}"
-    steps = _steps(job)
-    names = [s.get("name", s.get("uses", s.get("run"))) for s in steps]
-    runs = [s.get("run", "") for s in steps]
-    preflight = next(i for i, r in enumerate(runs) if "fminfra preflight" in r)
-    guard = next(i for i, r in enumerate(runs) if "fminfra guard" in r and "--deployed" in r)
-    deploy = next(i for i, r in enumerate(runs) if "cdk deploy" in r)
-    assert preflight < deploy and guard < deploy, names
-    assert "--app cdk.out" in runs[deploy]  # the artifact the synth job built, not a new synth
+    checks, deploy = wf["jobs"]["checks"], wf["jobs"]["deploy"]
+    assert "environment" not in checks  # runs before any approval
+    assert deploy["needs"] == "checks" and deploy["environment"] == "${{ inputs.environment }}"
+    runs = "\n".join(_runs(checks))
+    assert 'make preflight ENV="$ENVIRONMENT"' in runs and 'make guard-deployed ENV="$ENVIRONMENT"' in runs
+    assert '>> "$GITHUB_STEP_SUMMARY"' in runs
+    roles = [w["role-to-assume"] for _, w in _creds(_steps(checks))]
+    assert roles[0].endswith(":role/fminfra-github-check") and "lookup-role" in roles[1]
+    steps = _steps(deploy)
+    runs_d = [s.get("run", "") for s in steps]
+    guard = runs_d.index('make guard-deployed ENV="$ENVIRONMENT"')
+    deploy_i = runs_d.index('make deploy ENV="$ENVIRONMENT"')
+    assert guard < deploy_i
     download = next(i for i, s in enumerate(steps) if "download-artifact" in s.get("uses", ""))
     assert download < guard
-    creds = [(i, s["with"]) for i, s in enumerate(steps) if "configure-aws-credentials" in s.get("uses", "")]
-    deploy_role = "role/fminfra-${{ inputs.environment }}-github-deploy"
-    assert creds[0][1]["role-to-assume"].endswith(deploy_role)
-    assert creds[1][1]["role-chaining"] is True and "lookup-role" in creds[1][1]["role-to-assume"]
-    assert creds[1][0] < preflight
-    assert preflight < creds[2][0] < deploy and creds[2][1]["role-to-assume"].endswith(deploy_role)
+    # after a failed deploy: fresh credentials, then what CloudFormation is still doing
+    report = runs_d.index('make stack-status ENV="$ENVIRONMENT"')
+    assert steps[report]["if"] == "failure() && steps.deploy.outcome == 'failure'"
+    assert steps[deploy_i]["id"] == "deploy"
+    assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
 
 
 # --------------------------------------------------------------------------------------------
