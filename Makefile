@@ -78,7 +78,7 @@ github-target: deps
 # (GitHub's REST API; GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_REF from the workflow).
 github-environment-check: deps
 	$(need_env)
-	$(PY) scripts/ci/github_environment.py --environment $(ENV) --pipeline $(PIPELINE_FILE)
+	$(PY) .ci/github_environment.py --environment $(ENV) --pipeline $(PIPELINE_FILE)
 
 preflight: deps
 	$(need_env)
@@ -100,7 +100,7 @@ deploy: deps
 
 stack-status: deps
 	$(need_env)
-	$(PY) scripts/ci/stack_status.py --app cdk.out --environment $(ENV)
+	$(PY) .ci/stack_status.py --app cdk.out --environment $(ENV)
 
 test: setup
 	$(VENV)/bin/ruff check .

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None, cloudformation: Any = None) -> int:
         try:
             cloudformation = boto3.client("cloudformation", region_name=region)
             lines, healthy = describe(cloudformation, [s.stack_name for s in stacks], region)
-        except (botocore.exceptions.NoCredentialsError, botocore.exceptions.ClientError) as exc:
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:  # no or expired credentials
             print(f"stack-status: cannot read the stacks of {ns.environment} in {region}: {exc}", file=sys.stderr)
             return 2
     else:

@@ -4,8 +4,9 @@ shipped config, example and test config together, is synthesized once per test s
 from __future__ import annotations
 
 import json
+import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,15 +18,6 @@ from fminfra.commands.assembly import StackTemplate, read_assembly
 from fminfra.config import EnvironmentConfig, config_files, load_config
 from fminfra.stage import EnvironmentStage
 from fminfra.synth import build_app
-
-ROOT = Path(__file__).resolve().parent.parent
-SHIPPED_CONFIGS = config_files(ROOT / "config")
-EXAMPLE_CONFIGS = config_files(ROOT / "examples")
-# Extra configs that exercise paths the shipped ones do not; synthesized in the same session.
-TEST_CONFIGS = config_files(ROOT / "tests" / "configs")
-ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
-SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
-
 
 # Every way botocore and the AWS SDKs find credentials outside the code: keys, profiles and their
 # files, SSO (through profiles), web identity, and the container endpoint that CodeBuild and ECS
@@ -48,15 +40,41 @@ AWS_CREDENTIAL_VARIABLES = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_machine_aws_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """No test depends on the machine's credentials, in any form (a test that needs some sets them)."""
+NO_AWS_CONFIG = "/nonexistent/fminfra-tests/aws-config"
+
+
+def _no_machine_aws_credentials_in(environ: MutableMapping[str, str]) -> None:
     for name in AWS_CREDENTIAL_VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    missing = tmp_path_factory.getbasetemp() / "no-aws-config"
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(missing))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(missing))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        environ.pop(name, None)
+    environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = NO_AWS_CONFIG
+    environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+
+# Already while this file and the test modules are imported (config loading reads botocore's
+# models, and a profile that does not exist fails there), and for every subprocess a test starts.
+_no_machine_aws_credentials_in(os.environ)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIPPED_CONFIGS = config_files(ROOT / "config")
+EXAMPLE_CONFIGS = config_files(ROOT / "examples")
+# Extra configs that exercise paths the shipped ones do not; synthesized in the same session.
+TEST_CONFIGS = config_files(ROOT / "tests" / "configs")
+ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
+SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_machine_aws_credentials() -> Iterator[None]:
+    """No test depends on the machine's credentials, in any form, for the whole session (set
+    before any module fixture, so those that set test credentials, such as moto's, still can)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in AWS_CREDENTIAL_VARIABLES:
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", NO_AWS_CONFIG)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", NO_AWS_CONFIG)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield
 
 
 @dataclass

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -381,3 +384,142 @@ def test_existing_provider_is_imported_not_created(synth: Synth) -> None:
 def test_bad_repository_is_rejected(synth: Synth, repository: str, message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[synth.configs["dev"]])
+
+
+# --------------------------------------------------------------------------------------------
+# the CI command lines, run as CI runs them
+
+# What a failure to reach the project's environment looks like (not a failing check).
+ENVIRONMENT_FAILURES = re.compile(
+    r"No module named|ModuleNotFoundError|command not found|are you root|Permission denied|sudo: a password is required|npm ci|pip install"
+)
+# A runner that is root here stands in for GitHub's non-root runner: `id -u` says 1001, and sudo
+# and apt-get fail as they do for a user without privileges; each call is logged.
+_FAKE_NON_ROOT = {
+    "id": '#!/bin/sh\nif [ "$1" = "-u" ]; then echo 1001; else exec /usr/bin/id "$@"; fi\n',
+    "sudo": '#!/bin/sh\necho "sudo $*" >> "$FAKE_LOG"\necho "sudo: a password is required" >&2\nexit 1\n',
+    "apt-get": '#!/bin/sh\necho "apt-get $*" >> "$FAKE_LOG"\necho "E: Could not open lock file - open (13: Permission denied) are you root?" >&2\nexit 100\n',
+}
+
+
+@dataclass
+class CiSandbox:
+    """A copy of the repository (tracked and new files; .venv and node_modules linked, already
+    installed), trimmed to the dev environment so that a synth takes seconds, and the fresh
+    environment a CI step starts with."""
+
+    root: Path
+    env: dict[str, str]
+    log: Path
+
+    def run(self, command: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        # GitHub's `shell: bash` is `bash --noprofile --norc -eo pipefail {0}`; CodeBuild runs
+        # each command in one shell too.
+        return subprocess.run(
+            ["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command],
+            cwd=self.root,
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+
+
+def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    root = dest / "repo"
+    for rel in listed:
+        src = ROOT / rel
+        if src.is_file() and not src.is_symlink():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, root / rel)
+    for name in (".venv", "node_modules"):
+        (root / name).symlink_to((ROOT / name).resolve())
+    # Already installed: the install markers must stay newer than what they depend on.
+    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
+        os.utime(root / name, (946684800, 946684800))
+    for config in (root / "config").glob("*.yaml"):
+        if config.stem not in environments:
+            config.unlink()
+    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
+    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
+    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    home = dest / "home"
+    home.mkdir()
+    log = dest / "privileged-calls.log"
+    path = "/usr/bin:/bin"
+    if os.geteuid() == 0:
+        fakebin = dest / "fakebin"
+        fakebin.mkdir()
+        for name, text in _FAKE_NON_ROOT.items():
+            (fakebin / name).write_text(text)
+            (fakebin / name).chmod(0o755)
+        path = f"{fakebin}:{path}"
+    env = {
+        "PATH": path,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "FAKE_LOG": str(log),
+        "CI": "true",
+        # CodeBuild's container credentials, pointing nowhere that answers with credentials
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/fminfra-tests-dead-endpoint",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "CODEBUILD_BUILD_ID": "fminfra-tests:0",
+        "CODEBUILD_SRC_DIR": str(root),
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_OUTPUT": str(dest / "github_output"),
+        "GITHUB_STEP_SUMMARY": str(dest / "step_summary"),
+    }
+    return CiSandbox(root=root, env=env, log=log)
+
+
+@pytest.fixture(scope="module")
+def ci(tmp_path_factory: pytest.TempPathFactory) -> CiSandbox:
+    # The sandbox links the checkout's installed .venv and node_modules; without their markers
+    # make would install into them (npm ci empties node_modules first), so only after set-up.
+    for marker in (ROOT / ".venv" / ".installed", ROOT / "node_modules" / ".installed"):
+        if not marker.is_file():
+            pytest.skip(f"{marker.relative_to(ROOT)} missing: run `make setup` first")
+    return make_ci_sandbox(tmp_path_factory.mktemp("ci"))
+
+
+def test_todays_synth_command_fails_in_a_fresh_shell(ci: CiSandbox) -> None:
+    """The test of the tests below: the workflows' former synth line, in the same fresh shell,
+    starts the system Python through cdk.json and cannot import aws_cdk."""
+    result = ci.run("npx --no-install cdk synth --quiet --no-notices -o cdk.out.old '**'")
+    assert result.returncode != 0
+    assert ENVIRONMENT_FAILURES.search(result.stdout + result.stderr), result.stdout + result.stderr
+
+
+def _workflow_runs() -> list[str]:
+    runs: list[str] = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job in _load(path.name)["jobs"].values():
+            runs += [r for r in _runs(job) if r not in runs]
+    return runs
+
+
+def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) -> None:
+    """Each distinct `run:` of the workflows, in a fresh bash with PATH=/usr/bin:/bin, not root,
+    CodeBuild's credential variables pointing at a dead endpoint. `make test` is the suite itself
+    and the protection check needs GitHub's API (tested offline in test_github_environment.py)."""
+    runs = [r for r in _workflow_runs() if r != "make test" and "github-environment-check" not in r]
+    # the synth first: the later steps read its cdk.out
+    runs.sort(key=lambda r: r != "make synth")
+    assert runs[0] == "make synth"
+    assert len(runs) >= 8, runs
+    for run in runs:
+        result = ci.run(run, ENVIRONMENT="dev")
+        output = result.stdout + result.stderr
+        assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
+        if run in ("make synth", "make deps") or run.startswith("make github-target"):
+            assert result.returncode == 0, (run, output[-3000:])
+        else:  # these need AWS: with no credentials they fail, and say so
+            assert result.returncode != 0, (run, output[-3000:])
+            assert re.search(r"credential|Credential", output), (run, output[-3000:])
+    assert (ci.root / "cdk.out" / "manifest.json").is_file()
+    assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"
+    assert not ci.log.exists() or ci.log.read_text() == ""
