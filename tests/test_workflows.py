@@ -20,7 +20,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ValidationError
-from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
+from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS, GithubOidcStack, github_oidc_stacks
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -195,7 +195,6 @@ def _creds(steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
 def deploy_job_problems(job: dict[str, Any]) -> list[str]:
     """What a job that runs `make deploy` lacks: environment, per-environment concurrency, the
     session the deploy role allows, and the protection check before any AWS credentials."""
-    from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS
 
     problems = []
     steps = _steps(job)
@@ -351,10 +350,21 @@ def test_deploy_roles_trust_only_their_github_environment_and_only_assume_cdk_ro
                 f"arn:aws:iam::{cfg.account}:role/cdk-hnb659fds-{r}-role-{cfg.account}-{cfg.region}"
                 for r in ("deploy", "file-publishing", "image-publishing", "lookup")
             )
+            # a deploy may take the whole job: the role allows what the workflow asks for
+            assert role["Properties"]["MaxSessionDuration"] == DEPLOY_SESSION_SECONDS == 21600
             seen.append(env)
         diff = roles["fminfra-github-diff"]
         (statement,) = diff["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Condition"]["StringEquals"]["token.actions.githubusercontent.com:sub"] == f"repo:{REPO}:pull_request"
+        check = roles["fminfra-github-check"]
+        (statement,) = check["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Condition"]["StringEquals"]["token.actions.githubusercontent.com:sub"] == f"repo:{REPO}:ref:refs/heads/main"
+        check_id = next(lid for lid, r in template["Resources"].items() if r is check)
+        (policy,) = [p for p in policies if {"Ref": check_id} in p["Properties"]["Roles"]]
+        (grant,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert grant["Action"] == "sts:AssumeRole"
+        grants = [grant["Resource"]] if isinstance(grant["Resource"], str) else grant["Resource"]
+        assert all(":role/cdk-hnb659fds-lookup-role-" in r for r in grants), grants
     assert sorted(seen) == sorted(SHIPPED_NAMES)
 
 
@@ -404,8 +414,7 @@ _FAKE_NON_ROOT = {
 
 @dataclass
 class CiSandbox:
-    """A copy of the repository (tracked and new files; .venv and node_modules linked, already
-    installed), trimmed to the dev environment so that a synth takes seconds, and the fresh
+    """A copy of the repository (.venv and node_modules linked, already installed), trimmed to the dev environment so that a synth takes seconds, and the fresh
     environment a CI step starts with."""
 
     root: Path
@@ -426,16 +435,16 @@ class CiSandbox:
         )
 
 
+# Not copied into the sandbox: installs (linked instead), build output and caches. No git: a
+# CodePipeline source artifact is a zip without .git.
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "node_modules", "cdk.out*", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build", "dist", "*.egg-info"
+)
+
+
 def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
     root = dest / "repo"
-    for rel in listed:
-        src = ROOT / rel
-        if src.is_file() and not src.is_symlink():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, root / rel)
+    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
     for name in (".venv", "node_modules"):
         (root / name).symlink_to((ROOT / name).resolve())
     # Already installed: the install markers must stay newer than what they depend on.
@@ -503,23 +512,148 @@ def _workflow_runs() -> list[str]:
 
 
 def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) -> None:
-    """Each distinct `run:` of the workflows, in a fresh bash with PATH=/usr/bin:/bin, not root,
-    CodeBuild's credential variables pointing at a dead endpoint. `make test` is the suite itself
-    and the protection check needs GitHub's API (tested offline in test_github_environment.py)."""
+    """Each `run:` of the workflows that calls a make command not run yet, in a fresh bash with
+    PATH=/usr/bin:/bin, not root, CodeBuild's credential variables pointing at a dead endpoint.
+    `make test` is the suite itself and the protection check needs GitHub's API (tested offline
+    in test_github_environment.py)."""
     runs = [r for r in _workflow_runs() if r != "make test" and "github-environment-check" not in r]
     # the synth first: the later steps read its cdk.out
     runs.sort(key=lambda r: r != "make synth")
     assert runs[0] == "make synth"
-    assert len(runs) >= 8, runs
+    done: set[str] = set()
+    summary = Path(ci.env["GITHUB_STEP_SUMMARY"])
     for run in runs:
+        commands = set(re.findall(r"make [\w-]+", run))
+        if commands <= done:
+            continue
+        done |= commands
+        summary.write_text("")
         result = ci.run(run, ENVIRONMENT="dev")
-        output = result.stdout + result.stderr
+        output = result.stdout + result.stderr + summary.read_text()
         assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
         if run in ("make synth", "make deps") or run.startswith("make github-target"):
             assert result.returncode == 0, (run, output[-3000:])
         else:  # these need AWS: with no credentials they fail, and say so
             assert result.returncode != 0, (run, output[-3000:])
             assert re.search(r"credential|Credential", output), (run, output[-3000:])
+    assert done == {
+        "make synth",
+        "make deps",
+        "make github-target",
+        "make preflight",
+        "make guard-deployed",
+        "make diff",
+        "make deploy",
+        "make stack-status",
+    }
     assert (ci.root / "cdk.out" / "manifest.json").is_file()
     assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"
     assert not ci.log.exists() or ci.log.read_text() == ""
+
+
+# --------------------------------------------------------------------------------------------
+# `make promtool`: root, a user with sudo (GitHub's hosted runners), a user without
+
+
+def _promtool(
+    tmp_path: Path, uid: int, *, sudo: bool = True, promtool: bool = False, makefile: Path = ROOT / "Makefile"
+) -> tuple[int, str, list[str]]:
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    log = tmp_path / "calls.log"
+    fakes = {
+        "id": f'#!/bin/sh\nif [ "$1" = "-u" ]; then echo {uid}; else exec /usr/bin/id "$@"; fi\n',
+        "apt-get": '#!/bin/sh\necho "uid=$(id -u) DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-} apt-get $*" >> "$LOG"\n[ "$(id -u)" = 0 ] || { echo "E: are you root?" >&2; exit 100; }\n',
+    }
+    if sudo:  # password-less: runs the command as root
+        fakes["sudo"] = f'#!/bin/sh\necho "sudo $*" >> "$LOG"\n[ "$1" = -n ] && shift\nexport PATH="{fakebin}/root:$PATH"\nexec "$@"\n'
+        (fakebin / "root").mkdir()
+        (fakebin / "root" / "id").write_text('#!/bin/sh\nif [ "$1" = "-u" ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
+        (fakebin / "root" / "id").chmod(0o755)
+    if promtool:
+        fakes["promtool"] = "#!/bin/sh\nexit 0\n"
+    for name, text in fakes.items():
+        (fakebin / name).write_text(text)
+        (fakebin / name).chmod(0o755)
+    (fakebin / "env").symlink_to("/usr/bin/env")
+    result = subprocess.run(
+        ["/usr/bin/make", "--no-print-directory", "-f", str(makefile), "promtool"],
+        cwd=tmp_path,
+        env={"PATH": str(fakebin), "LOG": str(log), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result.returncode, result.stdout + result.stderr, calls
+
+
+_APT = "apt-get -o DPkg::Lock::Timeout=120"
+
+
+def test_promtool_installs_as_root(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 0, sudo=False)
+    assert code == 0, output
+    assert calls == [
+        f"uid=0 DEBIAN_FRONTEND= {_APT} update -q",
+        f"uid=0 DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+    ]
+
+
+def test_promtool_installs_through_sudo_as_a_user(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 1001)
+    assert code == 0, output
+    assert calls == [
+        f"sudo -n env {_APT} update -q",
+        f"uid=0 DEBIAN_FRONTEND= {_APT} update -q",
+        f"sudo -n env DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+        f"uid=0 DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+    ]
+
+
+def test_promtool_without_root_or_sudo_says_what_to_install(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 1001, sudo=False)
+    assert (code, calls) == (2, [])
+    assert "make promtool: promtool is missing and installing it needs root: install Debian's prometheus package" in output
+
+
+def test_promtool_already_there_installs_nothing(tmp_path: Path) -> None:
+    assert _promtool(tmp_path, 1001, promtool=True)[::2] == (0, [])
+
+
+def test_promtool_check_can_fail(tmp_path: Path) -> None:
+    """The recipe before: apt-get straight away, which a user without root cannot run."""
+    old = tmp_path / "Makefile.old"
+    old.write_text(
+        "SHELL := /bin/bash\npromtool:\n\tcommand -v promtool >/dev/null || { apt-get -o DPkg::Lock::Timeout=120 update -q && \\\n"
+        "\t  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends prometheus; }\n"
+    )
+    work = tmp_path / "run"
+    work.mkdir()
+    code, _, calls = _promtool(work, 1001, makefile=old)
+    assert code != 0 and calls == [f"uid=1001 DEBIAN_FRONTEND= {_APT} update -q"]
+
+
+# --------------------------------------------------------------------------------------------
+# tests/conftest.py: the machine's credentials never reach a test
+
+
+def test_no_machine_credentials_reach_the_tests() -> None:
+    import botocore.session
+
+    from tests.conftest import AWS_CREDENTIAL_VARIABLES
+
+    assert [v for v in AWS_CREDENTIAL_VARIABLES if v in os.environ] == []
+    assert botocore.session.get_session().get_credentials() is None
+
+
+def test_credential_check_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CodeBuild's variable back (a dead endpoint), botocore goes looking: the check above would fail."""
+    import botocore.exceptions
+    import botocore.session
+
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/dead")
+    monkeypatch.setenv("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
+    with pytest.raises(botocore.exceptions.CredentialRetrievalError):
+        botocore.session.get_session().get_credentials()
