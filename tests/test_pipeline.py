@@ -100,7 +100,7 @@ def test_checks_assume_only_the_target_accounts_lookup_role(pipeline: tuple[Pipe
         project = next(
             r
             for r in template["Resources"].values()
-            if r["Type"] == "AWS::CodeBuild::Project" and f"preflight config/{env}.yaml" in json.dumps(r)
+            if r["Type"] == "AWS::CodeBuild::Project" and f"make preflight ENV={env} CONFIG_DIR=config" in json.dumps(r)
         )
         variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
         assert variables["TARGET_ROLE_ARN"] == lookup
