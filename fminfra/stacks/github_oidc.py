@@ -103,40 +103,41 @@ class GithubOidcStack(cdk.Stack):
             cdk.CfnOutput(
                 self, f"DeployRoleArn{env.name.replace('-', '')}", value=role.role_arn, description=f"role-to-assume for {env.name}"
             )
-        regions = sorted({e.region for e in environments})
-        self.diff_role = iam.Role(
-            self,
+        lookup_roles = [bootstrap_role_arn(account, r, "lookup") for r in sorted({e.region for e in environments})]
+        self.diff_role = self._lookup_only_role(
             "DiffRole",
-            role_name=DIFF_ROLE_NAME,
-            description=f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
-            assumed_by=self._github_principal(repository, f"repo:{repository}:pull_request"),
-            max_session_duration=cdk.Duration.hours(1),
-        )
-        self.diff_role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AssumeCdkLookupRoles",
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                resources=[bootstrap_role_arn(account, r, "lookup") for r in regions],
-            )
+            DIFF_ROLE_NAME,
+            f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
+            self._github_principal(repository, f"repo:{repository}:pull_request"),
+            lookup_roles,
+            ["sts:AssumeRole", "sts:TagSession"],
         )
         cdk.CfnOutput(self, "DiffRoleArn", value=self.diff_role.role_arn, description="role-to-assume for pull-request diffs")
         # Subject of a job on the branch that names no environment (docs/facts/pipeline.md#github-oidc-subject-claims).
-        self.check_role = iam.Role(
-            self,
+        self.check_role = self._lookup_only_role(
             "CheckRole",
-            role_name=CHECK_ROLE_NAME,
-            description=f"GitHub Actions checks before approval from {repository} branch {branch}: read-only CDK lookup roles",
-            assumed_by=self._github_principal(repository, f"repo:{repository}:ref:refs/heads/{branch}"),
-            max_session_duration=cdk.Duration.hours(1),
-        )
-        self.check_role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AssumeCdkLookupRoles",
-                actions=["sts:AssumeRole"],
-                resources=[bootstrap_role_arn(account, r, "lookup") for r in regions],
-            )
+            CHECK_ROLE_NAME,
+            f"GitHub Actions checks before approval from {repository} branch {branch}: read-only CDK lookup roles",
+            self._github_principal(repository, f"repo:{repository}:ref:refs/heads/{branch}"),
+            lookup_roles,
+            ["sts:AssumeRole"],
         )
         cdk.CfnOutput(self, "CheckRoleArn", value=self.check_role.role_arn, description="role-to-assume for the checks before approval")
+
+    def _lookup_only_role(
+        self, construct_id: str, role_name: str, description: str, principal: iam.IPrincipal, lookup_roles: list[str], actions: list[str]
+    ) -> iam.Role:
+        """A one-hour role that can do one thing: assume the account's read-only CDK lookup roles."""
+        role = iam.Role(
+            self,
+            construct_id,
+            role_name=role_name,
+            description=description,
+            assumed_by=principal,
+            max_session_duration=cdk.Duration.hours(1),
+        )
+        role.add_to_policy(iam.PolicyStatement(sid="AssumeCdkLookupRoles", actions=actions, resources=lookup_roles))
+        return role
 
     def _github_principal(self, repository: str, subject: str) -> iam.IPrincipal:
         return iam.FederatedPrincipal(
