@@ -25,7 +25,7 @@ ENV ?=
 ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
-.PHONY: setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
+.PHONY: pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
 	github-target github-environment-check preflight guard-deployed diff deploy stack-status
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -64,6 +64,17 @@ synth: deps
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
 
 # The promotion pipeline stack (CodePipeline's synth step), with every environment it deploys.
+# Per environment of CONFIG_DIR, from cdk.out (after `make synth`): the monthly cost before (the
+# committed baselines/ENV) -> after, and the architecture picture as Mermaid, as Markdown for a
+# pull request's job summary (docs/cost-and-diagram.md). Offline: no AWS credentials.
+pr-summary: deps
+	@for config in $(CONFIG_DIR)/*.yaml; do \
+	  env=$$(basename "$$config" .yaml); baseline=""; \
+	  if [ -d "baselines/$$env" ]; then baseline="--baseline baselines/$$env"; fi; \
+	  $(PY) -m fminfra cost "$$config" --outdir cdk.out $$baseline --markdown; echo; \
+	  echo "#### Picture of $$env"; echo; echo '```mermaid'; $(PY) -m fminfra diagram "$$config" --outdir cdk.out; echo '```'; echo; \
+	done
+
 synth-pipeline: deps
 	rm -rf cdk.out
 	$(CDK) synth --quiet --no-notices -c pipeline=$(PIPELINE_FILE)

@@ -526,6 +526,9 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
         if run in ("make synth", "make deps") or run.startswith("make github-target"):
             assert result.returncode == 0, (run, output[-3000:])
+        elif run.startswith("make pr-summary"):  # offline: cost and picture from cdk.out
+            assert result.returncode == 0, (run, output[-3000:])
+            assert "#### Cost of dev (us-west-2)" in output and "```mermaid\nflowchart LR" in output, output[-3000:]
         else:  # these need AWS: with no credentials they fail, and say so
             assert result.returncode != 0, (run, output[-3000:])
             assert re.search(r"credential|Credential", output), (run, output[-3000:])
@@ -533,6 +536,7 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         "make synth",
         "make deps",
         "make github-target",
+        "make pr-summary",
         "make preflight",
         "make guard-deployed",
         "make diff",
