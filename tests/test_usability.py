@@ -274,3 +274,26 @@ def test_a_dead_container_credentials_endpoint_is_one_line(tmp_path: Path) -> No
     )
     assert result.returncode == 2
     assert result.stderr.startswith("AWS credentials could not be retrieved: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_gate_names_a_config_missing_from_the_assembly(synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "other.yaml"
+    data = copy.deepcopy(DEV)
+    data["name"] = "other"
+    config.write_text(yaml.safe_dump(data))
+    code, _, err = _run(["gate", "--outdir", str(synth.outdir), str(config)], capsys)
+    assert (code, err) == (2, f"{synth.outdir}: (assembly): no stacks of environment other; synthesize it first\n")
+
+
+def test_gate_lints_each_environment_against_its_own_region(synth: Synth) -> None:
+    """dev's HyperPod workers are ml.p5.48xlarge; in a region whose HyperPod list lacks that type,
+    cfn-lint with that region fails the template, and with dev's own region passes it."""
+    from fminfra.commands.gate import cfn_lint
+    from fminfra.core.regional import _data
+
+    lists = _data()["hyperpod_instance_types"]
+    elsewhere = next(r for r, types in sorted(lists.items()) if "ml.p5.48xlarge" not in types)
+    (compute,) = [s.path for s in synth.stacks["dev"] if s.stack_name == "dev-Compute"]
+    assert cfn_lint([compute], ROOT / ".cfnlintrc.yaml", "us-west-2")[0] == 0
+    code, output = cfn_lint([compute], ROOT / ".cfnlintrc.yaml", elsewhere)
+    assert code != 0 and "E3644" in output and elsewhere in output
