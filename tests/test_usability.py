@@ -297,3 +297,19 @@ def test_gate_lints_each_environment_against_its_own_region(synth: Synth) -> Non
     assert cfn_lint([compute], ROOT / ".cfnlintrc.yaml", "us-west-2")[0] == 0
     code, output = cfn_lint([compute], ROOT / ".cfnlintrc.yaml", elsewhere)
     assert code != 0 and "E3644" in output and elsewhere in output
+
+
+@pytest.mark.parametrize("content", ['{"Resources": [', "[]"], ids=["truncated", "a list"])
+def test_a_broken_template_in_the_assembly_is_one_line(
+    synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    import shutil
+
+    broken = tmp_path / "cdk.out"
+    shutil.copytree(synth.outdir, broken)
+    (compute,) = [s.path for s in synth.stacks["dev"] if s.stack_name == "dev-Compute"]
+    target = broken / compute.relative_to(synth.outdir)
+    target.write_text(content)
+    for args in (["cost", "dev"], ["diagram", "dev"], ["gate", str(ROOT / "config" / "dev.yaml")]):
+        code, _, err = _run([*args, "--outdir", str(broken)], capsys)
+        assert code == 2 and err.startswith(f"{target}: (file): ") and len(err.splitlines()) == 1, (args, err)
