@@ -83,3 +83,17 @@ def _stack(environment: str, folder: Path, stack_id: str, stack: dict[str, Any])
         path=path,
         template=_json(path),
     )
+
+
+def launch_template_instance_type(template: dict[str, Any], reference: Any) -> str | None:
+    """The instance type of a launch template a resource references (Ref or its Id/Name)."""
+    if not isinstance(reference, dict):
+        return None
+    target = reference.get("LaunchTemplateId") or reference.get("LaunchTemplateName") or reference.get("Id") or reference
+    logical = None
+    if isinstance(target, dict):
+        logical = target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]
+    resource = (template.get("Resources") or {}).get(logical or "", {})
+    data = (resource.get("Properties") or {}).get("LaunchTemplateData") or {}
+    value = data.get("InstanceType")
+    return value if isinstance(value, str) else None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
-from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.commands.assembly import StackTemplate, launch_template_instance_type, read_assembly
 from fminfra.commands.common import EXIT_OK, UsageError, load_configs
 from fminfra.commands.plan import format_table
 from fminfra.config import EnvironmentConfig
@@ -115,20 +115,6 @@ def _resources(stacks: list[StackTemplate]) -> list[tuple[str, dict[str, Any], d
     return [(lid, res, s.template) for s in stacks for lid, res in (s.template.get("Resources") or {}).items()]
 
 
-def _launch_template_type(template: dict[str, Any], reference: Any) -> str | None:
-    """The instance type of a launch template a resource references (Ref or its Id/Name)."""
-    if not isinstance(reference, dict):
-        return None
-    target = reference.get("LaunchTemplateId") or reference.get("LaunchTemplateName") or reference.get("Id") or reference
-    logical = None
-    if isinstance(target, dict):
-        logical = target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]
-    resource = (template.get("Resources") or {}).get(logical or "", {})
-    data = (resource.get("Properties") or {}).get("LaunchTemplateData") or {}
-    value = data.get("InstanceType")
-    return value if isinstance(value, str) else None
-
-
 def _gpus(instance_type: str) -> int:
     spec = catalog.CATALOG.get(catalog.normalize_instance_type(instance_type))
     return spec.gpus if spec else 0
@@ -173,7 +159,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
-            itype = _launch_template_type(template, props.get("LaunchTemplate")) or "?"
+            itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
             # GpuAutoScalingGroup's logical id starts with AutoScalingGroup<group name without punctuation>.
             group = next((g for g in groups.values() if lid.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", g.name))), None)
             count = group.count if group else int(props.get("MaxSize") or 0)
@@ -208,7 +194,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::EKS::Nodegroup":
-            types = props.get("InstanceTypes") or [_launch_template_type(template, props.get("LaunchTemplate")) or "?"]
+            types = props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"]
             scaling = props.get("ScalingConfig") or {}
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
             itype = types[0]
@@ -390,10 +376,11 @@ def render(est: Estimate) -> str:
             ]
         )
     s = est.summary()
+    bound = "at least " if est.unknown else ""
     lines = [
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
-        f"per hour while running: ${s['per_hour_running']:,.2f}; per month: ${s['per_month']:,.2f}"
+        f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
         + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else ""),
         f"bills while idle (reserved and fixed): ${s['idle_per_month']:,.2f} a month; paid up front: ${s['paid_up_front']:,.2f}",
     ]
