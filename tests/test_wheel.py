@@ -71,7 +71,16 @@ def test_wheel_installs_and_synthesizes_from_the_installed_copy(tmp_path: Path) 
     (wheel,) = dist.glob("fminfra-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    for path in ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv"):
+    packaged = ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv")
+    jobs = (
+        "jobs/common.sh",
+        "jobs/nccl-tests.sbatch",
+        "jobs/ddp-smoke.sbatch",
+        "jobs/ddp_smoke.py",
+        "jobs/fsx-probe.sbatch",
+        "jobs/fio_probe.sh",
+    )
+    for path in packaged + jobs:
         assert f"fminfra/_scripts/{path}" in names
 
     # A fresh venv; its dependencies come from the test environment through a .pth file, so

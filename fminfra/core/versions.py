@@ -68,12 +68,15 @@ NODE_KEYS: tuple[str, ...] = (
     "NODE_EXPORTER_VERSION",
 )
 # Keys whose empty value has a meaning (the manifest's comments say which).
-MAY_BE_EMPTY: frozenset[str] = frozenset({"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT"})
+MAY_BE_EMPTY: frozenset[str] = frozenset(
+    {"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT", "ACCEPT_PYTORCH_IMAGE_DIGEST"}
+)
 
 _SHAPES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("_FINGERPRINT", re.compile(r"^[0-9A-F]{40}$"), "40 upper-case hex digits (an OpenPGP v4 fingerprint)"),
     ("_COMMIT", re.compile(r"^([0-9a-f]{40})?$"), "empty or a 40-hex git commit"),
     ("_SHA256", re.compile(r"^([0-9a-f]{64})?$"), "empty or 64 lower-case hex digits"),
+    ("_DIGEST", re.compile(r"^(sha256:[0-9a-f]{64})?$"), "empty or sha256: and 64 lower-case hex digits (an image digest)"),
 )
 
 
