@@ -27,6 +27,7 @@ COMMANDS = {
     "capacity-blocks": "capacity_blocks",
     "grafana": "grafana",
     "guard": "guard",
+    "accept": "accept",
 }
 
 

@@ -21,6 +21,9 @@ What the fakes model, and where that comes from (docs/facts/jobs.md):
   (FAKE_ENROOT_VERSION); `--container-mounts` is `SRC:DST[:FLAGS]` with an existing SRC, flags
   joined by `+`; paths under a mount's DST are read from its SRC.
 - scontrol: `show hostnames LIST` expands `prefix-[a-b,c]`.
+- sacct (#sacct-parsable-state): `-j ID -X -n -P -o State` prints the job's state alone
+  (COMPLETED when the batch script exited 0, else FAILED; FAKE_SACCT_STATE forces one, e.g.
+  RUNNING for a job that never ends); scancel records the ids it is given.
 
 The fake programs check their arguments and replay recorded outputs (tests/data/jobs/SOURCES.md).
 """
@@ -39,6 +42,21 @@ from tests.conftest import ROOT
 
 JOBS = ROOT / "scripts" / "jobs"
 DATA = ROOT / "tests" / "data" / "jobs"
+
+
+def ddp_result_line(median_ms: float, loss_first: float, loss_last: float) -> str:
+    """A result line in the format scripts/jobs/ddp_smoke.py prints (16 ranks, 200 steps)."""
+    summary = {
+        "world_size": 16,
+        "steps": 200,
+        "step_time_ms": {"median": median_ms, "p90": median_ms + 1.5},
+        "loss_first": loss_first,
+        "loss_last": loss_last,
+        "loss_fell": loss_last < 0.5 * loss_first,
+        "device": "cuda",
+    }
+    return "fminfra-ddp result " + json.dumps(summary, sort_keys=True)
+
 
 _SBATCH = r"""
 import json, os, re, shutil, subprocess, sys
@@ -203,7 +221,7 @@ for part in m[2].split(","):
 """
 
 _NCCL_PERF = r"""
-import os, sys
+import os, re, sys
 from pathlib import Path
 args = sys.argv[1:]
 for flag in ("-b", "-e", "-f", "-g"):
@@ -213,7 +231,7 @@ if "SLURM_PROCID" not in os.environ:
     sys.exit("fake nccl-tests: not started by srun")
 if os.environ["SLURM_PROCID"] == "0":  # rank 0 prints the table
     for line in Path(os.environ["FAKE_NCCL_OUTPUT"]).read_text().splitlines():
-        print(line.split(": ", 1)[1] if line[:1].isdigit() else line)
+        print(re.sub(r"^(\d+: |\[\d+,\d+\]<stdout>:)", "", line))  # the recording's launcher prefix
 """
 
 _TORCHRUN = r"""
@@ -253,6 +271,28 @@ shutil.copy(os.environ[f"FAKE_FIO_{opts['rw'].upper()}"], opts["output"])
 """
 
 
+_SACCT = r"""
+import json, os, sys
+from pathlib import Path
+args = sys.argv[1:]
+if args[:1] != ["-j"] or not {"-X", "-n", "-P"} <= set(args) or args[args.index("-o") + 1] != "State":
+    sys.exit(f"sacct: fake: expected -j ID -X -n -P -o State, got {args}")
+if os.environ.get("FAKE_SACCT_STATE"):
+    print(os.environ["FAKE_SACCT_STATE"])
+    sys.exit(0)
+record = Path(os.environ["FAKE_STATE"]) / "jobs" / f"{args[1]}.json"
+if record.exists():
+    print("COMPLETED" if json.loads(record.read_text())["exit_code"] == 0 else "FAILED")
+"""
+
+_SCANCEL = r"""
+import os, sys
+from pathlib import Path
+with (Path(os.environ["FAKE_STATE"]) / "scancel.log").open("a") as fh:
+    fh.write(" ".join(sys.argv[1:]) + "\n")
+"""
+
+
 @dataclass
 class FakeCluster:
     root: Path
@@ -286,7 +326,15 @@ def make_cluster(tmp_path: Path, *, nodes: int = 2) -> FakeCluster:
     nccl_dir = tmp_path / "opt" / "nccl-tests" / "build"
     for d in (bin_dir, nccl_dir, tmp_path / "state", tmp_path / "submit"):
         d.mkdir(parents=True, exist_ok=True)
-    fakes = {"sbatch": _SBATCH, "srun": _SRUN, "scontrol": _SCONTROL, "torchrun": _TORCHRUN, "fio": _FIO}
+    fakes = {
+        "sbatch": _SBATCH,
+        "srun": _SRUN,
+        "scontrol": _SCONTROL,
+        "sacct": _SACCT,
+        "scancel": _SCANCEL,
+        "torchrun": _TORCHRUN,
+        "fio": _FIO,
+    }
     for name, body in fakes.items():
         _write_exe(bin_dir / name, body)
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):

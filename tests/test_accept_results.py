@@ -19,6 +19,7 @@ from fminfra.commands.accept_results import (
     read_fsx_results,
 )
 from tests.conftest import ROOT
+from tests.slurm_fakes import ddp_result_line
 
 DATA = ROOT / "tests" / "data" / "jobs"
 
@@ -90,17 +91,9 @@ def test_torchrun_failure_summary() -> None:
 
 
 def test_ddp_result_line() -> None:
-    summary = {
-        "world_size": 16,
-        "steps": 200,
-        "step_time_ms": {"median": 12.5, "p90": 13.0},
-        "loss_first": 1.0,
-        "loss_last": 0.1,
-        "loss_fell": True,
-        "device": "cuda",
-    }
-    text = "0: fminfra-ddp step 200/200 loss 0.1 step_time_ms 12.4\n0: fminfra-ddp result " + json.dumps(summary)
-    assert parse_torchrun(text) == DdpResult(16, 200, 12.5, 13.0, 1.0, 0.1, True)
+    text = "0: fminfra-ddp step 200/200 loss 0.1 step_time_ms 12.4\n0: " + ddp_result_line(12.5, 1.0, 0.1)
+    assert parse_torchrun(text) == DdpResult(16, 200, 12.5, 14.0, 1.0, 0.1, True)
+    assert parse_torchrun(ddp_result_line(12.5, 1.0, 0.9)).loss_fell is False  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from fminfra.config.base import check_account, check_region
@@ -45,11 +45,33 @@ class SourceConfig(_Model):
         return value
 
 
+class AcceptThresholds(_Model):
+    """`fminfra accept` for one environment: thresholds that replace (or stand in for) the per-type
+    ones of scripts/node/instance_types.tsv. A type without a sourced threshold fails the gate
+    unless nccl_fail_gbps is set here. See docs/first-job.md."""
+
+    nccl_fail_gbps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="all_reduce busbw at 1-2 GiB on two nodes below which accept fails (GB/s)."
+    )
+    nccl_warn_gbps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="busbw below which accept warns (GB/s); default: nccl_fail_gbps."
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> AcceptThresholds:
+        if self.nccl_warn_gbps is not None and self.nccl_fail_gbps is None:
+            raise ValueError("nccl_warn_gbps needs nccl_fail_gbps")
+        if self.nccl_warn_gbps is not None and self.nccl_fail_gbps is not None and self.nccl_warn_gbps < self.nccl_fail_gbps:
+            raise ValueError(f"nccl_warn_gbps ({self.nccl_warn_gbps}) must not be below nccl_fail_gbps ({self.nccl_fail_gbps})")
+        return self
+
+
 class PipelineEnvironment(_Model):
     """One environment the pipeline deploys, in order."""
 
     config: str = Field(description="Path of the environment's config file, relative to the repository root.")
     approval: bool = Field(default=False, description="true: a manual approval before this environment's checks and deploy.")
+    accept: AcceptThresholds = Field(default_factory=AcceptThresholds, description="`fminfra accept` thresholds for this environment.")
 
 
 class PipelineConfig(_Model):

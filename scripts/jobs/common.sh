@@ -38,9 +38,13 @@ require_allocation() {
     mkdir -p "$FMINFRA_RESULTS_DIR"
 }
 
-# The first host of the allocation (the rendezvous host of torchrun).
+# The first host of the allocation (the rendezvous host of torchrun). No pipe into head: under
+# pipefail a writer that head has stopped reading from would fail the job.
 first_host() {
-    scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1
+    local hosts
+    hosts=$(scontrol show hostnames "$SLURM_JOB_NODELIST")
+    [[ -n $hosts ]] || usage_error "scontrol show hostnames '$SLURM_JOB_NODELIST' printed no host"
+    printf '%s\n' "${hosts%%$'\n'*}"
 }
 
 # pyxis_image REFERENCE: registry/image[:tag][@sha256:...] -> pyxis's REGISTRY#IMAGE form
