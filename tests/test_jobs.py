@@ -68,6 +68,17 @@ def test_nccl_job_runs_each_collective_over_all_gpus(cluster: FakeCluster) -> No
     assert busbw_at(parse_nccl_tests(log)) == 436.95
 
 
+def test_nccl_job_takes_the_node_environment(cluster: FakeCluster, tmp_path: Path) -> None:
+    """The batch shell is no login shell: the job reads configure_environment.sh's profile itself."""
+    profile = tmp_path / "fminfra-gpu.sh"
+    profile.write_text("export NCCL_TUNER_PLUGIN=/opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so\n")
+    code, output = _submit(cluster, "nccl-tests.sbatch", NODE_PROFILE=str(profile))
+    assert code == 0, output
+    assert "(NCCL_TUNER_PLUGIN=/opt/amazon/ofi-nccl/lib/libnccl-ofi-tuner.so)" in output
+    code, output = _submit(cluster, "nccl-tests.sbatch", NODE_PROFILE=str(tmp_path / "absent.sh"))
+    assert code == 0 and "environment from" not in output
+
+
 def test_nccl_job_missing_binaries(cluster: FakeCluster) -> None:
     code, output = _submit(cluster, "nccl-tests.sbatch", NCCL_TESTS_DIR="/nonexistent")
     assert code == 2
