@@ -25,7 +25,9 @@ What the fakes model, and where that comes from (docs/facts/jobs.md):
   (COMPLETED when the batch script exited 0, else FAILED; FAKE_SACCT_STATE forces one, e.g.
   RUNNING for a job that never ends); scancel records the ids it is given.
 
-The fake programs check their arguments and replay recorded outputs (tests/data/jobs/SOURCES.md).
+The fake programs check their arguments and replay recorded outputs (tests/data/jobs/SOURCES.md);
+the nccl-tests fake logs the EC2 guide's "NET/OFI Selected Provider is efa" line from every rank
+when NCCL_DEBUG=INFO (FAKE_NCCL_DEBUG_OUTPUT, empty for a run that fell back to sockets).
 """
 
 from __future__ import annotations
@@ -229,6 +231,9 @@ for flag in ("-b", "-e", "-f", "-g"):
         sys.exit(f"{Path(sys.argv[0]).name}: fake: expected {flag}")
 if "SLURM_PROCID" not in os.environ:
     sys.exit("fake nccl-tests: not started by srun")
+debug = os.environ.get("FAKE_NCCL_DEBUG_OUTPUT")
+if os.environ.get("NCCL_DEBUG") == "INFO" and debug:  # every rank logs its network
+    sys.stdout.write(Path(debug).read_text())
 if os.environ["SLURM_PROCID"] == "0":  # rank 0 prints the table
     for line in Path(os.environ["FAKE_NCCL_OUTPUT"]).read_text().splitlines():
         print(re.sub(r"^(\d+: |\[\d+,\d+\]<stdout>:)", "", line))  # the recording's launcher prefix
@@ -346,6 +351,7 @@ def make_cluster(tmp_path: Path, *, nodes: int = 2) -> FakeCluster:
         "FAKE_NODES": str(nodes),
         "FAKE_PYXIS": "1",
         "FAKE_NCCL_OUTPUT": str(DATA / "nccl-all-reduce-2x-p5.txt"),
+        "FAKE_NCCL_DEBUG_OUTPUT": str(DATA / "nccl-debug-efa-ec2-guide.txt"),
         "FAKE_FIO_READ": str(DATA / "fio-3.1-randread-32jobs.json"),
         "FAKE_FIO_WRITE": str(DATA / "fio-3.1-randwrite-32jobs.json"),
         "NCCL_TESTS_DIR": str(nccl_dir),

@@ -189,6 +189,19 @@ def test_end_to_end_warns_between_the_thresholds(
     assert "WARN nccl all_reduce workers" in capsys.readouterr().out
 
 
+def test_end_to_end_fails_without_efa(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Full bandwidth figures, but no rank logged "NET/OFI Selected provider is efa": a p5 must use EFA."""
+    monkeypatch.setenv("FAKE_NCCL_DEBUG_OUTPUT", "")
+    assert _accept(tmp_path) == 1
+    assert "FAIL nccl all_reduce workers" in capsys.readouterr().out
+    checks = json.loads((tmp_path / "report.json").read_text())["checks"]
+    assert [c["detail"] for c in checks if c["name"] == "nccl all_reduce workers"] == [
+        "NCCL did not use EFA: no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+    ]
+
+
 def test_end_to_end_torchrun_failure(
     login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -13,6 +13,7 @@ from fminfra.commands.accept_results import (
     ResultError,
     TorchrunFailure,
     busbw_at,
+    nccl_ofi_provider,
     parse_fio_json,
     parse_nccl_tests,
     parse_torchrun,
@@ -55,6 +56,12 @@ def test_nccl_mpijob_tag_output_prefix() -> None:
     rows = parse_nccl_tests(_read("nccl-all-reduce-2x-p5-mpijob.txt"))
     assert [r.size_bytes for r in rows] == [0, 64 << 20, 128 << 20, 256 << 20, 512 << 20, GIB, 2 * GIB]
     assert busbw_at(rows) == 313.29
+
+
+def test_nccl_ofi_provider_line() -> None:
+    """The EC2 guide's NCCL_DEBUG line (docs/facts/jobs.md#nccl-ofi-provider-line); the tables alone name no provider."""
+    assert nccl_ofi_provider("0: " + _read("nccl-debug-efa-ec2-guide.txt")) == "efa"
+    assert nccl_ofi_provider(_read("nccl-all-reduce-2x-p5.txt")) is None
 
 
 def test_nccl_without_the_big_sizes_has_no_figure() -> None:

@@ -65,6 +65,7 @@ def test_nccl_job_runs_each_collective_over_all_gpus(cluster: FakeCluster) -> No
         assert f"/{collective}_perf -b 8 -e 2G -f 2 -g 1" in call
     log = (cluster.root / "run" / "results" / "nccl-all_reduce.log").read_text()
     assert log.startswith("0: ")  # srun --label, as the recorded README output
+    assert log.count("NCCL INFO NET/OFI Selected Provider is efa") == 16  # NCCL_DEBUG=INFO, every rank
     assert busbw_at(parse_nccl_tests(log)) == 436.95
 
 

@@ -36,6 +36,7 @@ from fminfra.commands.accept_results import (
     ResultError,
     TorchrunFailure,
     busbw_at,
+    nccl_ofi_provider,
     parse_nccl_tests,
     parse_torchrun,
     read_fsx_results,
@@ -104,6 +105,7 @@ class SlurmJob:
     script: str
     results: str  # folder under the run folder
     extra_env: tuple[tuple[str, str], ...] = ()
+    efa: bool = True  # the instance type has EFA interfaces: NCCL must select the efa provider
 
     def sbatch(self, run_dir: str) -> list[str]:
         env = [
@@ -166,7 +168,8 @@ def slurm_plan(
             continue
         plan.nccl[group.name] = nccl_threshold(group.spec.name, overrides, table)
         if group.count >= NCCL_NODES:
-            plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl"))
+            efa = group.spec.max_efa_interfaces > 0
+            plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa))
         else:
             plan.notes.append(f"group {group.name}: {group.count} node; the NCCL thresholds are for {NCCL_NODES} nodes, no NCCL job")
         plan.jobs.append(SlurmJob("ddp", group.name, group.count, gpus, "ddp-smoke.sbatch", f"{group.name}/ddp"))
@@ -264,7 +267,7 @@ def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJ
             continue
         try:
             if job.kind == "nccl":
-                checks.extend(_nccl_checks(job, folder, plan.nccl[job.group]))
+                checks.extend(_nccl_checks(job, folder, plan.nccl[job.group], job.efa))
             elif job.kind == "ddp":
                 checks.append(_ddp_check(job, folder))
             else:
@@ -274,15 +277,20 @@ def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJ
     return checks
 
 
-def _nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold) -> list[Check]:
+def _nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool) -> list[Check]:
     out = []
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):
         log = folder / f"nccl-{collective}.log"
-        rows = parse_nccl_tests(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "", str(log))
+        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+        rows = parse_nccl_tests(text, str(log))
         busbw = busbw_at(rows)
         figure = "-" if busbw is None else f"{busbw:g} GB/s"
         sizes = ", ".join(f"{r.size_bytes >> 20} MiB {r.busbw_gbps:g}" for r in rows if r.size_bytes >= 1 << 26)
-        if any(r.wrong for r in rows):
+        provider = nccl_ofi_provider(text)
+        if efa and provider != "efa":
+            found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+            out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, f"NCCL did not use EFA: {found}"))
+        elif any(r.wrong for r in rows):
             out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, "wrong results reported (#wrong > 0)"))
         elif collective != "all_reduce":
             out.append(Check(f"nccl {collective} {job.group}", "PASS", figure, f"reported, no threshold; busbw by size: {sizes}"))

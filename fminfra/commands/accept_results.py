@@ -62,6 +62,18 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> list[NcclR
     return rows
 
 
+# NCCL_DEBUG=INFO names the libfabric provider aws-ofi-nccl selected (docs/facts/jobs.md#nccl-ofi-provider-line);
+# the case of "provider" differs between plugin versions.
+_OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_-]+)")
+
+
+def nccl_ofi_provider(text: str) -> str | None:
+    """The provider aws-ofi-nccl selected ("efa"), or None when no rank logged one (no NCCL_DEBUG=INFO,
+    or NCCL did not load the plugin and fell back to sockets)."""
+    m = _OFI_PROVIDER.search(text)
+    return m[1] if m else None
+
+
 def busbw_at(rows: list[NcclRow], sizes: tuple[int, ...] = (GIB, 2 * GIB)) -> float | None:
     """The lowest out-of-place bus bandwidth at the given message sizes (1 and 2 GiB, as validate.sh)."""
     found = [r.busbw_gbps for r in rows if r.size_bytes in sizes]
