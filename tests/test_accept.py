@@ -99,6 +99,18 @@ def test_dry_run_prod_with_a_pipeline_threshold(
     assert "fail < 300 GB/s, warn < 420 GB/s (pipeline.yaml accept)" in capsys.readouterr().out
 
 
+def test_dry_run_one_node_group_has_no_nccl_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    config = tmp_path / "one.yaml"
+    config.write_text((ROOT / "config" / "dev.yaml").read_text().replace("count: 2", "count: 1"))
+    assert cli_main(["accept", str(config), "--dry-run", "--run-id", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl-tests.sbatch" not in out and "ddp-smoke.sbatch" in out
+    assert "note: group workers: 1 node; the NCCL thresholds are for 2 nodes, no NCCL job" in out
+
+
 def test_bad_pipeline_threshold_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pipeline = tmp_path / "pipeline.yaml"
     text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")

@@ -166,8 +166,8 @@ def slurm_plan(
         if group.count == 0:
             plan.notes.append(f"group {group.name}: count 0, nothing to run")
             continue
-        plan.nccl[group.name] = nccl_threshold(group.spec.name, overrides, table)
         if group.count >= NCCL_NODES:
+            plan.nccl[group.name] = nccl_threshold(group.spec.name, overrides, table)
             efa = group.spec.max_efa_interfaces > 0
             plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa))
         else:
