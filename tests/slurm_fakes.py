@@ -222,21 +222,16 @@ for part in m[2].split(","):
         print(f"{m[1]}{n}")
 """
 
+# Bash, not Python: srun starts one per GPU, and the suite must stay fast.
 _NCCL_PERF = r"""
-import os, re, sys
-from pathlib import Path
-args = sys.argv[1:]
-for flag in ("-b", "-e", "-f", "-g"):
-    if flag not in args:
-        sys.exit(f"{Path(sys.argv[0]).name}: fake: expected {flag}")
-if "SLURM_PROCID" not in os.environ:
-    sys.exit("fake nccl-tests: not started by srun")
-debug = os.environ.get("FAKE_NCCL_DEBUG_OUTPUT")
-if os.environ.get("NCCL_DEBUG") == "INFO" and debug:  # every rank logs its network
-    sys.stdout.write(Path(debug).read_text())
-if os.environ["SLURM_PROCID"] == "0":  # rank 0 prints the table
-    for line in Path(os.environ["FAKE_NCCL_OUTPUT"]).read_text().splitlines():
-        print(re.sub(r"^(\d+: |\[\d+,\d+\]<stdout>:)", "", line))  # the recording's launcher prefix
+for flag in -b -e -f -g; do
+  [[ " $* " == *" $flag "* ]] || { echo "$(basename "$0"): fake: expected $flag" >&2; exit 2; }
+done
+[[ -n ${SLURM_PROCID:-} ]] || { echo "fake nccl-tests: not started by srun" >&2; exit 2; }
+if [[ ${NCCL_DEBUG:-} == INFO && -n ${FAKE_NCCL_DEBUG_OUTPUT:-} ]]; then cat "$FAKE_NCCL_DEBUG_OUTPUT"; fi  # every rank logs its network
+if [[ $SLURM_PROCID == 0 ]]; then  # rank 0 prints the table, without the recording's launcher prefix
+  sed -E 's/^([0-9]+: |\[[0-9]+,[0-9]+\]<stdout>:)//' "$FAKE_NCCL_OUTPUT"
+fi
 """
 
 _TORCHRUN = r"""
@@ -343,7 +338,7 @@ def make_cluster(tmp_path: Path, *, nodes: int = 2) -> FakeCluster:
     for name, body in fakes.items():
         _write_exe(bin_dir / name, body)
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):
-        _write_exe(nccl_dir / f"{collective}_perf", _NCCL_PERF)
+        _write_exe(nccl_dir / f"{collective}_perf", _NCCL_PERF, interpreter="/usr/bin/env bash")
     env = {
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
         "HOME": str(tmp_path),
@@ -359,6 +354,6 @@ def make_cluster(tmp_path: Path, *, nodes: int = 2) -> FakeCluster:
     return FakeCluster(root=root, bin=bin_dir, state=tmp_path / "state", submit_dir=tmp_path / "submit", env=env)
 
 
-def _write_exe(path: Path, body: str) -> None:
-    path.write_text(f"#!{sys.executable}\n{body}")
+def _write_exe(path: Path, body: str, interpreter: str = sys.executable) -> None:
+    path.write_text(f"#!{interpreter}\n{body}")
     path.chmod(0o755)
