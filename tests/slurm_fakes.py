@@ -46,10 +46,10 @@ JOBS = ROOT / "scripts" / "jobs"
 DATA = ROOT / "tests" / "data" / "jobs"
 
 
-def ddp_result_line(median_ms: float, loss_first: float, loss_last: float) -> str:
-    """A result line in the format scripts/jobs/ddp_smoke.py prints (16 ranks, 200 steps)."""
+def ddp_result_line(median_ms: float, loss_first: float, loss_last: float, world_size: int = 16) -> str:
+    """A result line in the format scripts/jobs/ddp_smoke.py prints (200 steps)."""
     summary = {
-        "world_size": 16,
+        "world_size": world_size,
         "steps": 200,
         "step_time_ms": {"median": median_ms, "p90": median_ms + 1.5},
         "loss_first": loss_first,

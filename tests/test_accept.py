@@ -10,7 +10,7 @@ import pytest
 
 from fminfra.cli import main as cli_main
 from fminfra.commands import accept
-from fminfra.commands.accept import nccl_threshold, read_instance_thresholds
+from fminfra.commands.accept import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
 from fminfra.commands.common import UsageError
 from fminfra.config.pipeline import AcceptThresholds
 from tests.conftest import ROOT
@@ -236,3 +236,26 @@ def test_end_to_end_without_a_cluster(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here: not a login node
     assert _accept(tmp_path) == 2
     assert "sbatch/sacct not found; run `fminfra accept` on the cluster's login node, or use --dry-run" in capsys.readouterr().err
+
+
+# --- checks that need every node -----------------------------------------------------------------
+
+
+def test_ddp_with_fewer_ranks_than_the_group_fails(tmp_path: Path) -> None:
+    job = SlurmJob("ddp", "workers", 2, 8, "ddp-smoke.sbatch", "workers/ddp")
+    (tmp_path / "ddp.log").write_text("0: " + ddp_result_line(40.0, 1.0, 0.1, world_size=8) + "\n")
+    check = ddp_check(job, tmp_path)
+    assert (check.status, check.detail.split(": ")[-1]) == ("FAIL", "expected 16 ranks (2 nodes x 8 GPUs)")
+    (tmp_path / "ddp.log").write_text("0: " + ddp_result_line(40.0, 1.0, 0.1) + "\n")
+    assert ddp_check(job, tmp_path).status == "PASS"
+
+
+def test_fsx_with_a_node_missing_fails(tmp_path: Path) -> None:
+    job = SlurmJob("fsx", "workers", 2, 8, "fsx-probe.sbatch", "workers/fsx")
+    for rw in ("read", "write"):
+        (tmp_path / f"fio-node-1-{rw}.json").write_text((DATA / f"fio-3.1-rand{rw}-32jobs.json").read_text())
+    checks = fsx_checks(job, tmp_path, 0.1)
+    assert [(c.status, c.detail) for c in checks] == [
+        ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
+        ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
+    ]

@@ -267,17 +267,17 @@ def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJ
             continue
         try:
             if job.kind == "nccl":
-                checks.extend(_nccl_checks(job, folder, plan.nccl[job.group], job.efa))
+                checks.extend(nccl_checks(job, folder, plan.nccl[job.group], job.efa))
             elif job.kind == "ddp":
-                checks.append(_ddp_check(job, folder))
+                checks.append(ddp_check(job, folder))
             else:
-                checks.extend(_fsx_checks(job, folder, plan.fsx_baseline_gb_per_s))
+                checks.extend(fsx_checks(job, folder, plan.fsx_baseline_gb_per_s))
         except ResultError as exc:
             checks.append(Check(name, "FAIL", "-", str(exc)))
     return checks
 
 
-def _nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool) -> list[Check]:
+def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool) -> list[Check]:
     out = []
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):
         log = folder / f"nccl-{collective}.log"
@@ -311,7 +311,7 @@ def _nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: boo
     return out
 
 
-def _ddp_check(job: SlurmJob, folder: Path) -> Check:
+def ddp_check(job: SlurmJob, folder: Path) -> Check:
     log = folder / "ddp.log"
     result = parse_torchrun(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "", str(log))
     name = f"ddp {job.group}"
@@ -321,17 +321,23 @@ def _ddp_check(job: SlurmJob, folder: Path) -> Check:
         )
     figure = f"{result.step_time_ms_median:.1f} ms/step"
     detail = f"{result.world_size} ranks, loss {result.loss_first:.4g} -> {result.loss_last:.4g}, p90 {result.step_time_ms_p90:.1f} ms"
+    expected = job.nodes * job.gpus_per_node
+    if result.world_size != expected:
+        return Check(name, "FAIL", figure, f"{detail}: expected {expected} ranks ({job.nodes} nodes x {job.gpus_per_node} GPUs)")
     return Check(name, "PASS" if result.loss_fell else "FAIL", figure, detail + ("" if result.loss_fell else ": the loss did not fall"))
 
 
-def _fsx_checks(job: SlurmJob, folder: Path, baseline: float | None) -> list[Check]:
+def fsx_checks(job: SlurmJob, folder: Path, baseline: float | None) -> list[Check]:
     out = []
     for rw in ("write", "read"):
         fsx = read_fsx_results(folder, rw)
         total = fsx.gb_per_s
         status = "WARN" if baseline is not None and total < baseline else "PASS"
         versus = f"baseline {baseline:.2f} GB/s" if baseline is not None else "no baseline"
-        out.append(Check(f"fsx {rw} {job.group}", status, f"{total:.2f} GB/s", f"{len(fsx.per_node)} nodes, {versus}"))
+        detail = f"{len(fsx.per_node)} nodes, {versus}"
+        if len(fsx.per_node) != job.nodes:  # the sum would understate the file system
+            status, detail = "FAIL", f"results from {len(fsx.per_node)} of {job.nodes} nodes, {versus}"
+        out.append(Check(f"fsx {rw} {job.group}", status, f"{total:.2f} GB/s", detail))
     return out
 
 
