@@ -68,7 +68,15 @@ BAD_CASES = [
         "f.yaml: network.az_ids[1]: 'use1-az2' belongs to us-east-1, not us-west-2 (its AZ IDs start with usw2-)",
     ),
     (DEV, "network.az_ids", ["usw2-az1", "usw2-az1", "usw2-az4"], "f.yaml: network.az_ids: AZ IDs must be unique, repeated: usw2-az1"),
-    (DEV, "network.az_ids", ["us-west-2a", "usw2-az4"], "f.yaml: network.az_ids[0]: 'us-west-2a' is not an AZ ID such as usw2-az1"),
+    (
+        DEV,
+        "network.az_ids",
+        ["us-west-2a", "usw2-az4"],
+        "f.yaml: network.az_ids[0]: 'us-west-2a' is an AZ name, which maps to a different zone in every account; give the AZ ID, "
+        "e.g. usw2-az1 (list this account's: aws ec2 describe-availability-zones --region us-west-2 "
+        "--query 'AvailabilityZones[].[ZoneName,ZoneId]' --output text)",
+    ),
+    (DEV, "network.az_ids", ["uswest2-x", "usw2-az4"], "f.yaml: network.az_ids[0]: 'uswest2-x' is not an AZ ID such as usw2-az1"),
     (
         DEV,
         "compute.instance_groups.0.instance_type",
@@ -99,7 +107,12 @@ BAD_CASES = [
         "controller",
         "f.yaml: compute.instance_groups[0].name: 'controller' is the Slurm controller group's name; choose another",
     ),
-    (DEV, "compute.orchestrator", "kubernetes", "f.yaml: compute.orchestrator: Input should be 'slurm', 'eks' or 'ec2', got 'kubernetes'"),
+    (
+        DEV,
+        "compute.orchestrator",
+        "kubernetes",
+        "f.yaml: compute.orchestrator: Input should be 'slurm', 'eks', 'ec2' or 'none', got 'kubernetes'",
+    ),
     (DEV, "name", "Dev_1", "f.yaml: name: must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got 'Dev_1'"),
     (DEV, "account", 111111111111, "f.yaml: account: must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)"),
     (

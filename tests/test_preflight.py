@@ -233,6 +233,31 @@ def test_a_capacity_block_under_type_reservation_fails(aws: Aws) -> None:
     ]
 
 
+def test_a_reservation_group_mixing_odcrs_and_capacity_blocks_fails_naming_them(aws: Aws) -> None:
+    # Issue 12: a capacity reservation resource group may hold both kinds, but one launch uses
+    # one reservation type (docs/facts/capacity.md#capacity-reservation-group-one-type).
+    odcr, block = "cr-0aaaaaaaaaaaaaaa1", "cr-0bbbbbbbbbbbbbbb1"
+    aws.reservation(_reservation(CapacityReservationId=odcr, ReservationType="default", TotalInstanceCount=1), rid=odcr)
+    aws.reservation(_reservation(CapacityReservationId=block, TotalInstanceCount=1), rid=block)
+    aws.ec2_quota("L-417A185B", 384)
+    rows = aws.run(_cfg(capacity={"type": "reservation", "reservation_ids": [odcr, block]}, placement="none"))
+    assert (
+        "group block",
+        "one reservation type",
+        f"its reservations mix On-Demand Capacity Reservations ({odcr}) and Capacity Blocks ({block}); "
+        "one launch can use only one reservation type: give each kind its own group",
+    ) in _rows(rows, "FAIL")
+
+
+def test_a_reservation_group_of_one_type_passes(aws: Aws) -> None:
+    first, second = "cr-0bbbbbbbbbbbbbbb1", "cr-0bbbbbbbbbbbbbbb2"
+    aws.reservation(_reservation(CapacityReservationId=first, TotalInstanceCount=1), rid=first)
+    aws.reservation(_reservation(CapacityReservationId=second, TotalInstanceCount=1), rid=second)
+    rows = aws.run(_cfg(capacity={"type": "capacity-block", "reservation_ids": [first, second]}))
+    assert _rows(rows, "FAIL") == []
+    assert ("group block", "one reservation type", "its 2 reservations are all Capacity Blocks") in _rows(rows, "PASS")
+
+
 def test_missing_reservation_fails(aws: Aws) -> None:
     aws.stubs["ec2"].add_client_error(
         "describe_capacity_reservations",

@@ -72,7 +72,9 @@ def read_instance_thresholds(path: Path | None = None) -> dict[str, tuple[float 
             continue
         fields = line.split()
         if len(fields) != 8:
-            raise UsageError(f"{path}: line {number}: expected 8 columns (name gpus efa nvswitch nvlsm arch nccl_fail_gbps nccl_warn_gbps)")
+            raise UsageError(
+                f"{path}: line {number}: expected 8 columns (name gpus efa nvswitch fabric arch nccl_fail_gbps nccl_warn_gbps)"
+            )
         try:
             fail, warn = (None if v == "-" else float(v) for v in fields[6:8])
         except ValueError:

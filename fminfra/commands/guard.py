@@ -522,6 +522,8 @@ def main(ns: Any) -> int:
                 environment, region = cfg.name, cfg.region
                 after = read_templates(Path(ns.templates), environment)
             else:
+                if not (ns.deployed or ns.change_set or ns.update_baseline):
+                    _require_baseline(Path(ns.baseline) if ns.baseline else None, config_path)  # before a slow synth
                 environment, region, after = synthesize(config_path)
         elif ns.templates:
             after = read_templates(Path(ns.templates))
@@ -559,7 +561,9 @@ def main(ns: Any) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
         if isinstance(exc, (BotoCoreError, ClientError)):
-            print(f"guard: AWS: {exc}", file=sys.stderr)
+            from fminfra.commands.aws import access_problem
+
+            print(f"guard: {access_problem(exc) or f'AWS: {exc}'}", file=sys.stderr)
             return 2
         raise
 
@@ -570,6 +574,15 @@ def _report_capacity_blocks(before: Templates, after: Templates) -> int:
     for blocking, line in findings:
         print(f"{'FAIL' if blocking else 'WARN'} {line}")
     return 1 if any(blocking for blocking, _ in findings) else 0
+
+
+def _require_baseline(baseline: Path | None, config_path: Path) -> None:
+    """GuardInputError at once when the baseline to compare with does not exist."""
+    from fminfra.config import load_config
+
+    baseline_dir = baseline or _default_baseline(load_config(config_path).name)
+    if not baseline_dir.is_dir():
+        raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
 
 
 def _default_baseline(environment: str | None) -> Path:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fminfra import catalog
-from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
 from fminfra.core.capacity_blocks import scale_in_time, utc_timestamp
 
 
@@ -59,7 +59,7 @@ def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
 def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     """Rows for every training group and inference node group of the environment."""
     rows: list[GroupPlan] = []
-    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2"}[cfg.compute.orchestrator]
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
     groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
         *((kind, g) for g in cfg.compute.instance_groups),
         *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
@@ -133,9 +133,12 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
     """The text `python -m fminfra plan` prints for one environment (NOW: for the Capacity Block
     notes; default the current time)."""
     rows = group_plans(cfg)
-    out = [
-        f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), orchestrator {cfg.compute.orchestrator}"
-    ]
+    what = (
+        "inference only: an EKS cluster with GPU node groups, no training cluster"
+        if cfg.compute.orchestrator == "none"
+        else f"orchestrator {cfg.compute.orchestrator}"
+    )
+    out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
     out.append(
         format_table(
             ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
@@ -148,6 +151,7 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
     total = sum(r.gpus for r in rows)
     out.append(f"total GPUs (training groups and inference at max size): {total}")
     out.extend(storage_lines(cfg, total))
+    out.extend(eks_lines(cfg))
     for r in rows:
         for note in r.notes:
             out.append(f"WARN {r.name}: {note}")
@@ -156,6 +160,22 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
     for path, msg in cfg.warnings():
         out.append(f"WARN {path}: {msg}")
     return "\n".join(out)
+
+
+def eks_lines(cfg: EnvironmentConfig) -> list[str]:
+    """The EKS line of `plan`: Kubernetes version and its support end, and the system node group."""
+    eks = cfg.compute.eks
+    if eks is None:
+        return []
+    end = standard_support_end(eks.kubernetes_version).isoformat()
+    count = cfg.compute.system_node_count()
+    if count:
+        system = (
+            f"system nodes {count} x {eks.system_nodes.instance_type} on demand (CoreDNS and other system pods; billed per instance hour)"
+        )
+    else:
+        system = "system nodes none (" + ", ".join(cfg.compute.untainted_node_sources()) + " run CoreDNS and other system pods)"
+    return [f"eks: Kubernetes {eks.kubernetes_version} (EKS standard support ends {end}), {system}"]
 
 
 def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:

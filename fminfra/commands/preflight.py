@@ -209,19 +209,44 @@ class Preflight:
                 continue
             total = 0
             all_found = True
+            found: dict[str, dict[str, Any]] = {}
             for rid in cap.reservation_ids or []:
                 reservation = self._reservation(rid)
                 if reservation is None:
                     all_found = False
                     continue
+                found[rid] = reservation
                 total += int(reservation.get("TotalInstanceCount", 0))
                 self._check_reservation(kind, group, rid, reservation)
+            self._check_one_reservation_type(group, found)
             subject = f"group {group.name}"
             need = _count(group)
             if all_found and total < need:
                 self.add("FAIL", subject, "reserved count", f"its reservations hold {total} instances; the group needs {need}")
             elif all_found:
                 self.add("PASS", subject, "reserved count", f"its reservations hold {total} instances for {need}")
+
+    def _check_one_reservation_type(self, group: Group, found: dict[str, dict[str, Any]]) -> None:
+        """Several reservations of one group form one capacity reservation resource group, which
+        may hold On-Demand Capacity Reservations and Capacity Blocks alike; but one launch uses one
+        reservation type (market type capacity-block or not), so a group that mixes them FAILs,
+        naming each kind (docs/facts/capacity.md#capacity-reservation-group-one-type)."""
+        if len(found) < 2:
+            return
+        blocks = sorted(rid for rid, r in found.items() if r.get("ReservationType") == "capacity-block")
+        odcrs = sorted(rid for rid in found if rid not in blocks)
+        subject, check = f"group {group.name}", "one reservation type"
+        if blocks and odcrs:
+            self.add(
+                "FAIL",
+                subject,
+                check,
+                f"its reservations mix On-Demand Capacity Reservations ({', '.join(odcrs)}) and Capacity Blocks ({', '.join(blocks)}); "
+                "one launch can use only one reservation type: give each kind its own group",
+            )
+        else:
+            kind = "Capacity Blocks" if blocks else "On-Demand Capacity Reservations"
+            self.add("PASS", subject, check, f"its {len(found)} reservations are all {kind}")
 
     def _check_odcr_end(self, name: str, end_date: datetime) -> None:
         subject = f"group {name}"

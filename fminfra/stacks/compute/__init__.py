@@ -78,7 +78,7 @@ class ComputeStack(cdk.Stack):
                 self.placement_groups[group.name] = ClusterPlacementGroup(
                     self,
                     f"PlacementGroup-{group.name}",
-                    ClusterPlacementGroupProps(group_name=cfg.physical_name(group.name)),
+                    ClusterPlacementGroupProps(name_tag=cfg.physical_name(group.name)),
                 )
 
         # Reserved capacity of ec2 groups and inference node groups (HyperPod cannot use EC2
