@@ -253,3 +253,24 @@ def test_the_gate_reads_stacks_outside_a_stage(tmp_path: Path) -> None:
     assert read_assembly(tmp_path) == {}
     (stack,) = read_assembly(tmp_path, include_app_stacks=True)[APP_STACKS]
     assert stack.stack_name == "Top" and stack.resource_count == 1
+
+
+def test_a_dead_container_credentials_endpoint_is_one_line(tmp_path: Path) -> None:
+    """CodeBuild's container credentials pointing at an endpoint that does not answer: one line, exit 2."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:9/credentials",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "fminfra", "preflight", "config/dev.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("AWS credentials could not be retrieved: ") and len(result.stderr.splitlines()) == 1
