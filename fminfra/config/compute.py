@@ -451,7 +451,7 @@ class ComputeConfig(Model):
         if self.orchestrator == "eks":
             sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
         for g in self.inference_node_groups:
-            taints = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
             if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
                 sources.append(f"inference node group {g.name!r}")
         return sources
