@@ -13,7 +13,7 @@ from fminfra.config.compute import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLA
 from fminfra.config.network import NetworkConfig
 from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
 from fminfra.config.storage import StorageConfig
-from fminfra.core.regional import SERVICE_NAMES, hyperpod_types_in, resource_types_in
+from fminfra.core.regional import SERVICE_NAMES, hyperpod_types_anywhere, hyperpod_types_in, resource_types_in
 from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
@@ -106,7 +106,7 @@ class EnvironmentConfig(Model):
             gpu_offered = sorted(t for t in offered if t.startswith(("ml.p", "ml.g")))
             for path, instance_type in named:
                 name = instance_type if instance_type.startswith("ml.") else f"ml.{instance_type}"
-                if name not in offered:
+                if name not in offered and name in hyperpod_types_anywhere():
                     problems.append(
                         (path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}")
                     )

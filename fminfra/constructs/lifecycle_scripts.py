@@ -18,12 +18,18 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
 
-from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency, literal
+from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
 from fminfra.core.errors import ValidationError
 
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
 _BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PARAMETERS_FILE = "provisioning_parameters.json"
+
+
+def partition_of(region: str) -> str:
+    """The AWS partition of a region name (aws-cn for cn-*, aws-us-gov for us-gov-*, else aws), for
+    acknowledgments that must name an ARN literally when the app leaves the partition a token."""
+    return "aws-cn" if region.startswith("cn-") else "aws-us-gov" if region.startswith("us-gov-") else "aws"
 
 
 def lifecycle_bucket_name(environment: str, account: str, region: str) -> str:
@@ -148,7 +154,8 @@ class LifecycleScripts(Construct):
             acknowledge(policy, f"IAM5[Action::{action}]", reason)
         acknowledge(policy, f"IAM5[Resource::{arn_reference(bucket)}/*]", reason)
         # The asset bucket's ARN in the stack's partition (aws, aws-us-gov, aws-cn), as CDK's grant writes it.
-        assets = literal(stack, f"arn:{stack.partition}:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*")
+        partition = stack.partition if not cdk.Token.is_unresolved(stack.partition) else partition_of(stack.region)
+        assets = f"arn:{partition}:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*"
         acknowledge(policy, f"IAM5[Resource::{assets}]", reason)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:

@@ -39,3 +39,10 @@ def hyperpod_types_in(region: str) -> set[str] | None:
     """The `ml.` instance types HyperPod offers in the region; None when the data has no list for it."""
     found = _data()["hyperpod_instance_types"].get(region)
     return None if found is None else set(found)
+
+
+@cache
+def hyperpod_types_anywhere() -> frozenset[str]:
+    """Every `ml.` type some region's HyperPod list names: a type outside it is one the data does not know
+    (p6e-gb200, sold through training plans, is in no list), so no region can be judged for it."""
+    return frozenset(t for types in _data()["hyperpod_instance_types"].values() for t in types)
