@@ -13,6 +13,7 @@ from fminfra.commands import accept
 from fminfra.commands.accept import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
 from fminfra.commands.common import UsageError
 from fminfra.config.pipeline import AcceptThresholds
+from fminfra.core.versions import load_versions
 from tests.conftest import ROOT
 from tests.slurm_fakes import DATA, FakeCluster, ddp_result_line, make_cluster
 
@@ -71,7 +72,15 @@ def test_dry_run_dev_prints_the_sbatch_lines(capsys: pytest.CaptureFixture[str],
     assert "warn below the baseline 0.23 GB/s" in out[-1]  # 1200 GiB x 200 MB/s/TiB
 
 
-def test_dry_run_fails_while_the_image_is_unpinned(capsys: pytest.CaptureFixture[str]) -> None:
+def test_dry_run_takes_the_pinned_image(capsys: pytest.CaptureFixture[str]) -> None:
+    """versions.env pins the image by digest (docs/facts/jobs.md#accept-pytorch-image): no image failure."""
+    cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"])
+    assert "not pinned by digest" not in capsys.readouterr().out
+
+
+def test_dry_run_fails_while_the_image_is_unpinned(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = load_versions() | {"ACCEPT_PYTORCH_IMAGE_DIGEST": ""}
+    monkeypatch.setattr(accept, "load_versions", lambda: manifest)
     assert cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"]) == 1
     assert "ddp: FAIL, image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in capsys.readouterr().out
 
@@ -146,7 +155,8 @@ def login_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
     cluster = make_cluster(tmp_path)
     for key, value in cluster.env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    # The DDP image is pinned by digest: the nodes need enroot 4.0.0 or later (docs/facts/jobs.md#enroot-digest-references).
+    monkeypatch.setenv("FAKE_ENROOT_VERSION", "4.1.2")
     monkeypatch.setattr(accept, "FSX_MOUNT", str(cluster.root))
     ddp = cluster.state / "ddp.txt"
     ddp.write_text(ddp_result_line(41.5, 1.2, 0.2) + "\n")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fminfra.commands.accept_results import busbw_at, parse_nccl_tests, read_fsx_results
+from fminfra.core.versions import load_versions
 from tests.slurm_fakes import DATA, JOBS, FakeCluster, make_cluster
 
 DIGEST = "sha256:" + "ab" * 32
@@ -110,12 +111,32 @@ def test_jobs_need_the_jobs_folder_named(cluster: FakeCluster) -> None:
     assert "set FMINFRA_JOBS_DIR to the jobs folder on the shared file system" in Path(str(job["output"])).read_text()
 
 
+TAG_ONLY = "nvcr.io/nvidia/pytorch:25.06-py3"
+PINNED = f"nvcr.io#nvidia/pytorch:25.06-py3@{load_versions()['ACCEPT_PYTORCH_IMAGE_DIGEST']}"
+
+
 def test_ddp_job_refuses_an_unpinned_image(cluster: FakeCluster) -> None:
-    """versions.env pins no digest yet (docs/facts/jobs.md#accept-pytorch-image): the job stops before srun."""
-    code, output = _submit(cluster, "ddp-smoke.sbatch")
+    """An image without a digest stops the job before srun (docs/facts/jobs.md#accept-pytorch-image)."""
+    code, output = _submit(cluster, "ddp-smoke.sbatch", FMINFRA_IMAGE=TAG_ONLY)
     assert code == 2
     assert "image 'nvcr.io/nvidia/pytorch:25.06-py3' is not pinned by digest" in output
     assert cluster.srun_calls() == []
+
+
+def test_ddp_job_runs_the_manifest_pin_on_enroot_4(cluster: FakeCluster) -> None:
+    """By default the job runs versions.env's tag@digest; enroot 4.0.0 or later accepts it."""
+    (cluster.state / "out.txt").write_text("x\n")
+    code, output = _submit(cluster, "ddp-smoke.sbatch", FAKE_ENROOT_VERSION="4.1.2", FAKE_TORCHRUN_OUTPUT=str(cluster.state / "out.txt"))
+    assert code == 0, output
+    assert f"--container-image={PINNED} " in cluster.srun_calls()[0]
+
+
+def test_ddp_job_with_the_manifest_pin_fails_on_enroot_3_5(cluster: FakeCluster) -> None:
+    """What the lifecycle installs (ENROOT_VERSION=3.5.0) cannot pull the pinned image
+    (docs/facts/jobs.md#enroot-digest-references): the job fails in srun with enroot's error."""
+    code, _ = _submit(cluster, "ddp-smoke.sbatch", FAKE_ENROOT_VERSION=load_versions()["ENROOT_VERSION"])
+    assert code != 0
+    assert "Invalid image reference" in (cluster.root / "run" / "results" / "ddp.log").read_text()
 
 
 def test_ddp_job_runs_torchrun_in_the_pinned_container(cluster: FakeCluster) -> None:
@@ -147,7 +168,9 @@ def test_ddp_job_with_a_digest_fails_on_old_enroot(cluster: FakeCluster) -> None
 
 def test_ddp_job_runs_unpinned_only_when_allowed(cluster: FakeCluster) -> None:
     (cluster.state / "out.txt").write_text("x\n")
-    code, output = _submit(cluster, "ddp-smoke.sbatch", FMINFRA_ALLOW_UNPINNED="1", FAKE_TORCHRUN_OUTPUT=str(cluster.state / "out.txt"))
+    code, output = _submit(
+        cluster, "ddp-smoke.sbatch", FMINFRA_IMAGE=TAG_ONLY, FMINFRA_ALLOW_UNPINNED="1", FAKE_TORCHRUN_OUTPUT=str(cluster.state / "out.txt")
+    )
     assert code == 0, output
     assert "WARNING: running image 'nvcr.io/nvidia/pytorch:25.06-py3', not pinned by digest" in output
     assert "--container-image=nvcr.io#nvidia/pytorch:25.06-py3 " in cluster.srun_calls()[0]
@@ -155,7 +178,7 @@ def test_ddp_job_runs_unpinned_only_when_allowed(cluster: FakeCluster) -> None:
 
 def test_ddp_job_without_pyxis_fails(cluster: FakeCluster) -> None:
     """A test of the fake: without pyxis, srun has no --container-image option."""
-    code, _ = _submit(cluster, "ddp-smoke.sbatch", FMINFRA_ALLOW_UNPINNED="1", FAKE_PYXIS="0")
+    code, _ = _submit(cluster, "ddp-smoke.sbatch", FMINFRA_IMAGE=TAG_ONLY, FMINFRA_ALLOW_UNPINNED="1", FAKE_PYXIS="0")
     assert code != 0
     assert "srun: unrecognized option '--container-image'" in (cluster.root / "run" / "results" / "ddp.log").read_text()
 
@@ -164,6 +187,7 @@ def test_ddp_job_reports_torchrun_failure(cluster: FakeCluster) -> None:
     code, _ = _submit(
         cluster,
         "ddp-smoke.sbatch",
+        FMINFRA_IMAGE=TAG_ONLY,
         FMINFRA_ALLOW_UNPINNED="1",
         FAKE_TORCHRUN_OUTPUT=str(DATA / "torchrun-child-failed.txt"),
         FAKE_TORCHRUN_EXIT="1",
