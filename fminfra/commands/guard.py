@@ -452,12 +452,14 @@ def synthesize(config_path: Path) -> tuple[str, str, Templates]:
     """Synthesize one config in-process (no AWS calls): (environment, region, templates)."""
     import tempfile
 
+    from fminfra.config import load_config
+
+    cfg = load_config(config_path)  # before importing the CDK: bad input is one line, without jsii's start-up notices
+
     import aws_cdk as cdk
 
-    from fminfra.config import load_config
     from fminfra.synth import build_app
 
-    cfg = load_config(config_path)
     context = _cdk_json_context()
     with tempfile.TemporaryDirectory(prefix="fminfra-guard-") as out:
         app = cdk.App(outdir=out, context=context)
