@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from fminfra.constructs.log_group_key import logs_key_statement
 from fminfra.core.errors import ValidationError
 from fminfra.core.subnets import SubnetPlan
 
@@ -199,7 +201,23 @@ class AzIdVpc(Construct):
                 open=False,
             )
 
-        flow_log_group = logs.CfnLogGroup(self, "FlowLogGroup", retention_in_days=props.flow_log_retention_days)
+        # Flow logs name every address that talks in the VPC: encrypted with a key of the account
+        # (docs/facts/observability.md#cloudwatch-logs-kms-key-policy). The group's name is
+        # CloudFormation's, so the key policy names the account's and region's log groups.
+        self.flow_log_key = kms.Key(
+            self,
+            "FlowLogKey",
+            description=f"{props.name_prefix} VPC flow logs",
+            enable_key_rotation=True,
+            removal_policy=props.removal_policy,
+        )
+        self.flow_log_key.add_to_resource_policy(logs_key_statement(cdk.Stack.of(self), "*"))
+        flow_log_group = logs.CfnLogGroup(
+            self,
+            "FlowLogGroup",
+            retention_in_days=props.flow_log_retention_days,
+            kms_key_id=self.flow_log_key.key_arn,
+        )
         flow_log_group.apply_removal_policy(props.removal_policy)
         flow_log_role = iam.Role(self, "FlowLogRole", assumed_by=iam.ServicePrincipal("vpc-flow-logs.amazonaws.com"))
         flow_log_role.add_to_policy(
