@@ -14,12 +14,19 @@ export AWS_EC2_METADATA_DISABLED := true
 export PYTHONDONTWRITEBYTECODE := 1
 CDK := npx --no-install cdk
 CONFIG_DIR ?= config
+# checkov lives in its own virtual environment: it pins boto3/botocore far below fminfra's and moto's.
+CHECKOV_VENV := .venv-checkov
 
-.PHONY: setup promtool synth test lint format bench clean deploy-local
+.PHONY: setup promtool synth test lint format bench clean deploy-local gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json | $(VENV)/.installed
@@ -31,7 +38,7 @@ promtool:
 	command -v promtool >/dev/null || { apt-get -o DPkg::Lock::Timeout=120 update -q && \
 	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends prometheus; }
 
-setup: $(VENV)/.installed node_modules/.installed promtool
+setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed promtool
 
 # synth needs only the Python packages and the CDK CLI (promtool is for the rule tests).
 synth: $(VENV)/.installed node_modules/.installed
@@ -39,10 +46,16 @@ synth: $(VENV)/.installed node_modules/.installed
 	$(CDK) synth --quiet --no-notices '**'
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
 
+# FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest
+
+# The gate figures docs/gates.md records: checkov checks/failed/skipped, cfn-lint, cdk-nag
+# acknowledgments by rule, with each tool's version, over every template the tests synthesize.
+gate-figures: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+	$(PY) scripts/gate_figures.py
 
 lint: setup
 	$(VENV)/bin/ruff check .
