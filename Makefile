@@ -40,10 +40,12 @@ promtool:
 
 setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed promtool
 
-# synth needs only the Python packages and the CDK CLI (promtool is for the rule tests).
+# synth, lint, bench and deploy-local need only the Python packages and the CDK CLI, no root;
+# promtool (installed with apt) is for the rule tests of `make test` alone.
 synth: $(VENV)/.installed node_modules/.installed
 	rm -rf cdk.out
-	$(CDK) synth --quiet --no-notices '**'
+	$(CDK) synth --quiet --no-notices -c config_dir=$(CONFIG_DIR) '**' \
+	  2> >(grep -v -e '^Successfully synthesized' -e '^Supply a stack id' -e '^$$' >&2)
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
 
 # FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
@@ -57,21 +59,21 @@ test: setup
 gate-figures: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(PY) scripts/gate_figures.py
 
-lint: setup
+lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fminfra
 
-format: setup
+format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-bench: setup
+bench: $(VENV)/.installed node_modules/.installed
 	$(PY) scripts/bench_synth.py
 
 # A real cdk bootstrap/deploy/destroy of config/dev.yaml against a local moto server (no Docker,
 # no AWS account); `make test` runs the same script (tests/test_deploy_local.py).
-deploy-local: setup
+deploy-local: $(VENV)/.installed node_modules/.installed
 	$(PY) scripts/deploy_local.py --config config/dev.yaml
 
 clean:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
@@ -61,6 +61,8 @@ _EXPORTS = {
     "HelmChartSpec": "fminfra.constructs.eks_cluster",
     "HyperPodCluster": "fminfra.constructs.hyperpod",
     "HyperPodClusterProps": "fminfra.constructs.hyperpod",
+    "HyperPodDependencies": "fminfra.constructs.hyperpod_dependencies",
+    "HyperPodDependenciesProps": "fminfra.constructs.hyperpod_dependencies",
     "HyperPodInstanceGroup": "fminfra.constructs.hyperpod",
     "InferenceNodeGroup": "fminfra.constructs.inference_node_group",
     "InferenceNodeGroupProps": "fminfra.constructs.inference_node_group",
@@ -128,6 +130,8 @@ __all__ = [
     "HelmChartSpec",
     "HyperPodCluster",
     "HyperPodClusterProps",
+    "HyperPodDependencies",
+    "HyperPodDependenciesProps",
     "HyperPodInstanceGroup",
     "InferenceNodeGroup",
     "InferenceNodeGroupProps",

@@ -163,6 +163,20 @@ CATALOG: dict[str, GpuInstanceType] = {t.name: t for t in _TYPES}
 TRAINING_TYPES: tuple[str, ...] = tuple(t.name for t in _TYPES if t.training)
 
 
+# How each type can be bought, where AWS sells it only some ways: the config's capacity types
+# it can use. A type not listed can use every capacity type. p6e-gb200 is sold as UltraServers
+# only, through EC2 Capacity Blocks for ML or SageMaker training plans
+# (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase).
+CAPACITY_TYPES_BY_INSTANCE_TYPE: dict[str, tuple[str, ...]] = {
+    "p6e-gb200.36xlarge": ("capacity-block", "training-plan"),
+}
+
+
+def capacity_types(name: str) -> tuple[str, ...] | None:
+    """The capacity types a type can use (EC2 or `ml.` name), or None when AWS sells it every way."""
+    return CAPACITY_TYPES_BY_INSTANCE_TYPE.get(normalize_instance_type(name))
+
+
 def normalize_instance_type(name: str) -> str:
     """EC2 form of an instance type name: `ml.p5.48xlarge` -> `p5.48xlarge`."""
     return name[3:] if name.startswith("ml.") else name

@@ -21,12 +21,16 @@ from fminfra.core.errors import ConfigError, ValidationError
 COMMANDS = {
     "validate": "validate",
     "schema": "schema",
+    "show": "show",
+    "init": "init",
     "plan": "plan",
     "gate": "gate",
     "preflight": "preflight",
     "capacity-blocks": "capacity_blocks",
     "grafana": "grafana",
     "guard": "guard",
+    "cost": "cost",
+    "diagram": "diagram",
 }
 
 

@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
+from fminfra.core.errors import ValidationError
 from fminfra.stacks.compute import ComputeStack
 from fminfra.stacks.data import DataStack, needs_data_stack
 from fminfra.stacks.network import NetworkStack
 from fminfra.stacks.observability import ObservabilityStack
 from fminfra.stacks.storage import StorageStack
+
+# The CDK feature flags the stage's templates are built and tested with (feature_flags.json beside
+# this module: the flags this repository started with, and every flag `cdk flags` lists for
+# aws-cdk-lib 2.275 at its recommended value where that leaves every template unchanged; see
+# CHANGELOG.md for the two set otherwise). The stage sets each one on its own scope unless the app
+# already has a value, so it works in any CDK app, with or without a cdk.json (this repository's
+# cdk.json repeats them for the stacks outside a stage; tests/test_library.py keeps the two equal).
+FEATURE_FLAGS: dict[str, object] = json.loads((Path(__file__).parent / "feature_flags.json").read_text(encoding="utf-8"))
+# Flags the constructs cannot work without: the cdk-nag acknowledgments name IAM resources by their
+# literal ARN (`fminfra.constructs.acknowledge.literal`), which needs partition literals.
+REQUIRED_FLAGS = ("@aws-cdk/core:enablePartitionLiterals",)
+
+
+def apply_feature_flags(stage: cdk.Stage) -> None:
+    """Set the stage's feature flags on its scope where the app has none; refuse a required flag set off."""
+    for flag, value in FEATURE_FLAGS.items():
+        given = stage.node.try_get_context(flag)
+        if given is None:
+            stage.node.set_context(flag, value)
+        elif flag in REQUIRED_FLAGS and given != value:
+            raise ValidationError(
+                f"feature flag {flag} is {given!r} in this app; fminfra needs {value!r}: "
+                f"remove it from cdk.json or the app's context, or set it to {value!r}"
+            )
 
 
 class EnvironmentStage(cdk.Stage):
@@ -29,6 +57,7 @@ class EnvironmentStage(cdk.Stage):
             env=cdk.Environment(account=cfg.account, region=cfg.region),
             **kwargs,  # type: ignore[arg-type]
         )
+        apply_feature_flags(self)
         self.cfg = cfg
         tags = {"fminfra:environment": cfg.name, **cfg.tags}
         for key, value in tags.items():

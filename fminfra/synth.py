@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,12 +31,19 @@ def build_app(
     return app, stages
 
 
+def record_policy_packs(app: cdk.App, packs: Sequence[str] = ("AwsSolutions",)) -> None:
+    """After a synth with cdk-nag attached: say so beside the manifest, for the gate."""
+    from fminfra.commands.assembly import POLICY_PACKS_FILE
+
+    Path(app.outdir, POLICY_PACKS_FILE).write_text(json.dumps({"cdk-nag": list(packs)}) + "\n", encoding="utf-8")
+
+
 def config_paths_from_context(app: cdk.App, config_dir: Path = DEFAULT_CONFIG_DIR) -> list[Path]:
-    """`-c config=PATH[,PATH...]` when given, else every file in config/."""
+    """`-c config=PATH[,PATH...]` when given, else every file of `-c config_dir=DIR` (default config/)."""
     given = app.node.try_get_context("config")
     if given:
         return [Path(p) for p in str(given).split(",") if p]
-    return config_files(config_dir)
+    return config_files(Path(str(app.node.try_get_context("config_dir") or config_dir)))
 
 
 def main() -> int:
@@ -50,10 +58,12 @@ def main() -> int:
 
             build_pipeline_app(app, Path("pipeline.yaml" if pipeline_file == "true" else str(pipeline_file)))
             app.synth()
+            record_policy_packs(app)
             return 0
         paths = config_paths_from_context(app)
         if not paths:
-            print(f"{DEFAULT_CONFIG_DIR}: (folder): no environment files (*.yaml) found", file=sys.stderr)
+            folder = app.node.try_get_context("config_dir") or DEFAULT_CONFIG_DIR
+            print(f"{folder}: (folder): no environment files (*.yaml) found", file=sys.stderr)
             return 2
         configs = []
         problems: list[str] = []
@@ -73,6 +83,7 @@ def main() -> int:
             existing = str(app.node.try_get_context("github_existing_provider")).lower() == "true"
             github_oidc_stacks(app, configs, repository=str(github_repository), existing_provider=existing)
         app.synth()
+        record_policy_packs(app)
     except ConfigError as exc:
         print("\n".join(exc.problems), file=sys.stderr)
         return 2

@@ -4,6 +4,7 @@ shipped config, example and test config together, is synthesized once per test s
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,9 +13,12 @@ from typing import Any
 
 import aws_cdk as cdk
 import pytest
+from cdk_nag import AwsSolutionsChecks
 
 from fminfra.commands.assembly import StackTemplate, read_assembly
 from fminfra.config import EnvironmentConfig, config_files, load_config
+from fminfra.pipeline import PipelineStack, build_pipeline_app
+from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
 from fminfra.stage import EnvironmentStage
 from fminfra.synth import build_app
 
@@ -25,6 +29,8 @@ EXAMPLE_CONFIGS = config_files(ROOT / "examples")
 TEST_CONFIGS = config_files(ROOT / "tests" / "configs")
 ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
 SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
+# The repository the GitHub OIDC stacks trust in tests.
+GITHUB_REPOSITORY = "example-org/fminfra"
 
 
 @dataclass
@@ -65,6 +71,35 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
         configs={c.name: c for c in configs},
         stacks=read_assembly(outdir),
     )
+
+
+@pytest.fixture(scope="session")
+def pipeline_synth(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineStack, Path, dict[str, Any]]:
+    """The promotion pipeline app (pipeline.yaml), synthesized once: stack, outdir, template."""
+    outdir = tmp_path_factory.mktemp("pipeline.out")
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(outdir), context=context)
+    cwd = Path.cwd()
+    os.chdir(ROOT)
+    try:
+        stack = build_pipeline_app(app, Path("pipeline.yaml"))
+        app.synth()
+    finally:
+        os.chdir(cwd)
+    template = json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
+    return stack, outdir, template
+
+
+@pytest.fixture(scope="session")
+def oidc_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[GithubOidcStack], Path]:
+    """The account-level GitHub OIDC stacks of the shipped environments, synthesized once."""
+    outdir = tmp_path_factory.mktemp("oidc.out")
+    app = cdk.App(outdir=str(outdir), context=json.loads((ROOT / "cdk.json").read_text())["context"])
+    configs = [synth.configs[n] for n in SHIPPED_NAMES]
+    stacks = github_oidc_stacks(app, configs, repository=GITHUB_REPOSITORY)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    app.synth()
+    return stacks, outdir
 
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")

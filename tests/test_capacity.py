@@ -82,10 +82,29 @@ REJECTIONS = [
         "f.yaml: compute.instance_groups[0].capacity.ends_at: starts_at and ends_at go together: starts_at is given, "
         "so ends_at is required (or drop both)",
     ),
+    # Capacity Block windows (docs/facts/capacity.md#capacity-block-end-time): end at 11:30 UTC,
+    # outlast EC2's 30-minute reclaim plus the drain, at most 182 days and a little.
     (
-        _group(EC2, placement="none", capacity={**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-10T12:30:00Z"}),
-        "f.yaml: compute.instance_groups[0].capacity.ends_at: a Capacity Block lasts 1 to 182 days; ends_at must be at least "
-        "1 day after starts_at, got 1:00:00",
+        _group(EC2, placement="none", capacity={**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T12:30:00Z"}),
+        "f.yaml: compute.instance_groups[0].capacity.ends_at: Capacity Blocks end at 11:30 UTC; ends_at is 2027-01-17T12:30:00Z: "
+        "copy the end from the purchase (capacity-blocks purchase prints it)",
+    ),
+    (
+        _group(EC2, placement="none", capacity={**BLOCK, "starts_at": "2027-01-10T10:55:00Z", "ends_at": "2027-01-10T11:30:00Z"}),
+        "f.yaml: compute.instance_groups[0].capacity.ends_at: the block (0:35:00) must outlast EC2's 30-minute reclaim and the "
+        "0:10:00 drain, or the group scales in before it scales out",
+    ),
+    (
+        _group(EC2, placement="none", capacity={**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-08-11T11:30:00Z"}),
+        "f.yaml: compute.instance_groups[0].capacity.ends_at: a Capacity Block lasts at most 182 days (and up to a day more), got 213 days, 0:00:00",
+    ),
+    (
+        _group(EC2, placement="none", capacity={**BLOCK, "drain_minutes": 20}),
+        "f.yaml: compute.instance_groups[0].capacity.drain_minutes: applies only with starts_at and ends_at (the scheduled scale-in)",
+    ),
+    (
+        _group(EC2, capacity={"type": "odcr", "drain_minutes": 20}),
+        "f.yaml: compute.instance_groups[0].capacity.drain_minutes: not allowed with type odcr (it takes: end_date)",
     ),
     (
         _group(EC2, capacity={"type": "odcr", "reservation_ids": ["cr-0123456789abcdef0"]}),
@@ -97,6 +116,32 @@ REJECTIONS = [
 @pytest.mark.parametrize(("data", "line"), REJECTIONS, ids=range(len(REJECTIONS)))
 def test_validate_rejects_capacity_mistakes_in_one_line(data: dict[str, Any], line: str) -> None:
     assert _problems(data) == [line]
+
+
+@pytest.mark.parametrize(
+    ("starts_at", "ends_at"),
+    [
+        ("2027-01-10T14:55:00Z", "2027-01-11T11:30:00Z"),  # a "1-day" offering that starts mid-day: 20h 35m
+        ("2027-01-10T04:55:00Z", "2027-01-10T11:30:00Z"),  # the API documentation's example: 6h 35m
+        ("2027-01-10T08:55:00-08:00", "2027-01-17T03:30:00-08:00"),  # 11:30 UTC written in another zone
+        ("2027-01-10T11:30:00Z", "2027-07-12T11:30:00Z"),  # 183 days: an offering slightly longer than 182
+    ],
+)
+def test_validate_accepts_real_capacity_block_windows(starts_at: str, ends_at: str) -> None:
+    """Blocks end at 11:30 UTC and are often a little shorter than the whole days asked for
+    (docs/facts/capacity.md#capacity-block-end-time); validate takes them as the API sells them."""
+    cfg = parse_config(_group(EC2, placement="none", capacity={**BLOCK, "starts_at": starts_at, "ends_at": ends_at}), "f.yaml")
+    assert cfg.compute.instance_groups[0].capacity.ends_at is not None
+
+
+def test_drain_minutes_moves_the_scheduled_scale_in() -> None:
+    data = _group(
+        EC2,
+        placement="none",
+        capacity={**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z", "drain_minutes": 45},
+    )
+    text = render_plan(parse_config(data, "f.yaml"))
+    assert "to 0 at 2027-01-17T10:15:00Z, 45 minutes before EC2 starts terminating the block's instances (2027-01-17T11:00:00Z)" in text
 
 
 def test_inference_node_group_rejects_training_plan() -> None:
@@ -264,6 +309,10 @@ def test_capacity_block_window_schedules_scale_out_and_in(synth: Synth) -> None:
     assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0123456789abcdef0"}
     asg_lid, asg = _asg(synth, "ec2-cb", "block")
     assert (asg["MinSize"], asg["MaxSize"], asg["DesiredCapacity"]) == ("0", "8", "0")
+    # A redeploy during the block must not set the size back to 0
+    # (docs/facts/capacity.md#cfn-scheduled-action-update-policy).
+    resource = synth.resources("ec2-cb", "Compute", "AWS::AutoScaling::AutoScalingGroup")[asg_lid]
+    assert resource["UpdatePolicy"] == {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
     actions = {lid: r["Properties"] for lid, r in synth.resources("ec2-cb", "Compute", "AWS::AutoScaling::ScheduledAction").items()}
     start = next(p for lid, p in actions.items() if "BlockStart" in lid)
     end = next(p for lid, p in actions.items() if "BlockEnd" in lid)
@@ -274,9 +323,10 @@ def test_capacity_block_window_schedules_scale_out_and_in(synth: Synth) -> None:
         "MaxSize": 8,
         "DesiredCapacity": 8,
     }
+    # The drain window: 10 minutes before EC2 terminates at 11:00 (docs/facts/capacity.md#capacity-block-scale-in-guidance).
     assert end == {
         "AutoScalingGroupName": {"Ref": asg_lid},
-        "StartTime": "2027-01-17T11:00:00Z",
+        "StartTime": "2027-01-17T10:50:00Z",
         "MinSize": 0,
         "MaxSize": 8,
         "DesiredCapacity": 0,
@@ -396,7 +446,10 @@ def test_plan_warns_about_reservation_billing_and_block_windows() -> None:
     assert "WARN serve: an ODCR bills from creation whether or not instances run" in text
     assert "WARN blocks: Capacity Block group starts at 0 instances" in text
     block = render_plan(load_config(ROOT / "examples" / "ec2-capacity-block.yaml"))
-    assert "WARN block: Capacity Block: the group scales to 8 at 2027-01-10T11:30:00Z and to 0 at 2027-01-17T11:00:00Z" in block
+    assert (
+        "WARN block: Capacity Block: the group scales to 8 at 2027-01-10T11:30:00Z and to 0 at 2027-01-17T10:50:00Z, "
+        "10 minutes before EC2 starts terminating the block's instances (2027-01-17T11:00:00Z)"
+    ) in block
 
 
 # ------------------------------------------------------------------------------------------

@@ -68,7 +68,15 @@ BAD_CASES = [
         "f.yaml: network.az_ids[1]: 'use1-az2' belongs to us-east-1, not us-west-2 (its AZ IDs start with usw2-)",
     ),
     (DEV, "network.az_ids", ["usw2-az1", "usw2-az1", "usw2-az4"], "f.yaml: network.az_ids: AZ IDs must be unique, repeated: usw2-az1"),
-    (DEV, "network.az_ids", ["us-west-2a", "usw2-az4"], "f.yaml: network.az_ids[0]: 'us-west-2a' is not an AZ ID such as usw2-az1"),
+    (
+        DEV,
+        "network.az_ids",
+        ["us-west-2a", "usw2-az4"],
+        "f.yaml: network.az_ids[0]: 'us-west-2a' is an AZ name, which maps to a different zone in every account; give the AZ ID, "
+        "e.g. usw2-az1 (list this account's: aws ec2 describe-availability-zones --region us-west-2 "
+        "--query 'AvailabilityZones[].[ZoneName,ZoneId]' --output text)",
+    ),
+    (DEV, "network.az_ids", ["uswest2-x", "usw2-az4"], "f.yaml: network.az_ids[0]: 'uswest2-x' is not an AZ ID such as usw2-az1"),
     (
         DEV,
         "compute.instance_groups.0.instance_type",
@@ -99,14 +107,19 @@ BAD_CASES = [
         "controller",
         "f.yaml: compute.instance_groups[0].name: 'controller' is the Slurm controller group's name; choose another",
     ),
-    (DEV, "compute.orchestrator", "kubernetes", "f.yaml: compute.orchestrator: Input should be 'slurm', 'eks' or 'ec2', got 'kubernetes'"),
+    (
+        DEV,
+        "compute.orchestrator",
+        "kubernetes",
+        "f.yaml: compute.orchestrator: Input should be 'slurm', 'eks', 'ec2' or 'none', got 'kubernetes'",
+    ),
     (DEV, "name", "Dev_1", "f.yaml: name: must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got 'Dev_1'"),
     (DEV, "account", 111111111111, "f.yaml: account: must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)"),
     (
         DEV,
         "region",
         "us-west-9",
-        "f.yaml: region: unknown region 'us-west-9'; known: us-east-1, us-east-2, us-west-1, us-west-2, ca-central-1, ca-west-1, mx-central-1, sa-east-1, eu-west-1, eu-west-2, eu-west-3, eu-central-1, eu-central-2, eu-north-1, eu-south-1, eu-south-2, ap-east-1, ap-east-2, ap-northeast-1, ap-northeast-2, ap-northeast-3, ap-southeast-1, ap-southeast-2, ap-southeast-3, ap-southeast-4, ap-southeast-5, ap-southeast-7, ap-south-1, ap-south-2, me-south-1, me-central-1, il-central-1, af-south-1, us-gov-west-1, us-gov-east-1, cn-north-1, cn-northwest-1",
+        "f.yaml: region: unknown region 'us-west-9'; known: us-east-1, us-east-2, us-west-1, us-west-2, ca-central-1, ca-west-1, mx-central-1, sa-east-1, eu-west-1, eu-west-2, eu-west-3, eu-central-1, eu-central-2, eu-north-1, eu-south-1, eu-south-2, ap-east-1, ap-east-2, ap-northeast-1, ap-northeast-2, ap-northeast-3, ap-southeast-1, ap-southeast-2, ap-southeast-3, ap-southeast-4, ap-southeast-5, ap-southeast-6, ap-southeast-7, ap-south-1, ap-south-2, me-south-1, me-central-1, il-central-1, af-south-1, us-gov-west-1, us-gov-east-1, cn-north-1, cn-northwest-1",
     ),
     (
         DEV,
@@ -187,3 +200,57 @@ def test_subnets_do_not_move_when_an_az_is_appended() -> None:
     }
     assert all(after[key] == cidr for key, cidr in before.items())
     assert len(after) == len(before) + 2
+
+
+# ------------------------------------------------------------------------------------------
+# AZ IDs: the dated table of docs/facts/network.md#az-ids-by-region, checked offline
+
+
+def test_az_id_that_aws_does_not_list_is_rejected_in_one_line() -> None:
+    assert _problems(_with(DEV, "network.az_ids", ["usw2-az1", "usw2-az9", "usw2-az4"])) == [
+        "f.yaml: network.az_ids[1]: 'usw2-az9' is not an AZ ID of us-west-2; AWS lists usw2-az1, usw2-az2, usw2-az3, usw2-az4 (as of 2026-11-30)"
+    ]
+
+
+def test_newer_region_ap_southeast_6_is_accepted() -> None:
+    data = _with(DEV, "region", "ap-southeast-6")
+    data = _with(data, "network.az_ids", ["apse6-az1", "apse6-az2", "apse6-az3"])
+    data = _with(data, "network.compute_az_id", "apse6-az3")
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.region == "ap-southeast-6"
+    assert cfg.network.compute_az_id == "apse6-az3"
+
+
+def test_az_id_table_matches_what_aws_lists() -> None:
+    """Written out from the AWS Availability Zones page (docs/facts/network.md#az-ids-by-region),
+    not derived from the code: a few regions whose numbers are not 1..n."""
+    from fminfra.core.regions import AZ_IDS_BY_REGION, region_of_az_id
+
+    assert AZ_IDS_BY_REGION["us-east-1"] == ("use1-az1", "use1-az2", "use1-az3", "use1-az4", "use1-az5", "use1-az6")
+    assert AZ_IDS_BY_REGION["ca-central-1"] == ("cac1-az1", "cac1-az2", "cac1-az4")
+    assert AZ_IDS_BY_REGION["ap-southeast-6"] == ("apse6-az1", "apse6-az2", "apse6-az3")
+    assert region_of_az_id("cac1-az3") is None
+    assert region_of_az_id("usw2-az9") is None
+    assert region_of_az_id("usgw1-az1") == "us-gov-west-1"  # no published table: prefix only
+
+
+def test_az_id_table_agrees_with_moto_where_moto_has_the_region() -> None:
+    """moto 5.2.5 ships, per region, the AZ IDs that offer instance types (an emulator's data, a
+    cross-check only): each of its AZ IDs must be in our table."""
+    import gzip
+    import json
+    from importlib import resources
+
+    from fminfra.core.regions import AZ_IDS_BY_REGION
+
+    folder = resources.files("moto") / "ec2" / "resources" / "instance_type_offerings" / "availability-zone-id"
+    checked = 0
+    for entry in folder.iterdir():
+        region = entry.name.split(".json")[0]
+        raw = entry.read_bytes()
+        offers = json.loads(gzip.decompress(raw) if entry.name.endswith(".gz") else raw)
+        ours = AZ_IDS_BY_REGION.get(region)
+        assert ours is not None, region
+        assert {o["Location"] for o in offers} <= set(ours), region
+        checked += 1
+    assert checked >= 30

@@ -1,4 +1,4 @@
-"""EKS (issue 5): the cluster of staging (HyperPod on EKS) and of the Slurm + inference test
+"""EKS: the cluster of staging (HyperPod on EKS) and of the Slurm + inference test
 config: auth mode, endpoint, secrets encryption, logging, pinned add-ons and charts, access
 entries, inference node groups and their launch templates."""
 
@@ -82,10 +82,12 @@ def test_inference_only_cluster_has_no_hyperpod_addons(synth: Synth) -> None:
     assert _addons(synth, "hp-slurm-inf") == {name: version(key) for name, key in PINNED_ADDONS.items()}
 
 
+def _charts(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    return {c["Properties"]["Chart"]: c["Properties"] for c in synth.resources(env, "Compute", "Custom::AWSCDK-EKS-HelmChart").values()}
+
+
 def test_charts_pinned_from_manifest(synth: Synth) -> None:
-    charts = {
-        c["Properties"]["Chart"]: c["Properties"] for c in synth.resources("staging", "Compute", "Custom::AWSCDK-EKS-HelmChart").values()
-    }
+    charts = _charts(synth, "hp-slurm-inf")
     assert charts["nvidia-device-plugin"]["Version"] == version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION")
     assert charts["nvidia-device-plugin"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
     assert charts["aws-efa-k8s-device-plugin"]["Version"] == version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION")
@@ -148,7 +150,7 @@ def test_slurm_env_without_inference_has_no_eks(synth: Synth) -> None:
     assert synth.resources("dev", "Compute", "AWS::EKS::Cluster") == {}
 
 
-def test_construct_rejects_unsupported_version_and_missing_addons() -> None:
+def test_construct_rejects_unsupported_version_and_missing_addons_and_counts() -> None:
     stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111111111111", region="us-west-2"))
     vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["a", "b"], private_subnet_ids=["s-1", "s-2"])
     base = {"cluster_name": "c", "supported_versions": ["1.34"], "vpc": vpc, "subnets": vpc.private_subnets}
@@ -156,6 +158,9 @@ def test_construct_rejects_unsupported_version_and_missing_addons() -> None:
         EksCluster(stack, "A", EksClusterProps(kubernetes_version="1.29", addon_versions={}, **base))
     with pytest.raises(ValidationError, match=r"missing: coredns, kube-proxy, eks-pod-identity-agent$"):
         EksCluster(stack, "B", EksClusterProps(kubernetes_version="1.34", addon_versions={"vpc-cni": "v1"}, **base))
+    addons = dict.fromkeys(PINNED_ADDONS, "v1")
+    with pytest.raises(ValidationError, match=r"^system_node_count must be 0 or more, got -1$"):
+        EksCluster(stack, "C", EksClusterProps(kubernetes_version="1.34", addon_versions=addons, system_node_count=-1, **base))
 
 
 def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:

@@ -21,6 +21,45 @@ from tests.conftest import ROOT
 SCRIPTS = ROOT / "scripts" / "observability"
 INSTALL = SCRIPTS / "install_exporters.sh"
 COLLECT = SCRIPTS / "collect_metrics.sh"
+COLLECT_EFA = SCRIPTS / "collect_efa.sh"
+# The system tools the install uses; the fake node's PATH holds only these and the fakes, so a
+# docker or apt-get of the machine running the tests cannot leak in.
+SYSTEM_TOOLS = (
+    "bash",
+    "sh",
+    "env",
+    "grep",
+    "sed",
+    "tar",
+    "gzip",
+    "mktemp",
+    "mv",
+    "cp",
+    "install",
+    "cat",
+    "cut",
+    "date",
+    "mkdir",
+    "uname",
+    "hostname",
+    "dirname",
+    "sleep",
+    "sha256sum",
+    "chmod",
+    "rm",
+    "ls",
+    "head",
+    "tail",
+    "tr",
+    "basename",
+    "id",
+    "readlink",
+    "sort",
+    "touch",
+    "printf",
+    "wc",
+    "awk",
+)
 URL = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-0123/api/v1/remote_write"
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}[platform.machine()]
 
@@ -32,7 +71,7 @@ def _executable(path: Path, text: str) -> None:
 
 def test_shellcheck() -> None:
     shellcheck = shutil.which("shellcheck") or str(ROOT / ".venv" / "bin" / "shellcheck")
-    result = subprocess.run([shellcheck, str(INSTALL), str(COLLECT)], capture_output=True, text=True, check=False)
+    result = subprocess.run([shellcheck, str(INSTALL), str(COLLECT), str(COLLECT_EFA)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
 
 
@@ -55,9 +94,16 @@ def _release(tmp: Path, project: str, ver: str, binaries: dict[str, str]) -> Non
 
 @pytest.fixture
 def node(tmp_path: Path) -> dict[str, str]:
-    """A fake node: fake curl (serving fake releases), systemctl, docker, nvidia-smi, sinfo."""
+    """A fake node: fake curl (serving fake releases), systemctl, docker, the NVIDIA container
+    toolkit's hook, nvidia-smi, sinfo; the system's own tools through a folder of links only."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    system = tmp_path / "system"
+    system.mkdir()
+    for tool in SYSTEM_TOOLS:
+        found = shutil.which(tool)
+        if found:
+            (system / tool).symlink_to(found)
     calls = tmp_path / "calls.log"
     promtool = shutil.which("promtool")
     assert promtool, "promtool not found: `make setup` installs it"
@@ -80,13 +126,14 @@ path=${{path/releases\\/download\\//}}
 cp "{tmp_path}/releases/$path" "$out"
 """,
     )
-    for command in ("systemctl", "docker"):
+    for command in ("systemctl", "docker", "nvidia-container-runtime-hook"):
         _executable(bin_dir / command, f'#!/bin/sh\necho "{command} $*" >> {calls}\n')
     _executable(bin_dir / "nvidia-smi", "#!/bin/sh\necho 'GPU 0: NVIDIA H100 80GB HBM3'\n")
     _executable(bin_dir / "sinfo", "#!/bin/sh\necho 'n1 idle'\n")
     (tmp_path / "root" / "sys" / "class" / "infiniband" / "rdmap16s27").mkdir(parents=True)
     return {
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "PATH": f"{bin_dir}:{system}",
+        "BIN_DIR": str(bin_dir),
         "FMINFRA_ROOT": str(tmp_path / "root"),
         "FMINFRA_REMOTE_WRITE_URL": URL,
         "FMINFRA_AWS_REGION": "us-west-2",
@@ -123,7 +170,15 @@ def test_controller_install_runs_once_and_the_second_run_does_nothing(node: dict
     jobs = {j["job_name"]: j["static_configs"][0]["targets"] for j in config["scrape_configs"]}
     assert jobs == {"node": ["localhost:9100"], "dcgm": ["localhost:9400"], "slurm": ["localhost:8080"]}
     dcgm_unit = (root / "etc/systemd/system/fminfra-dcgm-exporter.service").read_text()
-    assert "-a :9400" in dcgm_unit and "ExecStop=/usr/bin/docker stop fminfra-dcgm-exporter" in dcgm_unit
+    docker = Path(node["BIN_DIR"]) / "docker"
+    assert "-a :9400" in dcgm_unit and f"ExecStop={docker} stop fminfra-dcgm-exporter" in dcgm_unit
+    # The container needs the Docker daemon: ordered after it and stopped with it.
+    assert "After=network-online.target docker.service\n" in dcgm_unit and "Requires=docker.service\n" in dcgm_unit
+    # The Slurm collection finds sinfo in /opt/slurm/bin, which systemd's default PATH lacks.
+    slurm_metrics = (root / "etc/systemd/system/fminfra-slurm-metrics.service").read_text()
+    assert "PATH=/opt/slurm/bin:" in slurm_metrics
+    # collect_metrics.sh efa runs the EFA collector installed beside it.
+    assert (root / "opt/fminfra/observability/bin/collect_efa.sh").is_file()
     assert "--web.listen-address=:8080" in (root / "etc/systemd/system/fminfra-slurm-exporter.service").read_text()
 
     Path(node["CALLS"]).write_text("")
@@ -131,6 +186,45 @@ def test_controller_install_runs_once_and_the_second_run_does_nothing(node: dict
     assert second.returncode == 0, second.stderr
     assert "already installed with these settings" in second.stderr
     assert Path(node["CALLS"]).read_text() == ""
+
+
+def test_without_docker_it_installs_the_distributions_package(node: dict[str, str]) -> None:
+    """The AMI has no docker: apt-get installs docker.io (as AWS's reference lifecycle scripts install
+    Docker), then the DCGM exporter starts."""
+    bin_dir = Path(node["BIN_DIR"])
+    (bin_dir / "docker").unlink()
+    _executable(
+        bin_dir / "apt-get",
+        f"""#!/bin/sh
+echo "apt-get $*" >> {node["CALLS"]}
+case " $* " in *" install docker.io "*) printf '#!/bin/sh\\necho "docker $*" >> {node["CALLS"]}\\n' > {bin_dir}/docker; chmod +x {bin_dir}/docker ;; esac
+""",
+    )
+    result = _run(node)
+    assert result.returncode == 0, result.stderr
+    calls = Path(node["CALLS"]).read_text().splitlines()
+    assert any(c.startswith("apt-get") and "install docker.io" in c for c in calls)
+    assert "systemctl enable --now docker.service" in calls
+    assert "systemctl restart fminfra-dcgm-exporter.service" in calls
+
+
+@pytest.mark.parametrize("missing", ["docker", "nvidia-container-runtime-hook"])
+def test_without_docker_or_the_toolkit_the_rest_installs_and_the_gap_is_visible(node: dict[str, str], missing: str) -> None:
+    """Docker absent and not installable (apt-get fails), or the NVIDIA container toolkit absent: the
+    node exporter and the agent still install; the dcgm scrape job stays so ExporterDown fires."""
+    bin_dir = Path(node["BIN_DIR"])
+    (bin_dir / missing).unlink()
+    _executable(bin_dir / "apt-get", "#!/bin/sh\necho 'E: Unable to locate package docker.io' >&2\nexit 100\n")
+    result = _run(node)
+    assert result.returncode == 0, result.stderr
+    assert "WARNING: NVIDIA GPUs found but" in result.stderr and "the DCGM exporter is not started" in result.stderr
+    calls = Path(node["CALLS"]).read_text().splitlines()
+    started = {c.split()[-1] for c in calls if c.startswith("systemctl restart")}
+    assert started == {"fminfra-node-exporter.service", "fminfra-node-metrics.timer", "fminfra-prometheus-agent.service"}
+    root = Path(node["FMINFRA_ROOT"])
+    config = yaml.safe_load((root / "etc/fminfra/observability/prometheus-agent.yml").read_text())
+    assert {j["job_name"] for j in config["scrape_configs"]} == {"node", "dcgm"}
+    assert not (root / "etc/systemd/system/fminfra-dcgm-exporter.service").exists()
 
 
 def test_worker_has_no_slurm_exporter_and_a_changed_url_reinstalls_config_only(node: dict[str, str]) -> None:
@@ -183,23 +277,74 @@ def _promtool_check_metrics(text: str) -> None:
     assert result.returncode == 0 or (result.returncode == 3 and lint_only), problems
 
 
-def test_efa_counters_become_node_amazonefa_metrics(tmp_path: Path) -> None:
-    for device, value in (("rdmap16s27", "123"), ("rdmap32s27", "7")):
-        counters = tmp_path / "sys" / "class" / "infiniband" / device / "ports" / "1" / "hw_counters"
-        counters.mkdir(parents=True)
-        (counters / "rx_drops").write_text(f"{value}\n")
-        (counters / "rdma_read_wr_err").write_text("0\n")
-        (counters / "unrelated").write_text("5\n")
+def _efa_sysfs(root: Path) -> None:
+    """/sys/class/infiniband as the EFA driver lays it out: device counters in <dev>/hw_counters,
+    port counters in <dev>/ports/1/hw_counters (docs/facts/observability.md#efa-hw-counters-sysfs).
+    rdmap32s27 models an older driver without the retransmit counters."""
+    for device, drops in (("rdmap16s27", "123"), ("rdmap32s27", "7")):
+        base = root / "class" / "infiniband" / device
+        (base / "hw_counters").mkdir(parents=True)
+        (base / "hw_counters" / "cmds_err").write_text("2\n")
+        (base / "hw_counters" / "submitted_cmds").write_text("900\n")
+        port = base / "ports" / "1" / "hw_counters"
+        port.mkdir(parents=True)
+        (port / "rx_drops").write_text(f"{drops}\n")
+        (port / "rdma_read_wr_err").write_text("0\n")
+        (port / "unrelated").write_text("5\n")
+        if device == "rdmap16s27":
+            (port / "retrans_timeout_events").write_text("4\n")
+
+
+SHELLS = [s for s in ("bash", "dash", "busybox") if shutil.which(s)]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_efa_counters_at_both_levels_become_node_amazonefa_metrics(tmp_path: Path, shell: str) -> None:
+    """Under bash (nodes), dash and busybox sh (the node exporter image of the EKS sidecar)."""
+    _efa_sysfs(tmp_path / "sys")
     out = tmp_path / "textfile"
     env = {**os.environ, "SYSFS_ROOT": str(tmp_path / "sys"), "TEXTFILE_DIR": str(out)}
+    command = [shell, "sh", str(COLLECT_EFA)] if shell == "busybox" else [shell, str(COLLECT_EFA)]
     for _ in range(2):
-        subprocess.run(["bash", str(COLLECT), "efa"], env=env, check=True)
+        subprocess.run(command, env=env, check=True)
     text = (out / "efa.prom").read_text()
+    assert 'node_amazonefa_cmds_err{device="rdmap16s27"} 2' in text
     assert 'node_amazonefa_rx_drops{device="rdmap16s27",port="1"} 123' in text
     assert 'node_amazonefa_rx_drops{device="rdmap32s27",port="1"} 7' in text
+    assert 'node_amazonefa_retrans_timeout_events{device="rdmap16s27",port="1"} 4' in text
+    assert 'retrans_timeout_events{device="rdmap32s27"' not in text
     assert 'node_amazonefa_info{device="rdmap32s27"} 1' in text
-    assert "unrelated" not in text
+    assert "unrelated" not in text and "submitted_cmds" not in text
     assert [p.name for p in out.iterdir()] == ["efa.prom"]
+    _promtool_check_metrics(text)
+
+
+def test_collect_metrics_efa_runs_the_efa_collector(tmp_path: Path) -> None:
+    _efa_sysfs(tmp_path / "sys")
+    out = tmp_path / "textfile"
+    env = {**os.environ, "SYSFS_ROOT": str(tmp_path / "sys"), "TEXTFILE_DIR": str(out)}
+    subprocess.run(["bash", str(COLLECT), "efa"], env=env, check=True)
+    assert 'node_amazonefa_cmds_err{device="rdmap32s27"} 2' in (out / "efa.prom").read_text()
+
+
+def test_efa_collector_rejects_a_bad_interval() -> None:
+    result = subprocess.run(["sh", str(COLLECT_EFA), "--every", "soon"], capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and "--every takes a number of seconds, got 'soon'" in result.stderr
+
+
+def test_a_failed_sinfo_writes_scrape_success_0_and_no_figures(tmp_path: Path) -> None:
+    """sinfo fails (slurmctld unreachable): slurm_scrape_success 0, no slurm_nodes_* (never zeros), exit 1."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _executable(bin_dir / "sinfo", "#!/bin/sh\necho 'slurm_load_partitions: Unable to contact slurm controller' >&2\nexit 1\n")
+    _executable(bin_dir / "squeue", "#!/bin/sh\nprintf 'RUNNING\\n'\n")
+    out = tmp_path / "textfile"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TEXTFILE_DIR": str(out)}
+    result = subprocess.run(["bash", str(COLLECT), "slurm"], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 1
+    text = (out / "slurm.prom").read_text()
+    samples = [line for line in text.splitlines() if not line.startswith("#")]
+    assert samples == ["slurm_scrape_success 0"]
     _promtool_check_metrics(text)
 
 
@@ -219,16 +364,23 @@ def test_slurm_states_become_slurm_nodes_metrics(tmp_path: Path) -> None:
     assert values["slurm_nodes_alloc"] == "1" and values["slurm_nodes_drain"] == "2" and values["slurm_nodes_idle"] == "1"
     assert values["slurm_nodes_down"] == "1" and values["slurm_nodes_mix"] == "1" and values["slurm_nodes_fail"] == "0"
     assert values["slurm_queue_running"] == "2" and values["slurm_queue_pending"] == "1"
+    assert values["slurm_scrape_success"] == "1"
     _promtool_check_metrics(text)
 
 
-def test_collectors_emit_only_metric_names_the_rules_know() -> None:
+def test_collectors_emit_only_metric_names_the_record_lists() -> None:
+    """Every name the collectors write is in exporter_metrics.yaml, and every node_amazonefa_ or
+    slurm_ name listed there is written by a collector."""
     from fminfra.observability import exporter_metrics
 
-    text = COLLECT.read_text()
-    efa = text.split("EFA_COUNTERS=(")[1].split(")")[0].split()
-    states = text.split("SLURM_STATES=(")[1].split(")")[0].split()
-    known = set(exporter_metrics()["node"]) | set(exporter_metrics()["slurm"])
-    used_by_rules = {f"node_amazonefa_{c}" for c in efa} | {f"slurm_nodes_{s}" for s in states}
-    listed = {m for m in known if m.startswith(("node_amazonefa_", "slurm_nodes_")) and m != "node_amazonefa_info"}
-    assert listed <= used_by_rules, listed - used_by_rules
+    efa_text = COLLECT_EFA.read_text()
+    efa = efa_text.split('DEVICE_COUNTERS="')[1].split('"')[0].split() + efa_text.split('PORT_COUNTERS="')[1].split('"')[0].split()
+    states = COLLECT.read_text().split("SLURM_STATES=(")[1].split(")")[0].split()
+    written = (
+        {f"node_amazonefa_{c}" for c in efa}
+        | {"node_amazonefa_info", "slurm_scrape_success", "slurm_queue_running", "slurm_queue_pending"}
+        | {f"slurm_nodes_{s}" for s in states}
+    )
+    listed = {m for names in (exporter_metrics()["node"], exporter_metrics()["slurm"]) for m in names}
+    listed = {m for m in listed if m.startswith(("node_amazonefa_", "slurm_"))}
+    assert listed == written, (listed - written, written - listed)

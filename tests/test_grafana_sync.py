@@ -15,7 +15,7 @@ from botocore.stub import ANY, Stubber
 from fminfra import cli
 from fminfra.commands.grafana import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
 from fminfra.config import load_config
-from fminfra.observability import load_dashboards
+from fminfra.observability import load_dashboards, partition_dns_suffix, workspace_urls
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "tests" / "configs" / "obs-grafana.yaml"
@@ -126,7 +126,9 @@ class StubbedAws:
                     "workspaceId": AMP_WORKSPACE,
                     "arn": f"arn:aws:aps:us-west-2:555555555555:workspace/{AMP_WORKSPACE}",
                     "status": {"statusCode": "ACTIVE"},
-                    "prometheusEndpoint": f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{AMP_WORKSPACE}/api/v1/",
+                    # The form the service returns (docs/facts/observability.md#amp-prometheus-endpoint-form);
+                    # sync builds the data source URL from the id and never parses this.
+                    "prometheusEndpoint": f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{AMP_WORKSPACE}/",
                     "createdAt": "2026-11-29T00:00:00Z",
                 }
             },
@@ -259,12 +261,31 @@ def test_cli_rejects_an_environment_without_grafana(capsys: pytest.CaptureFixtur
     )
 
 
-def test_cli_without_credentials_exits_1_without_a_traceback(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_without_credentials_exits_2_with_the_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    assert cli.main(["grafana", "sync", str(CONFIG)]) == 1
+    assert cli.main(["grafana", "sync", str(CONFIG)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("obs-grafana: grafana sync: ") and "Traceback" not in err[0]
+    assert err == [
+        "no AWS credentials found (environment variables, --profile, SSO or an instance role); this command needs read access to the account in the config"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("region", "base"),
+    [
+        ("us-west-2", "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1"),
+        ("us-gov-west-1", "https://aps-workspaces.us-gov-west-1.amazonaws.com/workspaces/ws-1"),
+        ("cn-north-1", "https://aps-workspaces.cn-north-1.amazonaws.com.cn/workspaces/ws-1"),
+    ],
+)
+def test_workspace_urls_follow_the_amp_api_and_the_partition(region: str, base: str) -> None:
+    """AMP's RemoteWrite and QueryMetrics URIs (docs/facts/observability.md#amp-remote-write-url,
+    #amp-query-url) on the partition's DNS suffix (botocore's partitions data)."""
+    urls = workspace_urls(region, "ws-1", partition_dns_suffix(region))
+    assert urls.base == base
+    assert urls.remote_write == base + "/api/v1/remote_write"
+    assert urls.query == base + "/api/v1/query"

@@ -1,4 +1,4 @@
-"""HyperPod (issue 5): config rejections, the construct's own checks, the synthesized clusters,
+"""HyperPod: config rejections, the construct's own checks, the synthesized clusters,
 IAM of the node role, and the own rules' ability to fail."""
 
 from __future__ import annotations
@@ -179,11 +179,30 @@ def test_construct_rejects(groups: list[HyperPodInstanceGroup], kw: dict[str, An
 
 
 def test_deep_health_checks_default_on_for_gpu_groups_only() -> None:
-    assert HyperPodInstanceGroup(name="g", instance_type="ml.p5.48xlarge", instance_count=1).effective_deep_health_checks == [
+    assert HyperPodInstanceGroup(name="g", instance_type="ml.p5.48xlarge", instance_count=2).effective_deep_health_checks == [
         "InstanceStress",
         "InstanceConnectivity",
     ]
     assert HyperPodInstanceGroup(name="c", instance_type="ml.m5.12xlarge", instance_count=1).effective_deep_health_checks == []
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_instance_connectivity_needs_two_nodes(count: int) -> None:
+    # Issue 12: InstanceConnectivity runs NCCL tests across nodes and needs at least 2
+    # (docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes): off by default below 2,
+    # and rejected when asked for.
+    group = HyperPodInstanceGroup(name="g", instance_type="ml.p5.48xlarge", instance_count=count)
+    assert group.effective_deep_health_checks == ["InstanceStress"]
+    asked = HyperPodInstanceGroup(
+        name="g", instance_type="ml.p5.48xlarge", instance_count=count, deep_health_checks=["InstanceStress", "InstanceConnectivity"]
+    )
+    stack, vpc, role = _stack()
+    with pytest.raises(ValidationError) as info:
+        HyperPodCluster(stack, "HP", _props(vpc, role, [asked]))
+    assert str(info.value) == (
+        "instance_groups[0].deep_health_checks: InstanceConnectivity runs NCCL tests across nodes and needs instance_count of at least 2, "
+        f"got {count}"
+    )
 
 
 # --------------------------------------------------------------------------------------------

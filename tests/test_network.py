@@ -48,6 +48,11 @@ def test_efa_security_group_allows_all_traffic_to_and_from_itself(synth: Synth) 
             "DestinationSecurityGroupId": {"Fn::GetAtt": [efa_id, "GroupId"]},
         },
     )
+    # The decision of docs/facts/network.md#efa-security-group-egress-anywhere: outbound to
+    # anywhere stays beside the rule to itself, as in AWS's HyperPod sample template.
+    assert {"CidrIp": "0.0.0.0/0", "Description": "Allow all outbound traffic by default", "IpProtocol": "-1"} in groups[efa_id][
+        "Properties"
+    ]["SecurityGroupEgress"]
 
 
 def test_endpoints_and_flow_logs(synth: Synth) -> None:

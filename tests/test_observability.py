@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import aws_cdk as cdk
@@ -16,7 +17,7 @@ from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
 from fminfra.core.errors import ValidationError
-from fminfra.observability import load_rule_groups
+from fminfra.observability import expected_node_count, expected_nodes_group, load_rule_groups
 from tests.conftest import SHIPPED_NAMES, Synth
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
@@ -58,10 +59,12 @@ def test_amp_workspace_has_its_own_key_and_logging(synth: Synth) -> None:
 
 
 def test_rule_groups_namespace_holds_exactly_the_repo_rules(synth: Synth) -> None:
+    """The repo's rule files, and the environment's expected node count."""
     for env in SHIPPED_NAMES:
         namespace = _only(synth.resources(env, "Observability", "AWS::APS::RuleGroupsNamespace"))["Properties"]
         assert namespace["Name"] == f"fminfra-{env}-rules"
-        assert yaml.safe_load(namespace["Data"]) == {"groups": load_rule_groups()}
+        count = expected_node_count(synth.configs[env])
+        assert yaml.safe_load(namespace["Data"]) == {"groups": [*load_rule_groups(), expected_nodes_group(count)]}
 
 
 def test_alert_manager_routes_to_the_topic_with_sigv4(synth: Synth) -> None:
@@ -86,8 +89,35 @@ def test_alert_topic_key_and_topic_policies_let_aps_and_cloudwatch_in(synth: Syn
     assert key_statement["Principal"] == publishers and set(key_statement["Action"]) == {"kms:GenerateDataKey*", "kms:Decrypt"}
     policy = _only(synth.resources("dev", "Observability", "AWS::SNS::TopicPolicy"))["Properties"]
     assert policy["Topics"] == [{"Ref": topic_lid}]
-    publish = next(s for s in policy["PolicyDocument"]["Statement"] if s.get("Sid") == "AlertPublishersPublish")
-    assert publish["Principal"] == publishers and publish["Action"] == "sns:Publish" and publish["Effect"] == "Allow"
+    statements = {s.get("Sid"): s for s in policy["PolicyDocument"]["Statement"]}
+    # AMP's documented statement: Publish and GetTopicAttributes, only from this workspace and
+    # account (docs/facts/observability.md#amp-alert-manager-sns-topic-policy).
+    (workspace_lid,) = synth.resources("dev", "Observability", "AWS::APS::Workspace")
+    assert statements["PrometheusAlertManagerPublish"] == {
+        "Sid": "PrometheusAlertManagerPublish",
+        "Effect": "Allow",
+        "Principal": {"Service": "aps.amazonaws.com"},
+        "Action": ["sns:GetTopicAttributes", "sns:Publish"],
+        "Resource": {"Ref": topic_lid},
+        "Condition": {
+            "ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [workspace_lid, "Arn"]}},
+            "StringEquals": {"aws:SourceAccount": "111111111111"},
+        },
+    }
+    # CloudWatch alarms: their own statement, from this account's alarms in this region
+    # (docs/facts/observability.md#cloudwatch-alarm-sns-topic-policy).
+    assert statements["CloudWatchAlarmsPublish"] == {
+        "Sid": "CloudWatchAlarmsPublish",
+        "Effect": "Allow",
+        "Principal": {"Service": "cloudwatch.amazonaws.com"},
+        "Action": "sns:Publish",
+        "Resource": {"Ref": topic_lid},
+        "Condition": {
+            "ArnLike": {"aws:SourceArn": "arn:aws:cloudwatch:us-west-2:111111111111:alarm:*"},
+            "StringEquals": {"aws:SourceAccount": "111111111111"},
+        },
+    }
+    assert set(statements) == {"AllowPublishThroughSSLOnly", "CloudWatchAlarmsPublish", "PrometheusAlertManagerPublish"}
     assert any(
         s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
         for s in policy["PolicyDocument"]["Statement"]
@@ -116,15 +146,25 @@ def test_node_role_only_amp_right_is_remote_write_on_this_workspace(synth: Synth
         assert all("Prometheus" not in str(arn) for arn in role.get("ManagedPolicyArns", []))
 
 
-def test_remote_write_url_is_the_endpoint_attribute_plus_remote_write(synth: Synth) -> None:
+def test_remote_write_url_is_built_from_the_workspace_id(synth: Synth) -> None:
+    """AMP's RemoteWrite URI (docs/facts/observability.md#amp-remote-write-url):
+    https://aps-workspaces.<region>.<url suffix>/workspaces/<id>/api/v1/remote_write, never the
+    PrometheusEndpoint attribute + "remote_write" (which gives .../workspaces/<id>/remote_write)."""
     stage = synth.stages["dev"]
     assert stage.compute.remote_write_url == stage.observability.prometheus.remote_write_url
     outputs = synth.template("dev", "Observability")["Outputs"]
     url = outputs["RemoteWriteUrl"]["Value"]
-    endpoint, suffix = url["Fn::Join"][1]
-    assert url["Fn::Join"][0] == "" and suffix == "remote_write"
-    assert endpoint["Fn::GetAtt"][1] == "PrometheusEndpoint"
-    assert next(iter(synth.resources("dev", "Observability", "AWS::APS::Workspace"))) == endpoint["Fn::GetAtt"][0]
+    assert url["Fn::Join"][0] == ""
+    parts = url["Fn::Join"][1]
+    workspace = next(iter(synth.resources("dev", "Observability", "AWS::APS::Workspace")))
+    assert parts == [
+        f"https://aps-workspaces.{stage.observability.region}.",
+        {"Ref": "AWS::URLSuffix"},
+        "/workspaces/",
+        {"Fn::GetAtt": [workspace, "WorkspaceId"]},
+        "/api/v1/remote_write",
+    ]
+    assert "PrometheusEndpoint" not in json.dumps(url)
 
 
 def test_observability_deploys_before_compute(synth: Synth) -> None:
@@ -179,6 +219,10 @@ def test_fsx_alarms_on_aws_fsx_metrics_into_the_topic() -> None:
             "Dimensions": [{"Name": "FileSystemId", "Value": "fs-0123456789abcdef0"}],
             "ComparisonOperator": "LessThanThreshold",
             "Threshold": 4800 * 1024**3 // 10,
+            # The whole file system's free bytes: Sum over a 1-minute period (one data point per
+            # storage target per minute); Minimum would be the fullest storage target only.
+            "Statistic": "Sum",
+            "Period": 60,
             "AlarmActions": [topic_ref],
             "OKActions": [topic_ref],
         },
@@ -363,3 +407,72 @@ def test_an_existing_topic_receives_the_alert_manager_and_no_topic_is_created() 
     definition = template.find_resources("AWS::APS::Workspace")
     text = next(iter(definition.values()))["Properties"]["AlertManagerDefinition"]
     assert f"topic_arn: {arn}" in text
+
+
+def test_eks_dcgm_chart_collects_the_same_counters_file() -> None:
+    """The chart's default list leaves out the ECC, violation, NVLink error and Xid-count fields
+    the rules use; customMetrics (the chart's ConfigMap, mounted over its default-counters.csv)
+    ships ours (docs/facts/observability.md#dcgm-exporter-chart-custom-metrics)."""
+    from fminfra.observability import dcgm_counters_file
+    from fminfra.stacks.compute.clusters import exporter_charts
+
+    dcgm = next(c for c in exporter_charts() if c.chart == "dcgm-exporter")
+    assert dcgm.values["customMetrics"] == dcgm_counters_file().read_text(encoding="utf-8")
+    assert "arguments" not in dcgm.values, "the chart's default -f /etc/dcgm-exporter/default-counters.csv reads the ConfigMap"
+
+
+def test_eks_node_exporter_runs_the_efa_collector_beside_it() -> None:
+    """A sidecar of the node exporter pod runs collect_efa.sh (from a ConfigMap, in the node exporter
+    image's busybox sh) into a volume the node exporter's textfile collector reads; /sys is the
+    chart's own host mount named sys (docs/facts/observability.md#chart-node-exporter-sidecar-values)."""
+    from fminfra.core.resources import scripts_root
+    from fminfra.stacks.compute.clusters import exporter_charts
+
+    node = next(c for c in exporter_charts() if c.chart == "prometheus-node-exporter")
+    values = node.values
+    (configmap_text,) = values["extraManifests"]
+    configmap = yaml.safe_load(configmap_text)
+    assert configmap["kind"] == "ConfigMap" and configmap["metadata"]["namespace"] == node.namespace
+    assert configmap["data"]["collect_efa.sh"] == (scripts_root() / "observability" / "collect_efa.sh").read_text(encoding="utf-8")
+    assert "{{" not in configmap_text, "the chart renders extraManifests with tpl"
+    assert values["configmaps"] == [{"name": configmap["metadata"]["name"], "mountPath": "/opt/fminfra"}]
+    (sidecar,) = values["sidecars"]
+    assert sidecar["command"][:2] == ["/bin/sh", "/opt/fminfra/collect_efa.sh"] and sidecar["command"][2] == "--every"
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    mounts = {m["name"]: m["mountPath"] for m in sidecar["volumeMounts"]}
+    assert mounts["sys"] == env["SYSFS_ROOT"] == "/host/sys"
+    assert mounts[configmap["metadata"]["name"]] == "/opt/fminfra"
+    (shared,) = values["sidecarVolumeMount"]
+    assert shared["mountPath"] == env["TEXTFILE_DIR"] and shared["readOnly"] is False
+    assert f"--collector.textfile.directory={env['TEXTFILE_DIR']}" in values["extraArgs"]
+
+
+def test_rule_namespace_records_the_expected_node_count(synth: Synth) -> None:
+    """NodesMissing compares the reporting nodes with the count the config expects: the stack writes
+    it into the rule groups namespace."""
+    from fminfra.observability import EXPECTED_NODES_RECORD, expected_node_count
+
+    for env in SHIPPED_NAMES:
+        cfg = synth.configs[env]
+        if not cfg.observability.prometheus:
+            continue
+        (namespace,) = synth.resources(env, "Observability", "AWS::APS::RuleGroupsNamespace").values()
+        groups = yaml.safe_load(namespace["Properties"]["Data"])["groups"]
+        expected = [r for g in groups for r in g["rules"] if r.get("record") == EXPECTED_NODES_RECORD]
+        assert expected == [{"record": EXPECTED_NODES_RECORD, "expr": f"vector({expected_node_count(cfg)})"}], env
+        assert any(r.get("alert") == "NodesMissing" for g in groups for r in g["rules"])
+
+
+def test_expected_node_count_counts_every_node_with_an_exporter(synth: Synth) -> None:
+    from fminfra.observability import expected_node_count
+
+    for env in SHIPPED_NAMES:
+        cfg = synth.configs[env]
+        compute = cfg.compute
+        count = sum(g.count for g in compute.instance_groups)
+        if compute.orchestrator == "slurm":
+            assert compute.slurm is not None
+            count += 1 + compute.slurm.login.count
+        if compute.needs_eks:
+            count += sum(g.min_size for g in compute.inference_node_groups)
+        assert expected_node_count(cfg) == count > 0, env

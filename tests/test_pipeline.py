@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
 import yaml
 
 from fminfra.commands import guard
 from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ConfigError
-from fminfra.pipeline import PipelineStack, build_pipeline_app, load_pipeline
+from fminfra.pipeline import PipelineStack, load_pipeline
 from tests.conftest import ROOT, Synth
 
 # cfn-lint findings on what CDK Pipelines itself generates (not on fminfra's stacks), ignored for
@@ -27,19 +26,8 @@ PIPELINE_CFN_LINT_IGNORED = ("E3703", "W3005")
 
 
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory: pytest.TempPathFactory) -> tuple[PipelineStack, Path, dict[str, Any]]:
-    outdir = tmp_path_factory.mktemp("pipeline.out")
-    context = json.loads((ROOT / "cdk.json").read_text())["context"]
-    app = cdk.App(outdir=str(outdir), context=context)
-    cwd = Path.cwd()
-    os.chdir(ROOT)
-    try:
-        stack = build_pipeline_app(app, Path("pipeline.yaml"))
-        app.synth()
-    finally:
-        os.chdir(cwd)
-    template = json.loads((outdir / f"{stack.artifact_id}.template.json").read_text())
-    return stack, outdir, template
+def pipeline(pipeline_synth: tuple[PipelineStack, Path, dict[str, Any]]) -> tuple[PipelineStack, Path, dict[str, Any]]:
+    return pipeline_synth  # synthesized once per session in tests/conftest.py
 
 
 def _stages(template: dict[str, Any]) -> list[dict[str, Any]]:

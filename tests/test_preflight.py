@@ -124,7 +124,31 @@ class Aws:
             {"ServiceCode": "ec2", "QuotaCode": code},
         )
 
-    def run(self, cfg: EnvironmentConfig) -> list[Row]:
+    def eni_quota(self, value: float) -> None:
+        """GetServiceQuota for "Network interfaces per Region" (service vpc, L-DF5E4CA3)."""
+        self.stubs["sq"].add_response(
+            "get_service_quota",
+            {
+                "Quota": {
+                    "ServiceCode": "vpc",
+                    "ServiceName": "Amazon Virtual Private Cloud (Amazon VPC)",
+                    "QuotaArn": f"arn:aws:servicequotas:us-west-2:{ACCOUNT}:vpc/L-DF5E4CA3",
+                    "QuotaCode": "L-DF5E4CA3",
+                    "QuotaName": "Network interfaces per Region",
+                    "Value": value,
+                    "Unit": "None",
+                    "Adjustable": True,
+                    "GlobalQuota": False,
+                }
+            },
+            {"ServiceCode": "vpc", "QuotaCode": "L-DF5E4CA3"},
+        )
+
+    def run(self, cfg: EnvironmentConfig, eni_quota: float | None = 5000.0) -> list[Row]:
+        """Every check; the network-interface quota (the last quota call) answers ENI_QUOTA unless
+        a test queued its own (eni_quota=None)."""
+        if eni_quota is not None:
+            self.eni_quota(eni_quota)
         rows = run_preflight(cfg, self.clients, now=NOW)
         for stub in self.stubs.values():
             stub.assert_no_pending_responses()
@@ -207,6 +231,31 @@ def test_a_capacity_block_under_type_reservation_fails(aws: Aws) -> None:
     assert [r for _, _, r in _rows(rows, "FAIL")] == [
         f"{RID} is a Capacity Block; use capacity type capacity-block (launches need market type capacity-block)"
     ]
+
+
+def test_a_reservation_group_mixing_odcrs_and_capacity_blocks_fails_naming_them(aws: Aws) -> None:
+    # Issue 12: a capacity reservation resource group may hold both kinds, but one launch uses
+    # one reservation type (docs/facts/capacity.md#capacity-reservation-group-one-type).
+    odcr, block = "cr-0aaaaaaaaaaaaaaa1", "cr-0bbbbbbbbbbbbbbb1"
+    aws.reservation(_reservation(CapacityReservationId=odcr, ReservationType="default", TotalInstanceCount=1), rid=odcr)
+    aws.reservation(_reservation(CapacityReservationId=block, TotalInstanceCount=1), rid=block)
+    aws.ec2_quota("L-417A185B", 384)
+    rows = aws.run(_cfg(capacity={"type": "reservation", "reservation_ids": [odcr, block]}, placement="none"))
+    assert (
+        "group block",
+        "one reservation type",
+        f"its reservations mix On-Demand Capacity Reservations ({odcr}) and Capacity Blocks ({block}); "
+        "one launch can use only one reservation type: give each kind its own group",
+    ) in _rows(rows, "FAIL")
+
+
+def test_a_reservation_group_of_one_type_passes(aws: Aws) -> None:
+    first, second = "cr-0bbbbbbbbbbbbbbb1", "cr-0bbbbbbbbbbbbbbb2"
+    aws.reservation(_reservation(CapacityReservationId=first, TotalInstanceCount=1), rid=first)
+    aws.reservation(_reservation(CapacityReservationId=second, TotalInstanceCount=1), rid=second)
+    rows = aws.run(_cfg(capacity={"type": "capacity-block", "reservation_ids": [first, second]}))
+    assert _rows(rows, "FAIL") == []
+    assert ("group block", "one reservation type", "its 2 reservations are all Capacity Blocks") in _rows(rows, "PASS")
 
 
 def test_missing_reservation_fails(aws: Aws) -> None:
@@ -300,19 +349,31 @@ def test_type_not_offered_in_the_compute_az_fails_with_where_it_is(aws: Aws) -> 
     ]
 
 
+class _HiddenZone(_Ec2):
+    """An account that does not see usw2-az3: AWS may remove a constrained zone from the list of
+    newer accounts (docs/facts/network.md#az-ids-by-region), so an AZ ID that validate accepts
+    offline can still be missing here."""
+
+    def describe_availability_zones(self, **kwargs: Any) -> dict[str, Any]:
+        answer = self.moto.describe_availability_zones(**kwargs)
+        answer["AvailabilityZones"] = [z for z in answer["AvailabilityZones"] if z["ZoneId"] != "usw2-az3"]
+        return answer
+
+
 def test_unknown_az_id_and_foreign_account_fail(aws: Aws) -> None:
     data = copy.deepcopy(BASE)
     data["account"] = "111111111111"
-    data["network"]["az_ids"] = ["usw2-az4", "usw2-az7"]
+    data["network"]["az_ids"] = ["usw2-az4", "usw2-az3"]
     data["compute"]["instance_groups"][0] = {"name": "w", "instance_type": "p5.48xlarge", "count": 1}
+    aws.clients = Clients(ec2=_HiddenZone(aws.ec2, aws.ec2_stubbed), service_quotas=aws.sq, sagemaker=aws.sm, sts=aws.clients.sts)
     aws.ec2_quota("L-417A185B", 192)
     fails = _rows(aws.run(parse_config(data, "pf.yaml")), "FAIL")
     assert fails == [
         (f"account {ACCOUNT}", "credentials", f"credentials are for account {ACCOUNT}, the config is for 111111111111"),
         (
-            "AZ usw2-az7",
+            "AZ usw2-az3",
             "AZ ID maps to a zone",
-            "usw2-az7 is not a zone of us-west-2 in this account (have: usw2-az1, usw2-az2, usw2-az3, usw2-az4)",
+            "usw2-az3 is not a zone of us-west-2 in this account (have: usw2-az1, usw2-az2, usw2-az4)",
         ),
     ]
 
@@ -327,13 +388,8 @@ def test_ec2_vcpu_quota_per_family(aws: Aws, count: int, status: str) -> None:
     assert [(r.status, r.reason) for r in quota] == [(status, f"block need {need} vCPUs; the quota (L-417A185B) is 384{tail}")]
 
 
-def test_subnet_free_addresses(aws: Aws) -> None:
-    aws.ec2_quota("L-417A185B", 10000)
-    cfg = _cfg(count=2, capacity={"type": "on-demand"})
-    planned = [r for r in aws.run(cfg) if r.check == "free IP addresses"]
-    assert [(r.status, r.reason) for r in planned] == [
-        ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
-    ]
+def _compute_subnet(aws: Aws) -> tuple[str, str]:
+    """The compute subnet as the Network stack names it, as a /28 (11 free addresses)."""
     vpc = aws.ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnet = aws.ec2.create_subnet(
         VpcId=vpc,
@@ -341,6 +397,17 @@ def test_subnet_free_addresses(aws: Aws) -> None:
         AvailabilityZone="us-west-2d",
         TagSpecifications=[{"ResourceType": "subnet", "Tags": [{"Key": "Name", "Value": "fminfra-pf-private-usw2-az4"}]}],
     )["Subnet"]["SubnetId"]
+    return vpc, subnet
+
+
+def test_subnet_free_addresses(aws: Aws) -> None:
+    aws.ec2_quota("L-417A185B", 10000)
+    cfg = _cfg(count=2, capacity={"type": "on-demand"})
+    planned = [r for r in aws.run(cfg) if r.check == "free IP addresses"]
+    assert [(r.status, r.reason) for r in planned] == [
+        ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
+    ]
+    vpc, subnet = _compute_subnet(aws)
     aws.ec2_quota("L-417A185B", 10000)
     try:
         deployed = [r for r in aws.run(_cfg(count=20, capacity={"type": "on-demand"})) if r.check == "free IP addresses"]
@@ -400,27 +467,35 @@ def _plan(**changes: Any) -> dict[str, Any]:
     return plan
 
 
-def _sagemaker_quotas(aws: Aws, values: dict[str, float]) -> None:
-    aws.stubs["sq"].add_response(
-        "list_service_quotas",
-        {
-            "Quotas": [
-                {
-                    "ServiceCode": "sagemaker",
-                    "ServiceName": "Amazon SageMaker",
-                    "QuotaArn": f"arn:aws:servicequotas:us-west-2:{ACCOUNT}:sagemaker/L-{i:08X}",
-                    "QuotaCode": f"L-{i:08X}",
-                    "QuotaName": name,
-                    "Value": value,
-                    "Unit": "None",
-                    "Adjustable": True,
-                    "GlobalQuota": False,
-                }
-                for i, (name, value) in enumerate(values.items())
-            ]
-        },
-        {"ServiceCode": "sagemaker"},
-    )
+def _quota_list(values: dict[str, float]) -> dict[str, Any]:
+    """A ListServiceQuotas / ListAWSDefaultServiceQuotas page for SageMaker (botocore's ServiceQuota shape)."""
+    return {
+        "Quotas": [
+            {
+                "ServiceCode": "sagemaker",
+                "ServiceName": "Amazon SageMaker",
+                "QuotaArn": f"arn:aws:servicequotas:us-west-2:{ACCOUNT}:sagemaker/L-{i:08X}",
+                "QuotaCode": f"L-{i:08X}",
+                "QuotaName": name,
+                "Value": value,
+                "Unit": "None",
+                "Adjustable": True,
+                "GlobalQuota": False,
+            }
+            for i, (name, value) in enumerate(values.items())
+        ]
+    }
+
+
+def _sagemaker_quotas(
+    aws: Aws, values: dict[str, float], clusters: list[dict[str, Any]] | None = None, defaults: dict[str, float] | None = None
+) -> None:
+    """Applied quotas; AWS's defaults when a test gives them (preflight asks for them only when a
+    quota has no applied value); the account's HyperPod clusters (ListClusters)."""
+    aws.stubs["sq"].add_response("list_service_quotas", _quota_list(values), {"ServiceCode": "sagemaker"})
+    if defaults is not None:
+        aws.stubs["sq"].add_response("list_aws_default_service_quotas", _quota_list(defaults), {"ServiceCode": "sagemaker"})
+    aws.stubs["sm"].add_response("list_clusters", {"ClusterSummaries": clusters or []}, {})
 
 
 QUOTAS_OK = {
@@ -428,6 +503,8 @@ QUOTAS_OK = {
     "ml.m5.12xlarge for cluster usage": 1,
     "ml.m5.4xlarge for cluster usage": 4,
     "ml.p5.48xlarge for training job usage": 2,
+    "Maximum number instances allowed per SageMaker HyperPod cluster": 100,
+    "Total number of instances allowed across SageMaker HyperPod clusters": 100,
 }
 
 
@@ -467,7 +544,7 @@ def test_missing_training_plan_and_quota_fail(aws: Aws) -> None:
     aws.stubs["sm"].add_client_error(
         "describe_training_plan", service_error_code="ResourceNotFound", service_message="Training plan p5en not found"
     )
-    _sagemaker_quotas(aws, {k: v for k, v in QUOTAS_OK.items() if not k.startswith("ml.p5en")})
+    _sagemaker_quotas(aws, {k: v for k, v in QUOTAS_OK.items() if not k.startswith("ml.p5en")}, defaults={})
     fails = _rows(aws.run(_hyperpod()), "FAIL")
     arn = f"arn:aws:sagemaker:us-west-2:{ACCOUNT}:training-plan/p5en"
     assert fails == [
@@ -494,6 +571,7 @@ def test_cli_exits_1_on_a_failed_check(
     aws: Aws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     aws.reservation(_reservation(AvailabilityZoneId="usw2-az1", AvailabilityZone="us-west-2b"))
+    aws.eni_quota(5000)
     monkeypatch.setattr(preflight, "clients_for", lambda cfg, profile: aws.clients)
     monkeypatch.setattr(preflight, "datetime", type("D", (), {"now": staticmethod(lambda tz=None: NOW)}))
     assert main(["preflight", str(_write(tmp_path, BASE))]) == 1
@@ -548,3 +626,167 @@ def test_odcr_end_date_must_lie_ahead(aws: Aws, end_date: str, status: str, reas
     aws.ec2_quota("L-417A185B", 10000)
     rows = [r for r in aws.run(_cfg(capacity={"type": "odcr", "end_date": end_date})) if r.check == "odcr end_date ahead"]
     assert [(r.status, r.reason) for r in rows] == [(status, reason)]
+
+
+# ------------------------------------------------------------------------------------------
+# what AWS counts (issue #22): network interfaces, what already runs, defaults, HyperPod's
+# account-level quotas. moto models instances, ENIs, subnets and Auto Scaling groups; quotas and
+# SageMaker clusters are Stubber answers in botocore's shapes.
+
+
+def _own_group(aws: Aws, count: int, subnet: str | None = None) -> None:
+    """This environment's deployed `block` group: an Auto Scaling group named as the Compute stack
+    names it (fminfra-pf-block); moto launches its instances with the aws:autoscaling:groupName tag."""
+    autoscaling = boto3.client("autoscaling", region_name="us-west-2")
+    if not aws.ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": ["fminfra-pf-block"]}])["LaunchTemplates"]:
+        aws.ec2.create_launch_template(
+            LaunchTemplateName="fminfra-pf-block", LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "p5.48xlarge"}
+        )
+    placement = {"VPCZoneIdentifier": subnet} if subnet else {"AvailabilityZones": ["us-west-2d"]}
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="fminfra-pf-block",
+        LaunchTemplate={"LaunchTemplateName": "fminfra-pf-block"},
+        MinSize=count,
+        MaxSize=count,
+        DesiredCapacity=count,
+        **placement,
+    )
+
+
+def _cleanup(aws: Aws) -> None:
+    autoscaling = boto3.client("autoscaling", region_name="us-west-2")
+    if autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["fminfra-pf-block"])["AutoScalingGroups"]:
+        autoscaling.delete_auto_scaling_group(AutoScalingGroupName="fminfra-pf-block", ForceDelete=True)
+    live = aws.ec2.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])["Reservations"]
+    ids = [i["InstanceId"] for r in live for i in r["Instances"]]
+    if ids:
+        aws.ec2.terminate_instances(InstanceIds=ids)
+
+
+def test_network_interface_quota_counts_every_efa_interface(aws: Aws) -> None:
+    """150 p5 nodes take 150 x 33 = 4,950 interfaces (1 ENA + 32 EFA, the catalog's layout); with
+    60 interfaces already in the region the default quota of 5,000 is exceeded."""
+    vpc = aws.ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
+    subnet = aws.ec2.create_subnet(VpcId=vpc, CidrBlock="10.20.0.0/24", AvailabilityZone="us-west-2a")["Subnet"]["SubnetId"]
+    enis = [aws.ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"] for _ in range(60)]
+    existing = len(aws.ec2.describe_network_interfaces()["NetworkInterfaces"])
+    aws.ec2_quota("L-417A185B", 100000)
+    try:
+        rows = [r for r in aws.run(_cfg(count=150, capacity={"type": "on-demand"})) if r.check == "network interface quota"]
+        aws.ec2_quota("L-417A185B", 100000)
+        small = [r for r in aws.run(_cfg(count=100, capacity={"type": "on-demand"})) if r.check == "network interface quota"]
+    finally:
+        for eni in enis:
+            aws.ec2.delete_network_interface(NetworkInterfaceId=eni)
+        aws.ec2.delete_subnet(SubnetId=subnet)
+        aws.ec2.delete_vpc(VpcId=vpc)
+    assert [(r.status, r.subject, r.reason) for r in rows] == [
+        (
+            "FAIL",
+            "quota Network interfaces per Region",
+            f"the nodes take up to 4950 (block 150 x 33); {existing} other interfaces exist in us-west-2; "
+            "the quota (L-DF5E4CA3) is 5000: request an increase in Service Quotas",
+        )
+    ]
+    assert [r.status for r in small] == ["PASS"]
+
+
+def test_vcpu_quota_counts_what_already_runs_but_not_this_environment(aws: Aws) -> None:
+    """A foreign p5 instance takes 192 of the 384 vCPUs: two more nodes no longer fit. This
+    environment's own deployed nodes are not counted again on a re-run."""
+    _own_group(aws, 2)
+    try:
+        aws.ec2_quota("L-417A185B", 384)
+        rerun = [r for r in aws.run(_cfg(count=2, capacity={"type": "on-demand"})) if r.check == "EC2 vCPU quota"]
+        aws.ec2.run_instances(ImageId="ami-12c6146b", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1)
+        aws.ec2_quota("L-417A185B", 384)
+        crowded = [r for r in aws.run(_cfg(count=2, capacity={"type": "on-demand"})) if r.check == "EC2 vCPU quota"]
+    finally:
+        _cleanup(aws)
+    assert [(r.status, r.reason) for r in rerun] == [("PASS", "block need 384 vCPUs; the quota (L-417A185B) is 384")]
+    assert [(r.status, r.reason) for r in crowded] == [
+        (
+            "FAIL",
+            "block need 384 vCPUs; 192 vCPUs already run outside this environment; the quota (L-417A185B) is 384: "
+            "request an increase in Service Quotas",
+        )
+    ]
+
+
+def test_subnet_check_gives_back_the_addresses_this_environment_holds(aws: Aws) -> None:
+    """After a deploy the nodes' own addresses are no longer free; a re-run must not count them
+    as new demand (a /28 has 11 free addresses; two nodes hold 2 of them)."""
+    vpc, subnet = _compute_subnet(aws)
+    _own_group(aws, 2, subnet=subnet)
+    aws.ec2_quota("L-417A185B", 100000)
+    try:
+        rows = [r for r in aws.run(_cfg(count=11, capacity={"type": "on-demand"})) if r.check == "free IP addresses"]
+    finally:
+        _cleanup(aws)
+        for eni in aws.ec2.describe_network_interfaces(Filters=[{"Name": "subnet-id", "Values": [subnet]}])["NetworkInterfaces"]:
+            aws.ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
+        aws.ec2.delete_subnet(SubnetId=subnet)
+        aws.ec2.delete_vpc(VpcId=vpc)
+    assert [(r.status, r.reason) for r in rows] == [
+        ("PASS", f"the nodes need up to 11 addresses; {subnet} has 9 free addresses and 2 held by this environment's nodes")
+    ]
+
+
+def test_sagemaker_quota_without_an_applied_value_falls_back_to_the_default(aws: Aws) -> None:
+    """A quota nobody raised has no applied value, so ListServiceQuotas leaves it out; its AWS
+    default (ListAWSDefaultServiceQuotas) is the limit."""
+    aws.stubs["sm"].add_response("describe_training_plan", _plan(), {"TrainingPlanName": "p5en"})
+    applied = {k: v for k, v in QUOTAS_OK.items() if not k.startswith("ml.p5en")}
+    _sagemaker_quotas(aws, applied, defaults={"ml.p5en.48xlarge for cluster usage": 16})
+    rows = aws.run(_hyperpod())
+    assert ("quota ml.p5en.48xlarge for cluster usage", "SageMaker cluster quota", "needs 16; the quota is 16") in _rows(rows, "PASS")
+    assert _rows(rows, "FAIL") == []
+
+
+def _cluster(name: str, groups: list[tuple[str, int]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A ListClusters summary and its DescribeCluster answer (botocore's SageMaker shapes)."""
+    arn = f"arn:aws:sagemaker:us-west-2:{ACCOUNT}:cluster/{name}"
+    summary = {"ClusterArn": arn, "ClusterName": name, "CreationTime": NOW - timedelta(days=3), "ClusterStatus": "InService"}
+    detail = {
+        "ClusterArn": arn,
+        "ClusterName": name,
+        "ClusterStatus": "InService",
+        "InstanceGroups": [
+            {"InstanceGroupName": f"g{i}", "InstanceType": t, "CurrentCount": n, "TargetCount": n} for i, (t, n) in enumerate(groups)
+        ],
+    }
+    return summary, detail
+
+
+def test_hyperpod_account_quotas_count_the_other_clusters(aws: Aws) -> None:
+    """HyperPod's prerequisites: the per-cluster quota must exceed this cluster's instances, the
+    across-clusters quota all clusters' together (docs/facts/hyperpod.md#hyperpod-account-quotas)."""
+    aws.stubs["sm"].add_response("describe_training_plan", _plan(), {"TrainingPlanName": "p5en"})
+    other, other_detail = _cluster("team-b", [("ml.p5.48xlarge", 80), ("ml.m5.12xlarge", 2)])
+    own, own_detail = _cluster("fminfra-prod-hyperpod", [("ml.p5en.48xlarge", 16)])
+    _sagemaker_quotas(
+        aws,
+        {
+            **QUOTAS_OK,
+            "Maximum number instances allowed per SageMaker HyperPod cluster": 20,
+            "Total number of instances allowed across SageMaker HyperPod clusters": 100,
+        },
+        clusters=[other, own],
+    )
+    aws.stubs["sm"].add_response("describe_cluster", other_detail, {"ClusterName": "team-b"})
+    aws.stubs["sm"].add_response("describe_cluster", own_detail, {"ClusterName": "fminfra-prod-hyperpod"})
+    rows = aws.run(_hyperpod())
+    hyperpod = [(r.status, r.subject, r.reason) for r in rows if r.check == "HyperPod account quota"]
+    need = 16 + 1 + 2  # workers, the Slurm controller, two login nodes (config/prod.yaml)
+    assert hyperpod == [
+        ("PASS", "quota Maximum number instances allowed per SageMaker HyperPod cluster", f"this cluster needs {need}; the quota is 20"),
+        (
+            "FAIL",
+            "quota Total number of instances allowed across SageMaker HyperPod clusters",
+            f"this cluster needs {need} and other clusters run 82; the quota is 100: request an increase in Service Quotas",
+        ),
+    ]
+    # HyperPod nodes take interfaces in the VPC too: 17 per p5en node (1 ENA + 16 EFA).
+    eni = next(r for r in rows if r.check == "network interface quota")
+    assert eni.status == "PASS"
+    assert eni.reason.startswith("the nodes take up to 275 (workers 16 x 17, Slurm controller and login 3 x 1);")

@@ -282,3 +282,17 @@ def test_plan_without_storage() -> None:
     data = copy.deepcopy(PROD)
     del data["storage"]
     assert "storage: none (no data bucket, no file system)" in render_plan(parse_config(data)).splitlines()
+
+
+def test_a_capacity_derived_with_efa_lands_on_the_efa_step() -> None:
+    """20 GB/s at 1000 MB/s/TiB with EFA derived 21,600 GiB, then warned that it was off the 4,800 GiB step."""
+    data = _lustre(storage_capacity_gib=..., target_throughput_gb_per_s=20, throughput_mb_per_tib=1000, efa=True)
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.storage is not None and cfg.storage.lustre is not None
+    assert cfg.storage.lustre.capacity_gib == 24000
+    assert cfg.storage.lustre.throughput_gb_per_s >= 20
+    assert format_warnings("f.yaml", cfg) == []
+    # Without EFA the smallest valid capacity stays (no step to land on).
+    no_efa = parse_config(_lustre(storage_capacity_gib=..., target_throughput_gb_per_s=20, throughput_mb_per_tib=1000, efa=False))
+    assert no_efa.storage is not None and no_efa.storage.lustre is not None
+    assert no_efa.storage.lustre.capacity_gib == 21600

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import sysconfig
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,18 @@ print(json.dumps({
 """
 
 
-@pytest.mark.slow
-def test_wheel_installs_and_synthesizes_from_the_installed_copy(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class Installed:
+    """The built wheel installed into a fresh virtual environment."""
+
+    python: Path
+    site: Path
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """Build the wheel from a copy of the sources and install it into a fresh venv (once per module)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     # Build from a copy so that build/ and *.egg-info never land in the checkout.
     src = tmp_path / "src"
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
@@ -73,6 +84,7 @@ def test_wheel_installs_and_synthesizes_from_the_installed_copy(tmp_path: Path) 
         names = set(zf.namelist())
     for path in ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv"):
         assert f"fminfra/_scripts/{path}" in names
+    assert "fminfra/constructs/hyperpod_dependencies_handler/index.py" in names  # the installer Lambda's asset
 
     # A fresh venv; its dependencies come from the test environment through a .pth file, so
     # nothing is downloaded. The installed fminfra comes first on sys.path.
@@ -96,7 +108,12 @@ def test_wheel_installs_and_synthesizes_from_the_installed_copy(tmp_path: Path) 
         timeout=120,
     )
     assert installed.returncode == 0, installed.stderr
+    return Installed(python=venv_python, site=venv_site)
 
+
+@pytest.mark.slow
+def test_wheel_installs_and_synthesizes_from_the_installed_copy(installed: Installed, tmp_path: Path) -> None:
+    venv_python, venv_site = installed.python, installed.site
     app_dir = tmp_path / "elsewhere"
     app_dir.mkdir()
     (app_dir / "app.py").write_text(APP)
@@ -121,3 +138,38 @@ def test_wheel_installs_and_synthesizes_from_the_installed_copy(tmp_path: Path) 
     assert (app_dir / "cdk.out" / "assembly-nodes" / report["asset"] / "node" / "bootstrap.sh").is_file()
     templates = list((app_dir / "cdk.out").glob(f"assembly-{report['env']}/*.template.json"))
     assert len(templates) >= 2, templates
+
+
+def readme_library_app() -> tuple[str, str]:
+    """The app.py and cdk.json that README's "Use as a library" section shows."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Use as a library", 1)[1].split("\n## ", 1)[0]
+    python_block = section.split("```python\n", 1)[1].split("```", 1)[0]
+    json_block = section.split("```json\n", 1)[1].split("```", 1)[0]
+    return python_block, json_block
+
+
+@pytest.mark.slow
+def test_readme_library_app_synthesizes_from_the_wheel_in_an_empty_folder(installed: Installed, tmp_path: Path) -> None:
+    """README's library app, as written there, with the CDK CLI run in a folder holding nothing else."""
+    app_py, cdk_json = readme_library_app()
+    (tmp_path / "app.py").write_text(app_py)
+    (tmp_path / "cdk.json").write_text(cdk_json)
+    shutil.copy2(ROOT / "config" / "dev.yaml", tmp_path / "dev.yaml")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    # The venv's python3 first (as after `source .venv/bin/activate`), then node from the test venv.
+    env["PATH"] = f"{installed.python.parent}:{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["CDK_DISABLE_CLI_TELEMETRY"] = "true"
+    result = subprocess.run(
+        [str(ROOT / "node_modules" / ".bin" / "cdk"), "synth", "--quiet", "--no-notices", "dev/*"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert len(list((tmp_path / "cdk.out").glob("assembly-dev/*.template.json"))) == 5
+    # Quiet: no warning (the stage's feature flags settle the cross-stack reference strength).
+    assert "WARNING" not in result.stderr, result.stderr

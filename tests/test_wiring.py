@@ -22,8 +22,8 @@ def test_ec2_groups_run_the_node_bootstrap_from_user_data(synth: Synth) -> None:
         assert "node/bootstrap.sh" in text
         assert "--instance-type p5.48xlarge" in text
         assert "FMINFRA_NODE_KIND='worker'" in text
-        # The remote-write URL is the workspace attribute + remote_write, never parsed text.
-        assert "FMINFRA_REMOTE_WRITE_URL='" in text and "PrometheusEndpoint" in text and "remote_write" in text
+        # The remote-write URL is built from the workspace id (AMP's RemoteWrite URI), never parsed text.
+        assert "FMINFRA_REMOTE_WRITE_URL='" in text and "WorkspaceId" in text and "/api/v1/remote_write" in text
 
 
 def test_ec2_node_role_reads_only_the_bootstrap_asset(synth: Synth) -> None:

@@ -12,15 +12,14 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 import yaml
-from cdk_nag import AwsSolutionsChecks
 
 from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ValidationError
 from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
-from tests.conftest import ROOT, SHIPPED_NAMES, Synth
+from tests.conftest import GITHUB_REPOSITORY, ROOT, SHIPPED_NAMES, Synth
 
 WORKFLOWS = ROOT / ".github" / "workflows"
-REPO = "example-org/fminfra"
+REPO = GITHUB_REPOSITORY
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -147,14 +146,8 @@ def test_each_environment_runs_in_its_github_environment_with_checks_before_depl
 
 
 @pytest.fixture(scope="module")
-def oidc(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[GithubOidcStack], Path]:
-    outdir = tmp_path_factory.mktemp("oidc.out")
-    app = cdk.App(outdir=str(outdir), context=json.loads((ROOT / "cdk.json").read_text())["context"])
-    configs = [synth.configs[n] for n in SHIPPED_NAMES]
-    stacks = github_oidc_stacks(app, configs, repository=REPO)
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
-    app.synth()
-    return stacks, outdir
+def oidc(oidc_synth: tuple[list[GithubOidcStack], Path]) -> tuple[list[GithubOidcStack], Path]:
+    return oidc_synth  # synthesized once per session in tests/conftest.py
 
 
 def _template(outdir: Path, stack: GithubOidcStack) -> dict[str, Any]:

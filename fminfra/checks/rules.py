@@ -1,4 +1,4 @@
-"""The rules themselves. Later issues add theirs here, one function per rule."""
+"""The rules themselves, one function per rule; a new rule goes here with its test in tests/test_policy.py."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def subnet_is_placed_by_az_id(logical_id: str, resource: Resource, template: Tem
 
 
 # --------------------------------------------------------------------------------------------
-# HyperPod and IAM (issue 5)
+# HyperPod and IAM
 
 _SERVICE_WILDCARD = re.compile(r"^[A-Za-z0-9-]+:\*$")
 

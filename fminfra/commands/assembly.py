@@ -7,6 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fminfra.core.errors import ValidationError
+
+# Written beside the manifest by `fminfra.synth` after a synth with the policy packs attached, so
+# that the gate can say whether cdk-nag ran (CloudFormation templates do not record it).
+POLICY_PACKS_FILE = "fminfra-policy-packs.json"
+
+
+class AssemblyError(ValidationError):
+    """A folder that holds no readable cloud assembly: one line, exit 2."""
+
 
 @dataclass(frozen=True)
 class StackTemplate:
@@ -23,29 +33,45 @@ class StackTemplate:
         return len(self.template.get("Resources") or {})
 
 
-def read_assembly(outdir: Path) -> dict[str, list[StackTemplate]]:
-    """Stacks by environment (Stage id), in manifest order, from an app of EnvironmentStages."""
-    manifest = json.loads((outdir / "manifest.json").read_text())
+APP_STACKS = "(app)"
+
+
+def read_assembly(outdir: Path, *, include_app_stacks: bool = False) -> dict[str, list[StackTemplate]]:
+    """Stacks by environment (Stage id), in manifest order, from an app of EnvironmentStages.
+
+    With include_app_stacks, stacks outside any Stage (the pipeline stack, the GitHub OIDC stacks)
+    come under the key APP_STACKS. AssemblyError when the folder holds no cloud assembly.
+    """
+    manifest_path = outdir / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except FileNotFoundError:
+        raise AssemblyError(f"{outdir}: (assembly): no cloud assembly here (no manifest.json); run `make synth` first") from None
+    except (OSError, ValueError) as exc:
+        raise AssemblyError(f"{manifest_path}: (assembly): cannot read the manifest: {exc}") from None
     result: dict[str, list[StackTemplate]] = {}
     for artifact_id, artifact in (manifest.get("artifacts") or {}).items():
+        if include_app_stacks and artifact.get("type") == "aws:cloudformation:stack":
+            result.setdefault(APP_STACKS, []).append(_stack(APP_STACKS, outdir, artifact_id, artifact))
         if artifact.get("type") != "cdk:cloud-assembly":
             continue
         stage_dir = outdir / artifact["properties"]["directoryName"]
         stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
         environment = artifact["properties"].get("displayName") or artifact_id.removeprefix("assembly-")
-        stacks: list[StackTemplate] = []
-        for stack_id, stack in (stage_manifest.get("artifacts") or {}).items():
-            if stack.get("type") != "aws:cloudformation:stack":
-                continue
-            path = stage_dir / stack["properties"]["templateFile"]
-            stacks.append(
-                StackTemplate(
-                    environment=environment,
-                    stack_name=stack["properties"].get("stackName", stack_id),
-                    display_name=stack.get("displayName", stack_id),
-                    path=path,
-                    template=json.loads(path.read_text()),
-                )
-            )
-        result[environment] = stacks
+        result[environment] = [
+            _stack(environment, stage_dir, stack_id, stack)
+            for stack_id, stack in (stage_manifest.get("artifacts") or {}).items()
+            if stack.get("type") == "aws:cloudformation:stack"
+        ]
     return result
+
+
+def _stack(environment: str, folder: Path, stack_id: str, stack: dict[str, Any]) -> StackTemplate:
+    path = folder / stack["properties"]["templateFile"]
+    return StackTemplate(
+        environment=environment,
+        stack_name=stack["properties"].get("stackName", stack_id),
+        display_name=stack.get("displayName", stack_id),
+        path=path,
+        template=json.loads(path.read_text()),
+    )

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from fminfra.checks import Finding, check_templates
-from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.commands.assembly import POLICY_PACKS_FILE, StackTemplate, read_assembly
 from fminfra.commands.plan import format_table, group_plans
 from fminfra.config import EnvironmentConfig
 
@@ -35,42 +35,57 @@ def cfn_lint(paths: list[Path], config_file: Path | None = None) -> tuple[int, s
     return result.returncode, (result.stdout + result.stderr).strip()
 
 
+COUNT_LEGEND = "count: instances; for inference node groups min-desired-max"
+
+
 def environment_summary(cfg: EnvironmentConfig | None, stacks: list[StackTemplate]) -> str:
-    """The per-environment table `make synth` prints."""
+    """The per-environment table `make synth` prints: stacks, groups (Slurm nodes too), file system, outputs."""
     lines = [f"== {stacks[0].environment if stacks else '?'}"]
     lines.append(format_table(["stack", "resources"], [[s.stack_name, str(s.resource_count)] for s in stacks]))
     if cfg is not None:
-        rows = group_plans(cfg)
+        rows = [[r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text] for r in group_plans(cfg)]
+        slurm = cfg.compute.slurm if cfg.compute.orchestrator == "slurm" else None
+        if slurm is not None:
+            rows.append(["controller", "slurm controller", slurm.controller.instance_type, "1", "0", "-"])
+            if slurm.login.count:
+                rows.append(["login", "slurm login", slurm.login.instance_type, str(slurm.login.count), "0", "-"])
         if rows:
-            lines.append(
-                format_table(
-                    ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max"],
-                    [[r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text] for r in rows],
-                )
+            lines.append(format_table(["group", "kind", "instance type", "count", "GPUs", "EFA attached/max"], rows))
+            lines.append(COUNT_LEGEND)
+        lines.append(f"GPUs: {sum(int(r[4]) for r in rows)}")
+    for stack in stacks:
+        for res in (stack.template.get("Resources") or {}).values():
+            if res.get("Type") != "AWS::FSx::FileSystem":
+                continue
+            props = res.get("Properties") or {}
+            lustre = props.get("LustreConfiguration") or {}
+            capacity, per_tib = props.get("StorageCapacity"), lustre.get("PerUnitStorageThroughput")
+            if isinstance(capacity, int) and isinstance(per_tib, int):
+                lines.append(f"FSx for Lustre: {capacity} GiB at {per_tib} MB/s/TiB = {capacity / 1024 * per_tib / 1000:.1f} GB/s")
+            else:
+                lines.append(f"FSx for Lustre: {capacity} GiB ({lustre.get('DeploymentType')})")
+    next_lines: list[str] = []
+    for stack in stacks:
+        outputs = [o for o in (stack.template.get("Outputs") or {}).values() if isinstance(o, dict) and o.get("Description")]
+        known = [o for o in outputs if isinstance(o.get("Value"), str)]
+        later = [o["Description"] for o in outputs if not isinstance(o.get("Value"), str)]
+        next_lines.extend(f"  {o['Description']}: {o['Value']}" for o in known)
+        if later:
+            next_lines.append(
+                f"  {stack.stack_name}: {', '.join(later)} (after deploy: aws cloudformation describe-stacks "
+                f"--stack-name {stack.stack_name} --query 'Stacks[0].Outputs')"
             )
-        lines.append(f"GPUs: {sum(r.gpus for r in rows)}")
-    fsx = [
-        (lid, res.get("Properties") or {})
-        for s in stacks
-        for lid, res in (s.template.get("Resources") or {}).items()
-        if res.get("Type") == "AWS::FSx::FileSystem"
-    ]
-    for lid, props in fsx:
-        lustre = props.get("LustreConfiguration") or {}
-        capacity = props.get("StorageCapacity")
-        per_tib = lustre.get("PerUnitStorageThroughput")
-        if isinstance(capacity, int) and isinstance(per_tib, int):
-            lines.append(f"FSx {lid}: {capacity} GiB at {per_tib} MB/s/TiB = {capacity / 1024 * per_tib / 1000:.1f} GB/s")
-        else:
-            lines.append(f"FSx {lid}: {capacity} GiB ({lustre.get('DeploymentType')})")
+    if next_lines:
+        lines.append("next:")
+        lines.extend(next_lines)
     return "\n".join(lines)
 
 
 def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_config: Path | None = None) -> int:
     """Own rules and cfn-lint over every template; print the tables. 0 clean, 1 on findings."""
-    assembly = read_assembly(outdir)
+    assembly = read_assembly(outdir, include_app_stacks=True)  # AssemblyError: one line, exit 2
     if not assembly:
-        print(f"{outdir}: (assembly): no environments found; run synth first", file=sys.stderr)
+        print(f"{outdir}: (assembly): no stacks found; run `make synth` first", file=sys.stderr)
         return 2
     own_findings = 0
     all_paths: list[Path] = []
@@ -85,21 +100,24 @@ def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_co
     if code != 0:
         print(f"FAIL cfn-lint (exit {code}):\n{output}")
     report = outdir / "validation-report.json"
+    packs_file = outdir / POLICY_PACKS_FILE
+    nag_ran = packs_file.exists()
     nag_violations = 0
     if report.exists():
         for plugin in json.loads(report.read_text()).get("pluginReports", []):
             nag_violations += len(plugin.get("violations") or [])
     if nag_violations:
         print(f"FAIL cdk-nag: {nag_violations} unsuppressed findings (see {report})")
+    nag_text = "FAIL" if nag_violations else ("ok" if nag_ran else f"not run (no {POLICY_PACKS_FILE}: synthesize with `make synth`)")
     print(
-        f"policy gates: cdk-nag {'FAIL' if nag_violations else 'ok'}, "
+        f"policy gates: cdk-nag {nag_text}, "
         f"cfn-lint {'FAIL' if code else 'ok'} ({len(all_paths)} templates), "
         f"own rules {'FAIL' if own_findings else 'ok'}"
     )
-    return 1 if (own_findings or code or nag_violations) else 0
+    return 1 if (own_findings or code or nag_violations or not nag_ran) else 0
 
 
-HELP = "own rules + cfn-lint over a synthesized cdk.out, and the summary table"
+HELP = "policy gates over a synthesized cdk.out: cdk-nag ran clean, cfn-lint, own rules; and the summary table"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

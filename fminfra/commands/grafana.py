@@ -20,7 +20,7 @@ from typing import Any
 
 from fminfra.config import EnvironmentConfig
 from fminfra.core.errors import ConfigError
-from fminfra.observability import load_dashboards
+from fminfra.observability import load_dashboards, partition_dns_suffix, workspace_urls
 
 PROMETHEUS_UID = "fminfra-amp"
 CLOUDWATCH_UID = "fminfra-cloudwatch"
@@ -185,11 +185,11 @@ def sync(cfg: EnvironmentConfig, *, client: ClientFactory, grafana_url: str | No
     grafana = client("grafana")
     workspace_id = outputs["GrafanaWorkspaceId"]
     endpoint = grafana.describe_workspace(workspaceId=workspace_id)["workspace"]["endpoint"]
-    prometheus_endpoint = client("amp").describe_workspace(workspaceId=outputs["PrometheusWorkspaceId"])["workspace"]["prometheusEndpoint"]
-    # Grafana's Prometheus data source appends /api/v1/... itself.
-    if not prometheus_endpoint.endswith("/api/v1/"):
-        raise SyncError(f"AMP workspace endpoint {prometheus_endpoint!r} does not end in /api/v1/")
-    prometheus_url = prometheus_endpoint.removesuffix("api/v1/").rstrip("/")
+    amp_workspace_id = outputs["PrometheusWorkspaceId"]
+    client("amp").describe_workspace(workspaceId=amp_workspace_id)  # the workspace exists and we may read it
+    # Built from the workspace id (the PrometheusEndpoint text differs between sources); Grafana's
+    # Prometheus data source appends /api/v1/... itself.
+    prometheus_url = workspace_urls(cfg.region, amp_workspace_id, partition_dns_suffix(cfg.region)).base
     account_id = _service_account_id(grafana, workspace_id)
     token = grafana.create_workspace_service_account_token(
         workspaceId=workspace_id, serviceAccountId=account_id, name=f"{SERVICE_ACCOUNT}-{int(time.time())}", secondsToLive=TOKEN_SECONDS
@@ -206,9 +206,10 @@ def sync(cfg: EnvironmentConfig, *, client: ClientFactory, grafana_url: str | No
 
 
 def boto3_clients(region: str) -> ClientFactory:
-    import boto3
+    """Clients of one session with normal credential resolution; AwsAccessError (exit 2) without credentials."""
+    from fminfra.commands.aws import make_session
 
-    session = boto3.session.Session(region_name=region)
+    session = make_session(region=region)
     return lambda service: session.client(service)  # type: ignore[call-overload]
 
 

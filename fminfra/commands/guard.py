@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -348,6 +349,84 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
 
 
 # --------------------------------------------------------------------------------------------
+# Capacity Block groups: a deploy that updates a group inside its block's window (issue #22)
+
+SIZE_PROPERTIES = ("MinSize", "MaxSize", "DesiredCapacity")
+
+
+def _keeps_size(resource: Mapping[str, Any]) -> bool:
+    policy = (resource.get("UpdatePolicy") or {}).get("AutoScalingScheduledAction") or {}
+    return policy.get("IgnoreUnmodifiedGroupSizeProperties") in (True, "true", "True")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _block_windows(template: Mapping[str, Any]) -> dict[str, tuple[datetime, datetime, int]]:
+    """Group logical id -> (scale-out, scale-in, running size) from its two one-time scheduled
+    actions (what `GpuAutoScalingGroup` creates for a Capacity Block with a known window)."""
+    actions: dict[str, list[tuple[datetime, int]]] = {}
+    for res in _resources(template).values():
+        props = res.get("Properties") or {}
+        ref = props.get("AutoScalingGroupName")
+        when = _parse_time(props.get("StartTime"))
+        if res.get("Type") != "AWS::AutoScaling::ScheduledAction" or not isinstance(ref, dict) or "Ref" not in ref or when is None:
+            continue
+        actions.setdefault(ref["Ref"], []).append((when, int(props.get("DesiredCapacity", 0))))
+    windows: dict[str, tuple[datetime, datetime, int]] = {}
+    for lid, found in actions.items():
+        outs = [a for a in found if a[1] > 0]
+        ins = [a for a in found if a[1] == 0]
+        if outs and ins:
+            windows[lid] = (min(outs)[0], max(ins)[0], max(o[1] for o in outs))
+    return windows
+
+
+def capacity_block_deploy_findings(before: Templates, after: Templates, now: datetime) -> list[tuple[bool, str]]:
+    """(blocking, line) for each Auto Scaling group that this deploy updates while its Capacity
+    Block window runs (scale-out done, scale-in ahead). Blocking when the update would reset or resize it:
+    without the AutoScalingScheduledAction update policy CloudFormation sets the size back to the
+    template's values (docs/facts/capacity.md#cfn-scheduled-action-update-policy); with it, a
+    changed size property still applies at once."""
+    findings: list[tuple[bool, str]] = []
+    for stack, template in sorted(after.items()):
+        old_resources = _resources(before.get(stack) or {})
+        for lid, (out_at, in_at, running) in sorted(_block_windows(template).items()):
+            new = _resources(template).get(lid) or {}
+            old = old_resources.get(lid)
+            if not out_at <= now < in_at or old is None or old == new:
+                continue
+            head = f"{stack}: {lid} (AWS::AutoScaling::AutoScalingGroup) runs {running} instances in its Capacity Block until {in_at:%Y-%m-%dT%H:%M:%SZ}"
+            old_p, new_p = old.get("Properties") or {}, new.get("Properties") or {}
+            resized = [f"{p} {old_p.get(p)} -> {new_p.get(p)}" for p in SIZE_PROPERTIES if old_p.get(p) != new_p.get(p)]
+            if not _keeps_size(new):
+                size = "/".join(str(new_p.get(p)) for p in SIZE_PROPERTIES)
+                findings.append(
+                    (
+                        True,
+                        f"{head}: the deploy updates it without the AutoScalingScheduledAction update policy, "
+                        f"so CloudFormation sets min/max/desired back to {size} and terminates its nodes",
+                    )
+                )
+            elif resized:
+                findings.append((True, f"{head}: the deploy changes {', '.join(resized)}, which Auto Scaling applies at once"))
+            else:
+                changed = sorted(k for k in set(old_p) | set(new_p) if old_p.get(k) != new_p.get(k)) or ["(attributes)"]
+                findings.append(
+                    (
+                        False,
+                        f"{head}: the deploy updates it ({', '.join(changed)}); the update policy keeps its size, "
+                        "new instances only get the change",
+                    )
+                )
+    return findings
+
+
+# --------------------------------------------------------------------------------------------
 # reading templates
 
 
@@ -645,6 +724,8 @@ def main(ns: Any) -> int:
                 environment, region = cfg.name, cfg.region
                 after = read_templates(Path(ns.templates), environment)
             else:
+                if not (ns.deployed or ns.change_set or ns.update_baseline):
+                    _require_baseline(Path(ns.baseline) if ns.baseline else None, config_path)  # before a slow synth
                 environment, region, after = synthesize(config_path)
         elif ns.templates:
             after = read_templates(Path(ns.templates))
@@ -668,7 +749,8 @@ def main(ns: Any) -> int:
                     f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`"
                 )
             before = read_templates(baseline_dir, environment)
-        return report(compare_templates(before, after, allow=ns.allow, region=region), count_stateful(before))
+        status = report(compare_templates(before, after, allow=ns.allow, region=region), count_stateful(before))
+        return max(status, _report_capacity_blocks(before, after))
     except GuardInputError as exc:
         print(str(exc), file=sys.stderr)
         return 2
@@ -681,9 +763,28 @@ def main(ns: Any) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
         if isinstance(exc, (BotoCoreError, ClientError)):
-            print(f"guard: AWS: {exc}", file=sys.stderr)
+            from fminfra.commands.aws import access_problem
+
+            print(f"guard: {access_problem(exc) or f'AWS: {exc}'}", file=sys.stderr)
             return 2
         raise
+
+
+def _report_capacity_blocks(before: Templates, after: Templates) -> int:
+    """Print what the deploy does to Capacity Block groups inside their window; 1 if it resets or resizes one."""
+    findings = capacity_block_deploy_findings(before, after, datetime.now(UTC))
+    for blocking, line in findings:
+        print(f"{'FAIL' if blocking else 'WARN'} {line}")
+    return 1 if any(blocking for blocking, _ in findings) else 0
+
+
+def _require_baseline(baseline: Path | None, config_path: Path) -> None:
+    """GuardInputError at once when the baseline to compare with does not exist."""
+    from fminfra.config import load_config
+
+    baseline_dir = baseline or _default_baseline(load_config(config_path).name)
+    if not baseline_dir.is_dir():
+        raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
 
 
 def _default_baseline(environment: str | None) -> Path:

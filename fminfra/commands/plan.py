@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from fminfra import catalog
-from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
-from fminfra.core.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
+from fminfra.core.capacity_blocks import scale_in_time, utc_timestamp
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,14 +48,18 @@ def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
             f"Capacity Block group starts at 0 instances; scale it to {count} while the block is active "
             "(README: GPU capacity, Capacity Blocks)"
         )
-    scale_in = cap.ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END
-    return f"Capacity Block: the group scales to {count} at {utc_timestamp(cap.starts_at)} and to 0 at {utc_timestamp(scale_in)}"
+    scale_in = scale_in_time(cap.ends_at, cap.drain)
+    minutes = int(cap.drain.total_seconds() // 60)
+    return (
+        f"Capacity Block: the group scales to {count} at {utc_timestamp(cap.starts_at)} and to 0 at {utc_timestamp(scale_in)}, "
+        f"{minutes} minutes before EC2 starts terminating the block's instances ({utc_timestamp(scale_in + cap.drain)})"
+    )
 
 
 def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     """Rows for every training group and inference node group of the environment."""
     rows: list[GroupPlan] = []
-    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2"}[cfg.compute.orchestrator]
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
     groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
         *((kind, g) for g in cfg.compute.instance_groups),
         *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
@@ -99,12 +104,41 @@ def format_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_plan(cfg: EnvironmentConfig) -> str:
-    """The text `python -m fminfra plan` prints for one environment."""
+def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[str]:
+    """What a deploy now does to each ec2 Capacity Block group (issue #22): inside its window the
+    update policy keeps the group's size and only a new `count` resizes it; without a window
+    fminfra cannot tell whether the block runs, and a deploy that updates the group resets a
+    hand-scaled size (docs/facts/capacity.md#cfn-scheduled-action-update-policy)."""
+    if cfg.compute.orchestrator != "ec2":
+        return []
+    notes: list[str] = []
+    for group in cfg.compute.instance_groups:
+        cap = group.capacity
+        if cap.type != "capacity-block":
+            continue
+        if cap.starts_at is None or cap.ends_at is None:
+            notes.append(
+                f"{group.name}: a deploy that updates this group while its block runs sets it back to 0 instances "
+                "(no scheduled window, so no update policy applies); deploy outside the block or give starts_at/ends_at"
+            )
+        elif cap.starts_at <= now < scale_in_time(cap.ends_at, cap.drain):
+            notes.append(
+                f"{group.name}: its Capacity Block runs now (until {utc_timestamp(cap.ends_at)}); a deploy keeps its "
+                f"{group.count} instances (update policy), changes reach new instances only, and a changed count resizes it at once"
+            )
+    return notes
+
+
+def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
+    """The text `python -m fminfra plan` prints for one environment (NOW: for the Capacity Block
+    notes; default the current time)."""
     rows = group_plans(cfg)
-    out = [
-        f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), orchestrator {cfg.compute.orchestrator}"
-    ]
+    what = (
+        "inference only: an EKS cluster with GPU node groups, no training cluster"
+        if cfg.compute.orchestrator == "none"
+        else f"orchestrator {cfg.compute.orchestrator}"
+    )
+    out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
     out.append(
         format_table(
             ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
@@ -117,12 +151,31 @@ def render_plan(cfg: EnvironmentConfig) -> str:
     total = sum(r.gpus for r in rows)
     out.append(f"total GPUs (training groups and inference at max size): {total}")
     out.extend(storage_lines(cfg, total))
+    out.extend(eks_lines(cfg))
     for r in rows:
         for note in r.notes:
             out.append(f"WARN {r.name}: {note}")
+    for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)):
+        out.append(f"WARN deploy: {note}")
     for path, msg in cfg.warnings():
         out.append(f"WARN {path}: {msg}")
     return "\n".join(out)
+
+
+def eks_lines(cfg: EnvironmentConfig) -> list[str]:
+    """The EKS line of `plan`: Kubernetes version and its support end, and the system node group."""
+    eks = cfg.compute.eks
+    if eks is None:
+        return []
+    end = standard_support_end(eks.kubernetes_version).isoformat()
+    count = cfg.compute.system_node_count()
+    if count:
+        system = (
+            f"system nodes {count} x {eks.system_nodes.instance_type} on demand (CoreDNS and other system pods; billed per instance hour)"
+        )
+    else:
+        system = "system nodes none (" + ", ".join(cfg.compute.untainted_node_sources()) + " run CoreDNS and other system pods)"
+    return [f"eks: Kubernetes {eks.kubernetes_version} (EKS standard support ends {end}), {system}"]
 
 
 def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:

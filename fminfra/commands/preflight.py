@@ -2,8 +2,10 @@
 
 Read-only AWS calls in the config's region: the AZ IDs exist in the account, every instance type
 is offered in the compute AZ, reservations / Capacity Blocks / training plans exist and match
-their group, quotas cover the groups, and the compute subnet has room for the nodes. Prints one
-PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
+their group, quotas (vCPUs, network interfaces, SageMaker and HyperPod instances) cover the groups
+on top of what the account already runs, and the compute subnet has room for the nodes. This
+environment's own deployed nodes count as available, so a re-run after a deploy does not count
+them twice. Prints one PASS/WARN/FAIL row per check with its reason; exit 1 when any row FAILs.
 """
 
 from __future__ import annotations
@@ -39,6 +41,16 @@ EKS_POD_IPS_PER_NODE = 110
 # Addresses AWS keeps in every subnet (network, router, DNS, future use, broadcast).
 SUBNET_RESERVED_IPS = 5
 LINUX_PLATFORM = "Linux/UNIX"
+# "Network interfaces per Region" (Service Quotas, service code vpc; default 5,000). HyperPod's
+# prerequisites say to check it: every EFA interface is a network interface, so a p5 node takes
+# 33 (docs/facts/network.md#eni-quota-per-region).
+ENI_QUOTA = ("vpc", "L-DF5E4CA3", "Network interfaces per Region")
+# HyperPod's account-level quotas, by the names its prerequisites give
+# (docs/facts/hyperpod.md#hyperpod-account-quotas).
+HYPERPOD_PER_CLUSTER_QUOTA = "Maximum number instances allowed per SageMaker HyperPod cluster"
+HYPERPOD_TOTAL_QUOTA = "Total number of instances allowed across SageMaker HyperPod clusters"
+# Instances that hold On-Demand capacity and addresses: what the vCPU and interface counts take.
+LIVE_STATES = ("pending", "running", "stopping", "stopped")
 
 
 @dataclass(frozen=True)
@@ -96,6 +108,9 @@ class Preflight:
         self.now = now or datetime.now(UTC)
         self.rows: list[Row] = []
         self.az_names: dict[str, str] = {}
+        self._sagemaker_applied: dict[str, float] | None = None
+        self._sagemaker_defaults: dict[str, float] | None = None
+        self._own_cluster_counts: dict[str, int] = {}  # ml type -> instances this env's cluster runs now
 
     def add(self, status: Status, subject: str, check: str, reason: str) -> None:
         self.rows.append(Row(status, subject, check, reason))
@@ -109,7 +124,9 @@ class Preflight:
             self.training_plans,
             self.ec2_quotas,
             self.sagemaker_quotas,
+            self.hyperpod_account_quotas,
             self.subnet_addresses,
+            self.network_interface_quota,
         ):
             self._guarded(step)
         return self.rows
@@ -192,19 +209,44 @@ class Preflight:
                 continue
             total = 0
             all_found = True
+            found: dict[str, dict[str, Any]] = {}
             for rid in cap.reservation_ids or []:
                 reservation = self._reservation(rid)
                 if reservation is None:
                     all_found = False
                     continue
+                found[rid] = reservation
                 total += int(reservation.get("TotalInstanceCount", 0))
                 self._check_reservation(kind, group, rid, reservation)
+            self._check_one_reservation_type(group, found)
             subject = f"group {group.name}"
             need = _count(group)
             if all_found and total < need:
                 self.add("FAIL", subject, "reserved count", f"its reservations hold {total} instances; the group needs {need}")
             elif all_found:
                 self.add("PASS", subject, "reserved count", f"its reservations hold {total} instances for {need}")
+
+    def _check_one_reservation_type(self, group: Group, found: dict[str, dict[str, Any]]) -> None:
+        """Several reservations of one group form one capacity reservation resource group, which
+        may hold On-Demand Capacity Reservations and Capacity Blocks alike; but one launch uses one
+        reservation type (market type capacity-block or not), so a group that mixes them FAILs,
+        naming each kind (docs/facts/capacity.md#capacity-reservation-group-one-type)."""
+        if len(found) < 2:
+            return
+        blocks = sorted(rid for rid, r in found.items() if r.get("ReservationType") == "capacity-block")
+        odcrs = sorted(rid for rid in found if rid not in blocks)
+        subject, check = f"group {group.name}", "one reservation type"
+        if blocks and odcrs:
+            self.add(
+                "FAIL",
+                subject,
+                check,
+                f"its reservations mix On-Demand Capacity Reservations ({', '.join(odcrs)}) and Capacity Blocks ({', '.join(blocks)}); "
+                "one launch can use only one reservation type: give each kind its own group",
+            )
+        else:
+            kind = "Capacity Blocks" if blocks else "On-Demand Capacity Reservations"
+            self.add("PASS", subject, check, f"its {len(found)} reservations are all {kind}")
 
     def _check_odcr_end(self, name: str, end_date: datetime) -> None:
         subject = f"group {name}"
@@ -395,25 +437,16 @@ class Preflight:
                 continue
             need[quota[0]] += spec.vcpus * _count(group)
             groups_by_code[quota[0]].append(group.name)
+        in_use = self._on_demand_vcpus_in_use() if need else {}
         for code, vcpus in sorted(need.items()):
             name = next(n for c, n in EC2_VCPU_QUOTAS.values() if c == code)
             subject = f"quota {name}"
-            try:
-                value = self.c.service_quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
-            except ClientError as exc:
-                if error_code(exc) != "NoSuchResourceException":
-                    raise
-                value = self.c.service_quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+            value = self._quota_value("ec2", code)
             groups = ", ".join(groups_by_code[code])
-            if vcpus <= value:
-                self.add("PASS", subject, "EC2 vCPU quota", f"{groups} need {vcpus} vCPUs; the quota ({code}) is {value:g}")
-            else:
-                self.add(
-                    "FAIL",
-                    subject,
-                    "EC2 vCPU quota",
-                    f"{groups} need {vcpus} vCPUs; the quota ({code}) is {value:g}: request an increase in Service Quotas",
-                )
+            others = in_use.get(code, 0)
+            used = f"; {others} vCPUs already run outside this environment" if others else ""
+            text = f"{groups} need {vcpus} vCPUs{used}; the quota ({code}) is {value:g}"
+            self._quota_row(vcpus + others <= value, subject, "EC2 vCPU quota", text)
 
     def sagemaker_quotas(self) -> None:
         """SageMaker's per-instance-type cluster quotas for HyperPod groups (and the Slurm
@@ -428,10 +461,7 @@ class Preflight:
             need[slurm.controller.instance_type] += 1
             if slurm.login.count:
                 need[slurm.login.instance_type] += slurm.login.count
-        quotas: dict[str, float] = {}
-        for page in self.c.service_quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
-            for q in page["Quotas"]:
-                quotas[q["QuotaName"]] = q["Value"]
+        quotas = {name: value for name in (f"{t} for cluster usage" for t in need) if (value := self._sagemaker_quota(name)) is not None}
         for ml_type, count in sorted(need.items()):
             quota_name = f"{ml_type} for cluster usage"
             subject = f"quota {quota_name}"
@@ -452,6 +482,122 @@ class Preflight:
                     f"needs {count}; the quota is {quotas[quota_name]:g}: request an increase in Service Quotas",
                 )
 
+    def _sagemaker_quota(self, name: str) -> float | None:
+        """A SageMaker quota by name: the applied value, else AWS's default (a quota nobody raised
+        has no applied value and is absent from ListServiceQuotas), else None."""
+        if self._sagemaker_applied is None:
+            self._sagemaker_applied = self._list_quotas("list_service_quotas")
+        if name in self._sagemaker_applied:
+            return self._sagemaker_applied[name]
+        if self._sagemaker_defaults is None:
+            self._sagemaker_defaults = self._list_quotas("list_aws_default_service_quotas")
+        return self._sagemaker_defaults.get(name)
+
+    def _list_quotas(self, operation: str) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for page in self.c.service_quotas.get_paginator(operation).paginate(ServiceCode="sagemaker"):
+            for q in page["Quotas"]:
+                found[q["QuotaName"]] = float(q["Value"])
+        return found
+
+    def hyperpod_account_quotas(self) -> None:
+        """HyperPod's per-cluster and across-clusters instance quotas, against this cluster's size
+        and what the account's other clusters already run (ListClusters/DescribeCluster)."""
+        if not self.cfg.compute.hyperpod:
+            return
+        own_name = self.cfg.physical_name("hyperpod")
+        need = sum(g.count for g in self.cfg.compute.instance_groups)
+        slurm = self.cfg.compute.slurm
+        if slurm is not None:
+            need += 1 + slurm.login.count
+        others = 0
+        for page in self.c.sagemaker.get_paginator("list_clusters").paginate():
+            for summary in page["ClusterSummaries"]:
+                if summary.get("ClusterStatus") in ("Deleting", "Failed"):
+                    continue
+                groups = self.c.sagemaker.describe_cluster(ClusterName=summary["ClusterName"]).get("InstanceGroups", [])
+                if summary["ClusterName"] == own_name:
+                    for g in groups:
+                        self._own_cluster_counts[g["InstanceType"]] = self._own_cluster_counts.get(g["InstanceType"], 0) + int(
+                            g.get("CurrentCount", 0)
+                        )
+                else:
+                    others += sum(int(g.get("CurrentCount", 0)) for g in groups)
+        for name, total, used in ((HYPERPOD_PER_CLUSTER_QUOTA, need, 0), (HYPERPOD_TOTAL_QUOTA, need + others, others)):
+            subject = f"quota {name}"
+            value = self._sagemaker_quota(name)
+            in_use = f" and other clusters run {used}" if used else ""
+            if value is None:
+                self.add(
+                    "WARN", subject, "HyperPod account quota", f"no SageMaker quota named {name!r} in {self.cfg.region}; check it by hand"
+                )
+            else:
+                self._quota_row(
+                    total <= value, subject, "HyperPod account quota", f"this cluster needs {need}{in_use}; the quota is {value:g}"
+                )
+
+    # ----------------------------------------------------------------------------------------
+
+    def _quota_row(self, fits: bool, subject: str, check: str, text: str) -> None:
+        if fits:
+            self.add("PASS", subject, check, text)
+        else:
+            self.add("FAIL", subject, check, f"{text}: request an increase in Service Quotas")
+
+    def _quota_value(self, service: str, code: str) -> float:
+        """A quota's applied value, or AWS's default where none is applied (GetServiceQuota answers
+        NoSuchResourceException then)."""
+        try:
+            return float(self.c.service_quotas.get_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchResourceException":
+                raise
+            return float(self.c.service_quotas.get_aws_default_service_quota(ServiceCode=service, QuotaCode=code)["Quota"]["Value"])
+
+    def _own_instance_filters(self) -> list[list[dict[str, Any]]]:
+        """DescribeInstances filters that find this environment's own nodes: ec2 groups by their
+        Auto Scaling group name, inference node groups by their EKS node group name."""
+        asgs = [self.cfg.physical_name(g.name) for g in self.cfg.compute.instance_groups if not self.cfg.compute.hyperpod]
+        nodegroups = [self.cfg.physical_name(g.name) for g in self.cfg.compute.inference_node_groups]
+        return [
+            [{"Name": f"tag:{tag}", "Values": names}, {"Name": "instance-state-name", "Values": list(LIVE_STATES)}]
+            for tag, names in (("aws:autoscaling:groupName", asgs), ("eks:nodegroup-name", nodegroups))
+            if names
+        ]
+
+    def _instances(self, filters: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for page in self.c.ec2.get_paginator("describe_instances").paginate(Filters=filters):
+            for reservation in page["Reservations"]:
+                found.extend(reservation["Instances"])
+        return found
+
+    def _own_instances(self) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for filters in self._own_instance_filters():
+            for instance in self._instances(filters):
+                seen[instance["InstanceId"]] = instance
+        return list(seen.values())
+
+    def _on_demand_vcpus_in_use(self) -> dict[str, int]:
+        """vCPUs of running On-Demand P and G instances in the region that are not this
+        environment's own nodes (a re-run after a deploy must not count them twice), by quota code.
+        Spot and Capacity Block instances are left out (InstanceLifecycle), as the quota's name says."""
+        own = {i["InstanceId"] for i in self._own_instances()}
+        used: dict[str, int] = defaultdict(int)
+        for instance in self._instances([{"Name": "instance-state-name", "Values": ["pending", "running"]}]):
+            if instance["InstanceId"] in own or instance.get("InstanceLifecycle") in ("spot", "capacity-block"):
+                continue
+            family = "g" if instance["InstanceType"].startswith("vt") else instance["InstanceType"][0]
+            quota = EC2_VCPU_QUOTAS.get(family)
+            if quota is None:
+                continue
+            cpu = instance.get("CpuOptions") or {}
+            spec = catalog.CATALOG.get(instance["InstanceType"])
+            vcpus = spec.vcpus if spec is not None and spec.vcpus else int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
+            used[quota[0]] += vcpus
+        return dict(used)
+
     # ----------------------------------------------------------------------------------------
 
     def subnet_addresses(self) -> None:
@@ -462,8 +608,17 @@ class Preflight:
         name = f"{self.cfg.physical_name()}-private-{plan.az_id}"
         found = self.c.ec2.describe_subnets(Filters=[{"Name": "tag:Name", "Values": [name]}])["Subnets"]
         if found:
+            subnet_id = found[0]["SubnetId"]
             free = int(found[0]["AvailableIpAddressCount"])
-            where = f"{found[0]['SubnetId']} has {free} free addresses"
+            # This environment's own nodes already hold addresses there; they are not new demand.
+            own = sum(
+                len(eni.get("PrivateIpAddresses") or [eni])
+                for i in self._own_instances()
+                for eni in i.get("NetworkInterfaces", [])
+                if eni.get("SubnetId") == subnet_id
+            )
+            where = f"{subnet_id} has {free} free addresses" + (f" and {own} held by this environment's nodes" if own else "")
+            free += own
         else:
             prefix = int(plan.cidr.split("/")[1])
             free = 2 ** (32 - prefix) - SUBNET_RESERVED_IPS
@@ -478,6 +633,23 @@ class Preflight:
         else:
             pods = f" ({with_pods} with EKS pods)" if with_pods != nodes else ""
             self.add("PASS", subject, "free IP addresses", f"the nodes need up to {nodes} addresses{pods}; {where}")
+
+    def network_interface_quota(self) -> None:
+        """'Network interfaces per Region' against what the nodes take (each EFA interface is one)
+        plus the interfaces already in the region that are not this environment's own."""
+        need, parts = _network_interfaces_needed(self.cfg)
+        if need == 0:
+            return
+        service, code, name = ENI_QUOTA
+        value = self._quota_value(service, code)
+        in_region = 0
+        for page in self.c.ec2.get_paginator("describe_network_interfaces").paginate():
+            in_region += len(page["NetworkInterfaces"])
+        own = sum(len(i.get("NetworkInterfaces", [])) for i in self._own_instances())
+        own += sum(n * _interfaces_per_node(t) for t, n in self._own_cluster_counts.items())
+        others = max(in_region - own, 0)
+        text = f"the nodes take up to {need} ({', '.join(parts)}); {others} other interfaces exist in {self.cfg.region}; the quota ({code}) is {value:g}"
+        self._quota_row(need + others <= value, f"quota {name}", "network interface quota", text)
 
     def _addresses_needed(self) -> tuple[int, int]:
         """(addresses the nodes take, the same plus EKS pods). ec2 nodes: one (the primary; the
@@ -495,6 +667,29 @@ class Preflight:
         if slurm is not None:
             nodes += 1 + slurm.login.count
         return nodes, nodes + pods
+
+
+def _interfaces_per_node(instance_type: str) -> int:
+    """Network interfaces one node takes: the primary and one per EFA interface (the catalog's
+    launch-template layout; docs/facts/network.md#efa-launch-template-layout). Types outside the
+    GPU catalog (Slurm controller and login nodes) take one."""
+    spec = catalog.CATALOG.get(catalog.normalize_instance_type(instance_type))
+    return 1 if spec is None else len(catalog.efa_network_interfaces(spec.name))
+
+
+def _network_interfaces_needed(cfg: EnvironmentConfig) -> tuple[int, list[str]]:
+    """Interfaces the environment's nodes take at full size, and the per-group arithmetic."""
+    total, parts = 0, []
+    for _, group in _groups(cfg):
+        per_node = _interfaces_per_node(group.instance_type)
+        count = _count(group)
+        total += per_node * count
+        parts.append(f"{group.name} {count} x {per_node}")
+    slurm = cfg.compute.slurm
+    if slurm is not None:
+        total += 1 + slurm.login.count
+        parts.append(f"Slurm controller and login {1 + slurm.login.count} x 1")
+    return total, parts
 
 
 def run_preflight(cfg: EnvironmentConfig, clients: Clients, now: datetime | None = None) -> list[Row]:

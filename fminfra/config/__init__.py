@@ -30,7 +30,9 @@ from fminfra.config.compute import (
     SlurmConfig,
     SlurmLoginConfig,
     SlurmNodeConfig,
+    SystemNodesConfig,
     Taint,
+    standard_support_end,
     supported_kubernetes_versions,
 )
 from fminfra.config.environment import EnvironmentConfig
@@ -87,6 +89,7 @@ __all__ = [
     "SlurmLoginConfig",
     "SlurmNodeConfig",
     "StorageConfig",
+    "SystemNodesConfig",
     "Taint",
     "check_account",
     "check_region",
@@ -99,5 +102,6 @@ __all__ = [
     "parse_config",
     "read_yaml",
     "resolve_config_path",
+    "standard_support_end",
     "supported_kubernetes_versions",
 ]

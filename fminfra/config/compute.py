@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra import catalog
 from fminfra.config.base import Model, Problems, _raise_problems
+from fminfra.core.capacity_blocks import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.hyperpod_types import hyperpod_instance_types
 from fminfra.core.versions import version
 
 # HyperPod's rule for cluster and instance group names.
 GROUP_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
-TRAINING_PLAN_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$")
+TRAINING_PLAN_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
 IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
 CONTROLLER_GROUP_NAME = "controller"
 LOGIN_GROUP_NAME = "login"
@@ -26,6 +29,8 @@ HYPERPOD_MAX_INSTANCES = 6758
 CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
 HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
 EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
+# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
+MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
 
 
 class CapacityConfig(Model):
@@ -35,8 +40,20 @@ class CapacityConfig(Model):
     end_date: datetime | None = Field(default=None, description="odcr: when the reservation ends (none: open-ended).")
     reservation_ids: list[str] | None = Field(default=None, description="reservation, capacity-block: cr-... ids.")
     starts_at: datetime | None = Field(default=None, description="capacity-block: start of the block.")
-    ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block.")
+    ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block (11:30 UTC).")
+    drain_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DRAIN_MINUTES,
+        description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations (default 10).",
+    )
     training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
+    upfront_fee_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="capacity-block, training-plan: the fee paid up front (in no template); `fminfra cost` shows it.",
+    )
 
     @model_validator(mode="after")
     def _fields_for_type(self) -> CapacityConfig:
@@ -44,14 +61,14 @@ class CapacityConfig(Model):
             "on-demand": set(),
             "odcr": {"end_date"},
             "reservation": {"reservation_ids"},
-            "capacity-block": {"reservation_ids", "starts_at", "ends_at"},
-            "training-plan": {"training_plan_arn"},
+            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes", "upfront_fee_usd"},
+            "training-plan": {"training_plan_arn", "upfront_fee_usd"},
         }[self.type]
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
         problems: list[tuple[str, str]] = []
-        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "training_plan_arn"):
+        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn", "upfront_fee_usd"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
                 problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
@@ -75,26 +92,58 @@ class CapacityConfig(Model):
             value = getattr(self, field)
             if value is not None and value.tzinfo is None:
                 problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
-        if self.starts_at and self.ends_at and self.starts_at.tzinfo and self.ends_at.tzinfo and self.ends_at <= self.starts_at:
-            problems.append(("ends_at", f"must be after starts_at ({self.starts_at.isoformat()}), got {self.ends_at.isoformat()}"))
-        elif (
-            self.starts_at
-            and self.ends_at
-            and self.starts_at.tzinfo
-            and self.ends_at.tzinfo
-            and self.ends_at - self.starts_at < timedelta(days=1)
-        ):
-            problems.append(
-                (
-                    "ends_at",
-                    f"a Capacity Block lasts 1 to 182 days; ends_at must be at least 1 day after starts_at, got {self.ends_at - self.starts_at}",
-                )
-            )
+        problems.extend(self._block_window_problems())
         if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
             given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
             problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
         _raise_problems(problems)
         return self
+
+    @property
+    def drain(self) -> timedelta:
+        """The drain window before EC2 terminates a block's instances (capacity-block)."""
+        return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
+
+    def _block_window_problems(self) -> list[tuple[str, str]]:
+        """A Capacity Block's window: blocks end at 11:30 UTC and an offering can be a little
+        shorter or longer than the duration asked for (docs/facts/capacity.md#capacity-block-end-time),
+        so the window is checked against that, not against whole days."""
+        start, end = self.starts_at, self.ends_at
+        if not (start and end and start.tzinfo and end.tzinfo):
+            if self.drain_minutes is not None and self.type == "capacity-block" and start is None and end is None:
+                return [("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
+            return []
+        if end <= start:
+            return [("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
+        problems: list[tuple[str, str]] = []
+        if problem := end_time_problem(end):
+            problems.append(("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
+        if end - start > MAX_BLOCK_LENGTH:
+            problems.append(
+                ("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
+            )
+        if scale_in_time(end, self.drain) <= start:
+            problems.append(
+                (
+                    "ends_at",
+                    f"the block ({end - start}) must outlast EC2's 30-minute reclaim and the {self.drain} drain, "
+                    f"or the group scales in before it scales out",
+                )
+            )
+        return problems
+
+
+def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> tuple[str, str] | None:
+    """A group whose capacity type AWS does not sell its instance type through
+    (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
+    allowed = catalog.capacity_types(instance_type)
+    if allowed is None or capacity_type in allowed:
+        return None
+    return (
+        f"{path}.capacity.type",
+        f"group {name!r}: AWS sells {catalog.normalize_instance_type(instance_type)} only through {', '.join(allowed)}, "
+        f"not {capacity_type}; allowed: {', '.join(allowed)}",
+    )
 
 
 def _check_group_name(value: str) -> str:
@@ -118,7 +167,10 @@ class InstanceGroupConfig(Model):
     """A training group: a HyperPod instance group (slurm, eks) or an Auto Scaling group (ec2)."""
 
     name: str = Field(description="1-63 letters, digits and hyphens (HyperPod's rule); unique.")
-    instance_type: str = Field(description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).")
+    instance_type: str = Field(
+        description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).",
+        json_schema_extra={"enum": [*catalog.TRAINING_TYPES, *(f"ml.{n}" for n in catalog.TRAINING_TYPES)]},
+    )
     count: int = Field(ge=0, le=HYPERPOD_MAX_INSTANCES, description="Number of instances.")
     placement: Literal["cluster", "none"] | None = Field(
         default=None, description="ec2 groups: cluster (default) or none; capacity-block defaults to none."
@@ -129,7 +181,8 @@ class InstanceGroupConfig(Model):
     )
     threads_per_core: Literal[1, 2] = Field(default=1, description="1 (no hyper-threading) or 2.")
     deep_health_checks: list[Literal["instance_stress", "instance_connectivity"]] | None = Field(
-        default=None, description="HyperPod groups: deep health checks on start (default both)."
+        default=None,
+        description="HyperPod groups: deep health checks on start (default both; instance_connectivity only with count >= 2).",
     )
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
 
@@ -163,7 +216,9 @@ class InferenceNodeGroupConfig(Model):
     """An EKS managed node group of GPU instances for serving."""
 
     name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
-    instance_type: str = Field(description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).")
+    instance_type: str = Field(
+        description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).", json_schema_extra={"enum": [*sorted(catalog.CATALOG)]}
+    )
     min_size: int = Field(default=0, ge=0, le=1000)
     desired_size: int = Field(default=1, ge=0, le=1000)
     max_size: int = Field(default=1, ge=1, le=1000)
@@ -238,12 +293,66 @@ def supported_kubernetes_versions() -> tuple[str, ...]:
     return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
 
 
+def standard_support_end(kubernetes_version: str) -> date:
+    """The day EKS standard support of a supported version ends (the manifest's
+    EKS_KUBERNETES_<major>_<minor>_STANDARD_SUPPORT_END; docs/facts/eks.md#eks-kubernetes-version)."""
+    return date.fromisoformat(version(f"EKS_KUBERNETES_{kubernetes_version.replace('.', '_')}_STANDARD_SUPPORT_END"))
+
+
+def default_kubernetes_version() -> str:
+    """The newest version of the manifest's list (in EKS standard support and HyperPod's list)."""
+    return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
+# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
+SUPPORT_END_WARNING_DAYS = 60
+# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
+DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
+REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
+# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
+HEALTH_MONITORING_AGENT_REGIONS = (
+    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
+    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
+)  # fmt: skip
+EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
+class SystemNodesConfig(Model):
+    """A small untainted CPU node group for CoreDNS and other system pods (EKS managed node group)."""
+
+    count: int | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="Nodes (0: none). Default: 2 when every node group of the cluster is tainted (inference-only), "
+        "0 when untainted nodes exist (HyperPod instance groups, untainted inference groups).",
+    )
+    instance_type: str = Field(default="m6i.large", description="EC2 instance type (CPU), e.g. m6i.large.")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if not EC2_INSTANCE_TYPE_RULE.match(value) or value.startswith("ml."):
+            raise ValueError(f"must be an EC2 instance type such as m6i.large (no ml. prefix), got {value!r}")
+        if value in catalog.CATALOG:
+            raise ValueError(
+                f"{value!r} is a GPU type; system nodes are for CoreDNS and other system pods, use a CPU type such as m6i.large"
+            )
+        return value
+
+
 class EksConfig(Model):
-    kubernetes_version: str = Field(default="1.34", description="EKS Kubernetes version.")
+    kubernetes_version: str = Field(
+        default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
+    )
     admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
     public_access_cidrs: list[str] = Field(
         default_factory=list, description="CIDRs allowed to the public API endpoint; empty: private endpoint only."
     )
+    system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, description="CPU nodes for system pods.")
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -286,7 +395,10 @@ class EksConfig(Model):
 class ComputeConfig(Model):
     """Training groups, the orchestrator that runs them, and inference node groups."""
 
-    orchestrator: Literal["slurm", "eks", "ec2"] = Field(description="slurm | eks (HyperPod) | ec2 (Auto Scaling groups).")
+    orchestrator: Literal["slurm", "eks", "ec2", "none"] = Field(
+        default="none",
+        description="slurm | eks (HyperPod) | ec2 (Auto Scaling groups) | none (no training cluster: inference_node_groups only).",
+    )
     instance_groups: list[InstanceGroupConfig] = Field(default_factory=list)
     slurm: SlurmConfig | None = Field(default=None, description="orchestrator slurm only.")
     eks: EksConfig | None = Field(default=None, description="orchestrator eks, or when inference_node_groups exist.")
@@ -300,11 +412,63 @@ class ComputeConfig(Model):
     def needs_eks(self) -> bool:
         return self.orchestrator == "eks" or bool(self.inference_node_groups)
 
+    def untainted_node_sources(self) -> list[str]:
+        """Node groups of the EKS cluster on which CoreDNS and other system pods can run: HyperPod
+        instance groups with nodes (fminfra sets no Kubernetes taints on them) and inference groups
+        with nodes whose taints (the GPU taint by default) keep no pod off."""
+        sources: list[str] = []
+        if self.orchestrator == "eks":
+            sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
+        for g in self.inference_node_groups:
+            taints = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
+                sources.append(f"inference node group {g.name!r}")
+        return sources
+
+    def system_node_count(self) -> int:
+        """Nodes of the system node group: the config's count, or 2 when nothing else could run
+        CoreDNS and 0 otherwise (HyperPod EKS with nodes, untainted inference groups)."""
+        assert self.eks is not None
+        if self.eks.system_nodes.count is not None:
+            return self.eks.system_nodes.count
+        return 0 if self.untainted_node_sources() else 2
+
+    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+        """(field path, message) for what does not reject the config: a Kubernetes version within
+        SUPPORT_END_WARNING_DAYS of the end of its EKS standard support."""
+        if self.eks is None:
+            return []
+        today = today or datetime.now(UTC).date()
+        end = standard_support_end(self.eks.kubernetes_version)
+        left = (end - today).days
+        if left > SUPPORT_END_WARNING_DAYS:
+            return []
+        when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
+        return [
+            (
+                "eks.kubernetes_version",
+                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
+                "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+            )
+        ]
+
     @model_validator(mode="after")
     def _rules(self) -> ComputeConfig:
         problems: list[tuple[str, str]] = []
         if self.hyperpod and not self.instance_groups:
             problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
+        if self.orchestrator == "none":
+            if self.instance_groups:
+                problems.append(
+                    ("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
+                )
+            elif not self.inference_node_groups:
+                problems.append(
+                    (
+                        "",
+                        "give instance_groups with an orchestrator (slurm, eks, ec2), or inference_node_groups for an inference-only EKS cluster",
+                    )
+                )
         if self.slurm is not None and self.orchestrator != "slurm":
             problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
@@ -332,6 +496,8 @@ class ComputeConfig(Model):
                         f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
                     )
                 )
+            if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
+                problems.append(purchase)
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(
                     (
@@ -344,6 +510,18 @@ class ComputeConfig(Model):
             self.slurm = SlurmConfig()
         if self.needs_eks and self.eks is None:
             self.eks = EksConfig()
+        if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
+            _raise_problems(
+                [
+                    (
+                        "eks.system_nodes.count",
+                        "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
+                        "(default nvidia.com/gpu=true:NoSchedule)"
+                        + (" and no HyperPod instance group has nodes" if self.orchestrator == "eks" else "")
+                        + "; set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint",
+                    )
+                ]
+            )
         return self
 
     def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
@@ -357,12 +535,22 @@ class ComputeConfig(Model):
                     f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
                 )
             )
+        if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
+            problems.append(purchase)
         if self.hyperpod:
             if group.spec.hyperpod_name not in hyperpod_instance_types():
                 problems.append(
                     (
                         f"{path}.instance_type",
                         f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
+                    )
+                )
+            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
+                # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
+                problems.append(
+                    (
+                        f"{path}.deep_health_checks",
+                        f"group {group.name!r}: instance_connectivity runs NCCL tests across nodes and needs count of at least 2, got {group.count}",
                     )
                 )
             for field in ("placement", "root_volume_gib"):

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import re
+from datetime import date
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.config.base import Model, _raise_problems, check_account, check_region
-from fminfra.config.compute import ComputeConfig
+from fminfra.config.compute import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLAN_ARN_RULE, ComputeConfig
 from fminfra.config.network import NetworkConfig
 from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
 from fminfra.config.storage import StorageConfig
-from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, region_of_az_id
+from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 # docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags
@@ -70,14 +71,21 @@ class EnvironmentConfig(Model):
     @model_validator(mode="after")
     def _cross_section(self) -> EnvironmentConfig:
         problems: list[tuple[str, str]] = []
-        prefix = AZ_ID_PREFIX_BY_REGION[self.region]
         for i, az in enumerate(self.network.az_ids):
-            owner = region_of_az_id(az)
-            if owner != self.region:
-                where = f"belongs to {owner}" if owner else "belongs to no known region"
-                problems.append((f"network.az_ids[{i}]", f"{az!r} {where}, not {self.region} (its AZ IDs start with {prefix}-)"))
+            if problem := az_id_problem(az, self.region):
+                problems.append((f"network.az_ids[{i}]", problem))
         if self.compute.needs_eks and len(self.network.az_ids) < 2:
             problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
+        for i, group in enumerate(self.compute.instance_groups):
+            plan = TRAINING_PLAN_ARN_RULE.match(group.capacity.training_plan_arn or "")
+            if plan and (plan["account"], plan["region"]) != (self.account, self.region):
+                problems.append(
+                    (
+                        f"compute.instance_groups[{i}].capacity.training_plan_arn",
+                        f"the training plan is in {plan['account']}, {plan['region']}; HyperPod uses plans of its own account and "
+                        f"region ({self.account}, {self.region})",
+                    )
+                )
         topic = SNS_TOPIC_ARN_RULE.match(self.observability.alerts.sns_topic_arn or "")
         if topic and (topic["region"], topic["account"]) != (self.region, self.account):
             problems.append(
@@ -94,6 +102,16 @@ class EnvironmentConfig(Model):
     def physical_name(self, *parts: str) -> str:
         return "-".join(("fminfra", self.name, *parts))
 
-    def warnings(self) -> list[tuple[str, str]]:
-        """Problems that do not reject the config: (field path, message); validate and plan print them."""
-        return [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]
+    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+        """Problems that do not reject the config: (field path, message); validate and plan print them.
+        `today` (default: the current UTC date) dates the Kubernetes support warning."""
+        out = [(f"compute.{path}", msg) for path, msg in self.compute.warnings(today)]
+        if self.compute.orchestrator == "eks" and self.region not in HEALTH_MONITORING_AGENT_REGIONS:
+            out.append(
+                (
+                    "region",
+                    f"HyperPod's dependency chart has no health-monitoring agent image in {self.region}; it pulls us-east-1's "
+                    f"(regions with one: {', '.join(HEALTH_MONITORING_AGENT_REGIONS)})",
+                )
+            )
+        return out + [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]

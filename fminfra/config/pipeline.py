@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
 from fminfra.config.base import check_account, check_region
@@ -15,7 +15,9 @@ from fminfra.config.loader import load_config, read_yaml
 from fminfra.core.errors import ConfigError
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
-CONNECTION_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):[a-z0-9-]+:[0-9]{12}:connection/[0-9a-f-]{36}$")
+CONNECTION_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):connection/[0-9a-f-]{36}$"
+)
 REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
@@ -64,6 +66,17 @@ class PipelineConfig(_Model):
 
     _account = field_validator("account", mode="before")(check_account)
     _region = field_validator("region")(check_region)
+
+    @model_validator(mode="after")
+    def _connection_in_the_pipeline_account(self) -> PipelineConfig:
+        # The source action uses the connection from the pipeline's own account and region.
+        arn = CONNECTION_ARN_RULE.match(self.source.connection_arn)
+        if arn and (arn["account"], arn["region"]) != (self.account, self.region):
+            raise ValueError(
+                f"source.connection_arn is in {arn['account']}, {arn['region']}; the pipeline runs in "
+                f"{self.account}, {self.region}: create the connection there (connections are regional resources of one account)"
+            )
+        return self
 
     @field_validator("environments")
     @classmethod

@@ -237,11 +237,17 @@ class LustreConfig(Model):
 
     @property
     def capacity_gib(self) -> int:
-        """The capacity given, or the smallest valid one reaching target_throughput_gb_per_s."""
+        """The capacity given, or the smallest valid one reaching target_throughput_gb_per_s (on the EFA step with efa)."""
         if self.storage_capacity_gib is not None:
             return self.storage_capacity_gib
         assert self.target_throughput_gb_per_s is not None  # the validator requires one of them
-        return lustre_capacity_for_throughput(self.target_throughput_gb_per_s, self.mb_per_tib)
+        gib = lustre_capacity_for_throughput(self.target_throughput_gb_per_s, self.mb_per_tib)
+        if self.efa:
+            # An EFA-enabled file system grows in its tier's step: derive a capacity on the step, so
+            # that the file system can grow later (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+            step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
+            gib = -(-gib // step) * step
+        return gib
 
     @property
     def throughput_gb_per_s(self) -> float:

@@ -30,7 +30,9 @@ class AlertTopicProps:
 
     topic_name: physical name of a new topic; include the environment name.
     existing_topic_arn: use this standard topic instead of creating one. Its owner must let
-      aps.amazonaws.com and cloudwatch.amazonaws.com publish (and use its KMS key, if any).
+      aps.amazonaws.com (sns:Publish and sns:GetTopicAttributes, from the workspace) and
+      cloudwatch.amazonaws.com (sns:Publish, from this account's alarms) publish, and both use its
+      KMS key, if any.
       Default: none, a new topic.
     emails: addresses subscribed to the topic. Default: none.
     removal_policy: of the new topic's KMS key. Default: RETAIN.
@@ -44,8 +46,9 @@ class AlertTopicProps:
 
 class AlertTopic(Construct):
     """Creates (unless given one) an SNS topic encrypted with a new customer-managed KMS key whose
-    policy lets aps.amazonaws.com and cloudwatch.amazonaws.com use it, a topic policy allowing
-    both to publish from this account (and requiring TLS), and email subscriptions.
+    policy lets aps.amazonaws.com and cloudwatch.amazonaws.com use it, a topic policy letting
+    CloudWatch alarms of this account and region publish (and requiring TLS), and email
+    subscriptions. `allow_prometheus_workspace(arn)` adds the AMP alert manager's statement.
 
     Attributes: `topic`, `topic_arn`, `key` (None for an existing topic).
     """
@@ -77,19 +80,45 @@ class AlertTopic(Construct):
                 )
             )
             topic = sns.Topic(self, "Topic", topic_name=props.topic_name, master_key=self.key, enforce_ssl=True)
+            # CloudWatch alarms of this account and region publish (docs/facts/observability.md#cloudwatch-alarm-sns-topic-policy);
+            # the AMP alert manager gets its own statement per workspace (`allow_prometheus_workspace`).
+            stack = cdk.Stack.of(self)
+            alarms_arn = stack.format_arn(
+                service="cloudwatch", resource="alarm", resource_name="*", arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME
+            )
             topic.add_to_resource_policy(
                 iam.PolicyStatement(
-                    sid="AlertPublishersPublish",
-                    principals=[iam.ServicePrincipal(p) for p in PUBLISHERS],
+                    sid="CloudWatchAlarmsPublish",
+                    principals=[iam.ServicePrincipal("cloudwatch.amazonaws.com")],
                     actions=["sns:Publish"],
                     resources=[topic.topic_arn],
-                    conditions={"StringEquals": {"aws:SourceAccount": account}},
+                    conditions={"ArnLike": {"aws:SourceArn": alarms_arn}, "StringEquals": {"aws:SourceAccount": account}},
                 )
             )
             self.topic = topic
         self.topic_arn: str = self.topic.topic_arn
         for email in props.emails:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
+
+    def allow_prometheus_workspace(self, workspace_arn: str) -> None:
+        """Lets the AMP alert manager of one workspace publish: `sns:Publish` and
+        `sns:GetTopicAttributes` for aps.amazonaws.com, only from that workspace (`aws:SourceArn`)
+        in this account (docs/facts/observability.md#amp-alert-manager-sns-topic-policy). Does
+        nothing for an existing topic, whose owner grants the same."""
+        if self.key is None:
+            return
+        self.topic.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="PrometheusAlertManagerPublish",
+                principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+                actions=["sns:Publish", "sns:GetTopicAttributes"],
+                resources=[self.topic.topic_arn],
+                conditions={
+                    "ArnEquals": {"aws:SourceArn": workspace_arn},
+                    "StringEquals": {"aws:SourceAccount": cdk.Stack.of(self).account},
+                },
+            )
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +139,8 @@ class PrometheusAlertingProps:
 
 class PrometheusAlerting(Construct):
     """Sets the workspace's alert manager definition (every alert to the SNS topic, signed with
-    SigV4) and creates a rule groups namespace holding the given rules.
+    SigV4), lets the workspace publish to the topic, and creates a rule groups namespace holding
+    the given rules.
 
     Attributes: `namespace` (the L1), `alert_manager_definition` (the YAML).
     """
@@ -143,6 +173,7 @@ class PrometheusAlerting(Construct):
             ]
         )
         props.workspace.workspace.alert_manager_definition = self.alert_manager_definition
+        props.topic.allow_prometheus_workspace(props.workspace.workspace_arn)
         self.namespace = props.workspace.add_rule_groups_namespace(self, "Rules", name=props.namespace_name, data=props.rules)
 
 
@@ -215,7 +246,17 @@ class FsxLustreAlarms(Construct):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         free_bytes = props.storage_capacity_gib * 1024**3 * props.free_capacity_alarm_percent // 100
-        self.free_capacity_alarm = metric("FreeDataStorageCapacity", "Minimum").create_alarm(
+        # Sum is the whole file system's free bytes (Minimum: the fullest storage target's). FSx
+        # emits one data point per storage target per minute, so the Sum takes a 1-minute period;
+        # five of them in a row. docs/facts/observability.md#fsx-free-storage-capacity-statistics
+        free = cloudwatch.Metric(
+            namespace="AWS/FSx",
+            metric_name="FreeDataStorageCapacity",
+            dimensions_map=dims,
+            statistic="Sum",
+            period=cdk.Duration.minutes(1),
+        )
+        self.free_capacity_alarm = free.create_alarm(
             self,
             "FreeCapacity",
             alarm_description=(
@@ -225,7 +266,7 @@ class FsxLustreAlarms(Construct):
             ),
             threshold=free_bytes,
             comparison_operator=cloudwatch.ComparisonOperator.LESS_THAN_THRESHOLD,
-            evaluation_periods=1,
+            evaluation_periods=5,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
         )
         for alarm in (self.throughput_alarm, self.free_capacity_alarm):

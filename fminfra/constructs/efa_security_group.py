@@ -16,6 +16,16 @@ class EfaSecurityGroupProps:
     description: the group's description. Default: says it carries EFA traffic.
     allow_egress_to_anywhere: also allow all outbound traffic (nodes reach endpoints, S3 and
       the NAT gateway through it). Default: true.
+
+    Why 0.0.0.0/0 outbound stays (docs/facts/network.md#efa-security-group-egress-anywhere):
+    HyperPod's prerequisites advise against 0.0.0.0/0 outbound rules on an EFA group ("may cause
+    EFA health check failures"), while AWS's own HyperPod sample template pairs the self rules
+    with exactly that rule, and the nodes need outbound traffic to destinations a security group
+    rule cannot name (pinned downloads through the NAT gateway, S3 through its gateway endpoint,
+    ECR, SSM, the EKS API). A security group evaluates the final destination, so "VPC CIDR only"
+    would cut the NAT path. fminfra keeps the broad rule and an explicit rule to itself, so EFA
+    traffic never depends on the broad one; `allow_egress_to_anywhere=False` removes it for
+    fully private setups.
     """
 
     vpc: ec2.IVpc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -9,6 +10,7 @@ from typing import cast
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
@@ -18,6 +20,10 @@ from fminfra.core.errors import ValidationError
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
 REQUIRED_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+# The system node group's role (docs/facts/iam.md#iam-eks-node-role-policies).
+SYSTEM_NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+# Graviton (arm64) instance families carry a "g" after the generation digit: m7g, c8g, t4g, r8gd.
+GRAVITON_TYPE = re.compile(r"^[a-z]+[0-9]+g[a-z]*\.")
 LOGGING = (
     eks.ClusterLoggingTypes.API,
     eks.ClusterLoggingTypes.AUDIT,
@@ -54,6 +60,9 @@ class EksClusterProps:
     helm_charts: charts installed through the kubectl provider (a Lambda in the VPC). Default: none.
     kubectl_layer: the Lambda layer with kubectl and helm, required with helm_charts.
     removal_policy: of the secrets-encryption KMS key. Default: RETAIN.
+    system_node_count: nodes of an untainted CPU managed node group (`<cluster_name>-system`,
+      label fminfra/role=system) for CoreDNS and other system pods. Default: 0, no such group.
+    system_node_instance_type: its EC2 instance type. Default: m6i.large.
     """
 
     cluster_name: str
@@ -67,6 +76,8 @@ class EksClusterProps:
     helm_charts: Sequence[HelmChartSpec] = ()
     kubectl_layer: lambda_.ILayerVersion | None = None
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
+    system_node_count: int = 0
+    system_node_instance_type: str = "m6i.large"
 
 
 class EksCluster(Construct):
@@ -92,6 +103,8 @@ class EksCluster(Construct):
             raise ValidationError(f"subnets must span at least two AZs (EKS requires it), got {len(props.subnets)} subnet(s)")
         if props.helm_charts and props.kubectl_layer is None:
             raise ValidationError("kubectl_layer is required when helm_charts are given")
+        if props.system_node_count < 0:
+            raise ValidationError(f"system_node_count must be 0 or more, got {props.system_node_count}")
 
         self.secrets_key = kms.Key(
             self,
@@ -150,6 +163,9 @@ class EksCluster(Construct):
                 addon_version=addon_version,
                 preserve_on_delete=False,
             )
+        self.system_nodegroup: eks.Nodegroup | None = None
+        if props.system_node_count > 0:
+            self.system_nodegroup = self._system_nodegroup(props)
         for i, arn in enumerate(props.admin_principal_arns):
             self.cluster.grant_access(
                 f"Admin{i}",
@@ -170,6 +186,41 @@ class EksCluster(Construct):
             # Device plugins are DaemonSets on nodes whose networking the CNI add-on provides.
             chart.node.add_dependency(self.addons["vpc-cni"])
             self.charts[spec.name] = chart
+
+    def _system_nodegroup(self, props: EksClusterProps) -> eks.Nodegroup:
+        """An untainted CPU node group for CoreDNS and other system pods; it waits for the VPC CNI
+        and kube-proxy (its nodes are not Ready without them) and CoreDNS waits for it."""
+        role = iam.Role(
+            self,
+            "SystemNodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in SYSTEM_NODE_POLICIES],
+        )
+        for name in SYSTEM_NODE_POLICIES:
+            acknowledge(
+                role,
+                f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
+                "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
+            )
+        graviton = GRAVITON_TYPE.match(props.system_node_instance_type) is not None
+        nodegroup = eks.Nodegroup(
+            self,
+            "SystemNodes",
+            cluster=cast(eks.ICluster, self.cluster),
+            nodegroup_name=f"{props.cluster_name}-system",
+            instance_types=[ec2.InstanceType(props.system_node_instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_ARM_64_STANDARD if graviton else eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=props.system_node_count,
+            desired_size=props.system_node_count,
+            max_size=props.system_node_count,
+            subnets=ec2.SubnetSelection(subnets=list(props.subnets)),
+            node_role=role,
+            labels={"fminfra/role": "system"},
+        )
+        for name in ("vpc-cni", "kube-proxy"):
+            nodegroup.node.add_dependency(self.addons[name])
+        self.addons["coredns"].node.add_dependency(nodegroup)
+        return nodegroup
 
     def _acknowledge_kubectl_provider(self) -> None:
         """The kubectl provider (a CDK Lambda and its custom-resource framework) installs the charts."""

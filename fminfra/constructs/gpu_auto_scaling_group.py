@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from fminfra.constructs.acknowledge import acknowledge
 from fminfra.constructs.launch_template import EfaLaunchTemplate
-from fminfra.core.capacity_blocks import CAPACITY_BLOCK_SCALE_IN_BEFORE_END, utc_timestamp
+from fminfra.core.capacity_blocks import DEFAULT_DRAIN, EC2_TERMINATES_BEFORE_END, scale_in_time, utc_timestamp
 from fminfra.core.errors import ValidationError
 
 
@@ -25,8 +26,12 @@ class GpuAutoScalingGroupProps:
     capacity_block: the template launches into a Capacity Block: the group is 0 outside the
       block. Default: false (the group holds `count` instances).
     block_starts_at / block_ends_at: the block's window (time zone-aware, both or neither). With
-      them, scheduled actions scale to `count` at the start and back to 0 thirty minutes before
-      the end. Without them, a Capacity Block group stays at 0 until an operator scales it.
+      them, scheduled actions scale to `count` at the start and back to 0 `drain` before EC2
+      starts terminating the block's instances (30 minutes before the end). Without them, a
+      Capacity Block group stays at 0 until an operator scales it.
+    drain: time between the scale-in and EC2's terminations, for jobs to checkpoint and nodes to
+      shut down on their own. Default: 10 minutes (scale-in 40 minutes before the end, when EC2
+      sends its expiration warning; docs/facts/capacity.md#capacity-block-scale-in-guidance).
     group_name: physical name; include the environment name. Default: generated.
     """
 
@@ -36,6 +41,7 @@ class GpuAutoScalingGroupProps:
     capacity_block: bool = False
     block_starts_at: datetime | None = None
     block_ends_at: datetime | None = None
+    drain: timedelta = DEFAULT_DRAIN
     group_name: str | None = None
 
 
@@ -44,8 +50,13 @@ class GpuAutoScalingGroup(Construct):
     in one subnet, and for a Capacity Block with a known window the scheduled actions that run
     it only inside the block.
 
-    Without an update policy: a new launch template version applies to new instances only, so a
-    deploy never replaces nodes under a running training job.
+    No rolling-update policy: a new launch template version applies to new instances only, so a
+    deploy never replaces nodes under a running training job. The `AutoScalingScheduledAction`
+    update policy (IgnoreUnmodifiedGroupSizeProperties) keeps a stack update from setting the
+    size back to the template's 0 while the block's scale-out is in effect: CloudFormation
+    otherwise resets MinSize/MaxSize/DesiredCapacity on every update of a group with scheduled
+    actions (docs/facts/capacity.md#cfn-scheduled-action-update-policy). It changes the size only
+    when the template's size values themselves change (a new `count`).
     Attributes: `cfn_group`, `group_name`, `scale_out`, `scale_in` (the scheduled actions, or None).
     """
 
@@ -62,9 +73,12 @@ class GpuAutoScalingGroup(Construct):
         if starts_at is not None and ends_at is not None:
             if starts_at.tzinfo is None or ends_at.tzinfo is None:
                 raise ValidationError("block_starts_at and block_ends_at must carry a time zone")
-            if ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END <= starts_at:
+            if not timedelta(0) < props.drain <= timedelta(days=1):
+                raise ValidationError(f"drain must be more than 0 and at most 1 day, got {props.drain}")
+            if scale_in_time(ends_at, props.drain) <= starts_at:
                 raise ValidationError(
-                    f"block_ends_at must be more than 30 minutes after block_starts_at, got {starts_at.isoformat()} to {ends_at.isoformat()}"
+                    f"block_ends_at must be more than {EC2_TERMINATES_BEFORE_END + props.drain} (30 minutes and the drain) after "
+                    f"block_starts_at, got {starts_at.isoformat()} to {ends_at.isoformat()}"
                 )
         size = 0 if props.capacity_block else props.count
         self.cfn_group = autoscaling.CfnAutoScalingGroup(
@@ -81,6 +95,9 @@ class GpuAutoScalingGroup(Construct):
             vpc_zone_identifier=[props.subnet.subnet_id],
             health_check_type="EC2",
             health_check_grace_period=900,
+        )
+        self.cfn_group.cfn_options.update_policy = cdk.CfnUpdatePolicy(
+            auto_scaling_scheduled_action=cdk.CfnAutoScalingScheduledAction(ignore_unmodified_group_size_properties=True)
         )
         self.group_name: str = self.cfn_group.ref
         acknowledge(
@@ -105,7 +122,7 @@ class GpuAutoScalingGroup(Construct):
                 self,
                 "BlockEnd",
                 auto_scaling_group_name=self.group_name,
-                start_time=utc_timestamp(ends_at - CAPACITY_BLOCK_SCALE_IN_BEFORE_END),
+                start_time=utc_timestamp(scale_in_time(ends_at, props.drain)),
                 min_size=0,
                 max_size=props.count,
                 desired_capacity=0,

@@ -20,6 +20,9 @@ NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 MAX_INSTANCES = 6758
 # The deep health checks the CloudFormation schema (cfn-lint 1.58) accepts.
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+# InstanceConnectivity runs NCCL tests across nodes and needs at least 2
+# (docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes).
+CONNECTIVITY_MIN_INSTANCES = 2
 NODE_RECOVERY = ("Automatic", "None")
 
 
@@ -32,8 +35,10 @@ class HyperPodInstanceGroup:
     instance_count: 0-6758.
     threads_per_core: 1 (no hyper-threading) or 2. Default: 1.
     instance_storage_gib: an extra EBS volume per node, 1-16384 GiB. Default: none.
-    deep_health_checks: checks run when nodes start, from InstanceStress, InstanceConnectivity.
-      Default: both for GPU types of the catalog, none for other types.
+    deep_health_checks: checks run when nodes start, from InstanceStress, InstanceConnectivity
+      (the latter needs instance_count of at least 2). Default: for GPU types of the catalog,
+      InstanceStress, plus InstanceConnectivity when instance_count is 2 or more; none for other
+      types.
     training_plan_arn: a SageMaker training plan the group runs on. Default: on-demand.
     """
 
@@ -49,8 +54,9 @@ class HyperPodInstanceGroup:
     def effective_deep_health_checks(self) -> list[str]:
         if self.deep_health_checks is not None:
             return list(self.deep_health_checks)
-        is_gpu = catalog.normalize_instance_type(self.instance_type) in catalog.CATALOG
-        return list(DEEP_HEALTH_CHECKS) if is_gpu else []
+        if catalog.normalize_instance_type(self.instance_type) not in catalog.CATALOG:
+            return []
+        return [c for c in DEEP_HEALTH_CHECKS if c != "InstanceConnectivity" or self.instance_count >= CONNECTIVITY_MIN_INSTANCES]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +110,11 @@ def _check_group(index: int, group: HyperPodInstanceGroup) -> None:
     unknown = [c for c in group.effective_deep_health_checks if c not in DEEP_HEALTH_CHECKS]
     if unknown:
         raise ValidationError(f"{where}.deep_health_checks must be among {', '.join(DEEP_HEALTH_CHECKS)}, got {', '.join(unknown)}")
+    if "InstanceConnectivity" in group.effective_deep_health_checks and group.instance_count < CONNECTIVITY_MIN_INSTANCES:
+        raise ValidationError(
+            f"{where}.deep_health_checks: InstanceConnectivity runs NCCL tests across nodes and needs instance_count of at least "
+            f"{CONNECTIVITY_MIN_INSTANCES}, got {group.instance_count}"
+        )
 
 
 class HyperPodCluster(Construct):

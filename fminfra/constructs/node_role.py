@@ -9,10 +9,13 @@ from constructs import Construct
 
 from fminfra.constructs.acknowledge import acknowledge
 
-# Managed policy each node kind needs, and why an AWS managed policy is acceptable for it.
+# Managed policy each node kind needs (its name with any non-root path, as AWS publishes it), and
+# why an AWS managed policy is acceptable for it. Both are at the root path:
+# docs/facts/iam.md#iam-sagemaker-cluster-instance-role-policy, docs/facts/iam.md#iam-ssm-managed-instance-core;
+# tests/test_contract.py checks every managed-policy ARN in every template against AWS's list.
 _MANAGED_POLICY = {
     "hyperpod": (
-        "service-role/AmazonSageMakerClusterInstanceRolePolicy",
+        "AmazonSageMakerClusterInstanceRolePolicy",
         "HyperPod requires this AWS managed policy on cluster instance roles; it is scoped by AWS to sagemaker-* buckets and the cluster agent",
     ),
     "ec2": (

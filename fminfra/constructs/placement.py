@@ -13,23 +13,30 @@ from constructs import Construct
 class ClusterPlacementGroupProps:
     """Props of `ClusterPlacementGroup`.
 
-    group_name: the physical name; include the environment name so that environments sharing an
-      account do not collide.
+    name_tag: value of the group's `Name` tag, to find it in the console; include the environment
+      name. CloudFormation cannot name a placement group (`GroupName` is read-only in the
+      AWS::EC2::PlacementGroup schema: EC2 generates it; docs/facts/capacity.md#placement-group-name-generated).
+      Default: no Name tag.
     """
 
-    group_name: str
+    name_tag: str | None = None
 
 
 class ClusterPlacementGroup(Construct):
     """Creates an EC2 placement group with the `cluster` strategy (one AZ, low-latency network).
 
-    Attributes: `placement_group` (the L2), `group_name`, `group_arn`.
+    Attributes (all resolved at deploy time, as EC2 generates them): `placement_group` (the L2),
+    `group_name` (the generated name, what launches reference), `group_id`, `group_arn`.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, props: ClusterPlacementGroupProps) -> None:
+    def __init__(self, scope: Construct, construct_id: str, props: ClusterPlacementGroupProps | None = None) -> None:
         super().__init__(scope, construct_id)
-        self.placement_group = ec2.PlacementGroup(
-            self, "Group", placement_group_name=props.group_name, strategy=ec2.PlacementGroupStrategy.CLUSTER
-        )
-        self.group_name = self.placement_group.placement_group_name
-        self.group_arn = cdk.Stack.of(self).format_arn(service="ec2", resource="placement-group", resource_name=self.group_name)
+        props = props or ClusterPlacementGroupProps()
+        self.placement_group = ec2.PlacementGroup(self, "Group", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        if props.name_tag:
+            cdk.Tags.of(self.placement_group).add("Name", props.name_tag)
+        cfn = self.placement_group.node.default_child
+        assert isinstance(cfn, ec2.CfnPlacementGroup)
+        self.group_name: str = self.placement_group.placement_group_name
+        self.group_id: str = cfn.attr_group_id
+        self.group_arn: str = cdk.Stack.of(self).format_arn(service="ec2", resource="placement-group", resource_name=self.group_name)

@@ -13,8 +13,9 @@ from constructs import Construct
 
 from fminfra.constructs.log_group_key import logs_key_statement
 from fminfra.core.errors import ValidationError
+from fminfra.observability import workspace_urls
 
-# The retention periods CloudWatch Logs accepts.
+# The retention periods CloudWatch Logs accepts (docs/facts/observability.md#cloudwatch-logs-retention-values).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
 
@@ -38,8 +39,8 @@ class PrometheusWorkspace(Construct):
     logging to a new CloudWatch log group.
 
     Attributes: `workspace` (the L1), `workspace_arn`, `workspace_id`, `key`, `log_group`,
-    `prometheus_endpoint` (ends in `/api/v1/`), `remote_write_url` (the endpoint + `remote_write`,
-    built from the CloudFormation attribute, never parsed from text).
+    `prometheus_endpoint` (the service's attribute, as returned), `remote_write_url`,
+    `query_url` (the AMP API's URIs, built from the workspace id: see `workspace_urls`).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: PrometheusWorkspaceProps) -> None:
@@ -82,9 +83,10 @@ class PrometheusWorkspace(Construct):
         self.workspace_arn: str = self.workspace.attr_arn
         self.workspace_id: str = self.workspace.attr_workspace_id
         self.prometheus_endpoint: str = self.workspace.attr_prometheus_endpoint
-        # PrometheusEndpoint already ends in /api/v1/.
-        self.remote_write_url: str = cdk.Fn.join("", [self.workspace.attr_prometheus_endpoint, "remote_write"])
-        self.query_url: str = cdk.Fn.join("", [self.workspace.attr_prometheus_endpoint, "query"])
+        urls = workspace_urls(cdk.Stack.of(self).region, self.workspace_id, cdk.Aws.URL_SUFFIX)
+        self.base_url: str = urls.base
+        self.remote_write_url: str = urls.remote_write
+        self.query_url: str = urls.query
 
     def grant_remote_write(self, grantee: iam.IRole) -> iam.Policy:
         """Gives `grantee` `aps:RemoteWrite` on this workspace only, as an inline policy (not the

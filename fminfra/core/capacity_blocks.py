@@ -3,12 +3,40 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
-# EC2 begins terminating a Capacity Block's instances 30 minutes before the block ends (EC2 user
-# guide, "Monitor Capacity Blocks": a warning 40 minutes before, terminations 10 minutes later).
-# Scaling a group to 0 then keeps it from relaunching into a block that is being reclaimed.
-CAPACITY_BLOCK_SCALE_IN_BEFORE_END = timedelta(minutes=30)
+# EC2 begins terminating a Capacity Block's instances 30 minutes before the block ends, after an
+# EventBridge warning 40 minutes before (docs/facts/capacity.md#capacity-block-end-termination).
+EC2_TERMINATES_BEFORE_END = timedelta(minutes=30)
+# Auto Scaling's guidance is to scale a group to zero *more* than 30 minutes before the end
+# (docs/facts/capacity.md#capacity-block-scale-in-guidance), so the nodes shut down on our terms
+# rather than EC2's. The drain window is the time between our scale-in and EC2's terminations;
+# the default, 10 minutes, puts the scale-in at the expiration warning (40 minutes before the end).
+DEFAULT_DRAIN = timedelta(minutes=10)
+MAX_DRAIN_MINUTES = 24 * 60
+
+
+def scale_in_time(ends_at: datetime, drain: timedelta = DEFAULT_DRAIN) -> datetime:
+    """When a Capacity Block group scales to 0: the drain window before EC2's terminations."""
+    return ends_at - EC2_TERMINATES_BEFORE_END - drain
+
+
+# Every Capacity Block ends at 11:30 UTC; an offering can be slightly shorter or longer than the
+# duration asked for (docs/facts/capacity.md#capacity-block-end-time).
+BLOCK_END_UTC = time(11, 30)
+
+
+def end_time_problem(ends_at: datetime) -> str | None:
+    """Capacity Blocks end at 11:30 UTC; another end time is a typo or a different reservation."""
+    end = ends_at.astimezone(UTC)
+    if end.timetz().replace(tzinfo=None) == BLOCK_END_UTC:
+        return None
+    return f"Capacity Blocks end at 11:30 UTC; ends_at is {utc_timestamp(ends_at)}"
+
+
+def duration_text(hours: int, minutes: int = 0) -> str:
+    """A block's length as the API reports it (CapacityBlockDurationHours + ...Minutes): 167h 35m."""
+    return f"{hours}h {minutes:02d}m" if minutes else f"{hours}h"
 
 
 def utc_timestamp(value: datetime) -> str:

@@ -16,7 +16,7 @@ from fminfra.constructs.alerting import (
 )
 from fminfra.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
-from fminfra.observability import rules_document
+from fminfra.observability import expected_node_count, rules_document
 from fminfra.stacks.network import removal_policy
 
 
@@ -57,7 +57,7 @@ class ObservabilityStack(cdk.Stack):
                 PrometheusAlertingProps(
                     workspace=self.prometheus,
                     topic=self.alert_topic,
-                    rules=rules_document(),
+                    rules=rules_document(expected_nodes=expected_node_count(cfg)),
                     namespace_name=cfg.physical_name("rules"),
                 ),
             )

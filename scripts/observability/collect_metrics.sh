@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Writes Prometheus textfile metrics for the node exporter's textfile collector.
-#   collect_metrics.sh efa    EFA hw_counters -> node_amazonefa_* (served on 9100, job "node")
-#   collect_metrics.sh slurm  sinfo/squeue   -> slurm_nodes_*, slurm_queue_* (served on 8080, job "slurm")
-# Run by systemd timers that install_exporters.sh sets up. The file is written atomically.
+#   collect_metrics.sh efa    EFA hw_counters -> node_amazonefa_* (collect_efa.sh beside this
+#                             script; served on 9100, job "node")
+#   collect_metrics.sh slurm  sinfo/squeue   -> slurm_scrape_success, slurm_nodes_*, slurm_queue_*
+#                             (served on 8080, job "slurm")
+# Run by systemd timers that install_exporters.sh sets up. The file is written atomically. A failed
+# sinfo or squeue writes slurm_scrape_success 0 and no figures (never zeros) and exits 1.
 set -o errexit -o nounset -o pipefail
 
-SYSFS_ROOT=${SYSFS_ROOT:-/sys}
 TEXTFILE_DIR=${TEXTFILE_DIR:-/var/lib/fminfra/textfile}
 
-# The EFA counters exported, as the amazonefa collector names them.
-EFA_COUNTERS=(rx_bytes tx_bytes rx_pkts tx_pkts rx_drops rdma_read_bytes rdma_write_bytes rdma_read_wr_err rdma_write_wr_err cmds_err)
+SCRIPT_DIR=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")" && pwd)
 SLURM_STATES=(alloc comp down drain fail idle maint mix resv)
 
 log() { printf '%s collect_metrics: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*" >&2; }
@@ -21,30 +22,6 @@ write_atomically() {
   cat >"$tmp"
   chmod 0644 "$tmp"
   mv -f "$tmp" "$TEXTFILE_DIR/$name.prom"
-}
-
-collect_efa() {
-  local device port counter file value dev_name port_name
-  {
-    printf '# HELP node_amazonefa_info EFA device present, always 1.\n# TYPE node_amazonefa_info gauge\n'
-    for device in "$SYSFS_ROOT"/class/infiniband/*; do
-      [[ -d $device ]] || continue
-      printf 'node_amazonefa_info{device="%s"} 1\n' "${device##*/}"
-    done
-    for counter in "${EFA_COUNTERS[@]}"; do
-      printf '# HELP node_amazonefa_%s EFA hw_counter %s.\n# TYPE node_amazonefa_%s counter\n' "$counter" "$counter" "$counter"
-      for file in "$SYSFS_ROOT"/class/infiniband/*/ports/*/hw_counters/"$counter"; do
-        [[ -r $file ]] || continue
-        value=$(<"$file")
-        [[ $value =~ ^[0-9]+$ ]] || continue
-        port=${file%/hw_counters/*}
-        port_name=${port##*/}
-        dev_name=${port%/ports/*}
-        dev_name=${dev_name##*/}
-        printf 'node_amazonefa_%s{device="%s",port="%s"} %s\n' "$counter" "$dev_name" "$port_name" "$value"
-      done
-    done
-  } | write_atomically efa
 }
 
 # sinfo's long state names (with flag suffixes such as * ~ # $ @ + % ! ^ - removed) -> exporter state.
@@ -65,7 +42,14 @@ slurm_state() {
 
 collect_slurm() {
   local -A count=()
-  local node state seen="" running=0 pending=0 job_state
+  local node state seen="" running=0 pending=0 job_state nodes jobs
+  # Command substitution, not process substitution: a failing sinfo or squeue is seen here.
+  if ! nodes=$(sinfo --noheader --Node --format='%N %T') || ! jobs=$(squeue --noheader --format='%T'); then
+    log "sinfo or squeue failed: writing slurm_scrape_success 0 and no figures"
+    printf '# HELP slurm_scrape_success 1 if sinfo and squeue answered, 0 if not.\n# TYPE slurm_scrape_success gauge\nslurm_scrape_success 0\n' \
+      | write_atomically slurm
+    return 1
+  fi
   for state in "${SLURM_STATES[@]}"; do count[$state]=0; done
   # One line per node and partition: count each node once.
   while read -r node state; do
@@ -74,14 +58,15 @@ collect_slurm() {
     seen+=" $node"
     state=$(slurm_state "$state")
     [[ $state == other ]] || count[$state]=$((count[$state] + 1))
-  done < <(sinfo --noheader --Node --format='%N %T')
+  done <<<"$nodes"
   while read -r job_state; do
     case $job_state in
       RUNNING) running=$((running + 1)) ;;
       PENDING) pending=$((pending + 1)) ;;
     esac
-  done < <(squeue --noheader --format='%T')
+  done <<<"$jobs"
   {
+    printf '# HELP slurm_scrape_success 1 if sinfo and squeue answered, 0 if not.\n# TYPE slurm_scrape_success gauge\nslurm_scrape_success 1\n'
     for state in "${SLURM_STATES[@]}"; do
       printf '# HELP slurm_nodes_%s Slurm nodes in state %s.\n# TYPE slurm_nodes_%s gauge\nslurm_nodes_%s %s\n' "$state" "$state" "$state" "$state" "${count[$state]}"
     done
@@ -92,7 +77,7 @@ collect_slurm() {
 
 main() {
   case ${1:-} in
-    efa) collect_efa ;;
+    efa) sh "$SCRIPT_DIR/collect_efa.sh" ;;
     slurm) collect_slurm ;;
     *)
       log "usage: collect_metrics.sh efa|slurm"

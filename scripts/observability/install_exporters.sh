@@ -2,7 +2,13 @@
 # Installs the metrics collection of one GPU node (HyperPod Slurm or ec2) and starts it:
 #   - node exporter on :9100 (job "node"), with EFA counters through its textfile collector
 #     (collect_metrics.sh efa, every scrape interval) when the node has EFA devices;
-#   - DCGM exporter on :9400 (job "dcgm") in a container, on nodes with NVIDIA GPUs;
+#   - DCGM exporter on :9400 (job "dcgm") in a Docker container, on nodes with NVIDIA GPUs. It needs
+#     the NVIDIA container toolkit (its hook injects the driver libraries and refreshes the image's
+#     loader cache; the distroless image has no driver of its own). Docker is installed from the
+#     distribution when the AMI lacks it, as AWS's reference lifecycle scripts install it; without
+#     the toolkit the exporter is not started but its scrape job stays, so ExporterDown reports it;
+#     the rest of the install goes on either way (docs/facts/observability.md#dcgm-exporter-distroless-image,
+#     docs/facts/observability.md#reference-lifecycle-installs-docker);
 #   - on the Slurm controller, the Slurm exporter on :8080 (job "slurm"): a node exporter that
 #     serves only the textfile collect_metrics.sh slurm writes from sinfo and squeue;
 #   - a Prometheus agent that scrapes them and remote-writes to AMP with SigV4 as the node role.
@@ -105,16 +111,52 @@ write_unit() {
   printf '%s\n' "$content" >"$SYSTEMD_DIR/$name"
 }
 
+# service_unit DESCRIPTION EXEC_START [EXTRA_SERVICE_LINES] [UNIT]: a service started after the
+# network and, with UNIT, after and requiring UNIT (the DCGM exporter: docker.service).
 service_unit() {
-  local description=$1 exec_start=$2 extra=${3:-}
-  printf '[Unit]\nDescription=%s\nAfter=network-online.target\nWants=network-online.target\n\n[Service]\n%sExecStart=%s\nRestart=always\nRestartSec=10\n\n[Install]\nWantedBy=multi-user.target\n' \
-    "$description" "$extra" "$exec_start"
+  local description=$1 exec_start=$2 extra=${3:-} needs=${4:-} after="" requires=""
+  if [[ -n $needs ]]; then
+    after=" $needs"
+    requires="Requires=$needs"$'\n'
+  fi
+  printf '[Unit]\nDescription=%s\nAfter=network-online.target%s\nWants=network-online.target\n%s\n[Service]\n%sExecStart=%s\nRestart=always\nRestartSec=10\n\n[Install]\nWantedBy=multi-user.target\n' \
+    "$description" "$after" "$requires" "$extra" "$exec_start"
 }
+
+# Docker for the DCGM exporter: the AMI's, else the distribution's package (Ubuntu docker.io,
+# Amazon Linux docker). Returns 1 when there is none and it cannot be installed.
+ensure_docker() {
+  if command -v docker >/dev/null; then
+    return 0
+  fi
+  log "docker not found: installing the distribution's package"
+  if command -v apt-get >/dev/null; then
+    retry apt-get -y -o DPkg::Lock::Timeout=120 update >/dev/null || return 1
+    DEBIAN_FRONTEND=noninteractive retry apt-get -y -o DPkg::Lock::Timeout=120 install docker.io >/dev/null || return 1
+  elif command -v dnf >/dev/null; then
+    retry dnf -y install docker >/dev/null || return 1
+  else
+    log "no apt-get or dnf to install docker with"
+    return 1
+  fi
+  systemctl enable --now docker.service >/dev/null || return 1
+  command -v docker >/dev/null
+}
+
+# The NVIDIA container toolkit's hook, which docker run --gpus calls to inject the driver.
+has_container_toolkit() {
+  command -v nvidia-container-runtime-hook >/dev/null || command -v nvidia-ctk >/dev/null
+}
+
+# The PATH of the metrics timers: Slurm's commands are in /opt/slurm/bin on HyperPod, which
+# systemd's default PATH lacks (the reference's Slurm exporter unit sets the same; see
+# docs/facts/observability.md#hyperpod-slurm-bin-path).
+UNIT_PATH=/opt/slurm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 
 timer_units() {
   local name=$1 mode=$2 interval=$3
-  write_unit "fminfra-$name-metrics.service" "$(printf '[Unit]\nDescription=fminfra: write %s metrics for the node exporter\n\n[Service]\nType=oneshot\nEnvironment=TEXTFILE_DIR=%s SYSFS_ROOT=%s\nExecStart=%s %s\n' \
-    "$mode" "$STATE_DIR/textfile/$name" "$SYSFS_ROOT" "$INSTALL_DIR/bin/collect_metrics.sh" "$mode")"
+  write_unit "fminfra-$name-metrics.service" "$(printf '[Unit]\nDescription=fminfra: write %s metrics for the node exporter\n\n[Service]\nType=oneshot\nEnvironment=TEXTFILE_DIR=%s SYSFS_ROOT=%s PATH=%s\nExecStart=%s %s\n' \
+    "$mode" "$STATE_DIR/textfile/$name" "$SYSFS_ROOT" "$UNIT_PATH" "$INSTALL_DIR/bin/collect_metrics.sh" "$mode")"
   write_unit "fminfra-$name-metrics.timer" "$(printf '[Unit]\nDescription=fminfra: %s metrics every %ss\n\n[Timer]\nOnBootSec=10s\nOnUnitActiveSec=%ss\nAccuracySec=1s\n\n[Install]\nWantedBy=timers.target\n' \
     "$mode" "$interval" "$interval")"
 }
@@ -157,7 +199,7 @@ main() {
   dcgm_tag="$(ver DCGM_EXPORTER_VERSION)-distroless"
 
   fingerprint=$(printf '%s\n' "$FMINFRA_REMOTE_WRITE_URL" "$FMINFRA_AWS_REGION" "$kind" "$interval" "$cluster" "$node_version" "$prom_version" "$dcgm_tag" \
-    | cat - "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$SCRIPT_DIR/collect_metrics.sh" "$SCRIPT_DIR/dcgm-counters.csv" | sha256sum | cut -d' ' -f1)
+    | cat - "$SCRIPT_DIR/prometheus-agent.yml.tmpl" "$SCRIPT_DIR/collect_metrics.sh" "$SCRIPT_DIR/collect_efa.sh" "$SCRIPT_DIR/dcgm-counters.csv" | sha256sum | cut -d' ' -f1)
   if [[ -f $DONE_MARKER && $(<"$DONE_MARKER") == "$fingerprint" ]]; then
     log "already installed with these settings ($DONE_MARKER)"
     return 0
@@ -167,6 +209,7 @@ main() {
   install_release prometheus "$prom_version" prometheus
   mkdir -p "$INSTALL_DIR/bin" "$CONFIG_DIR" "$STATE_DIR/textfile/node" "$STATE_DIR/prometheus-agent"
   install -m 0755 "$SCRIPT_DIR/collect_metrics.sh" "$INSTALL_DIR/bin/collect_metrics.sh"
+  install -m 0755 "$SCRIPT_DIR/collect_efa.sh" "$INSTALL_DIR/bin/collect_efa.sh"
   install -m 0644 "$SCRIPT_DIR/dcgm-counters.csv" "$CONFIG_DIR/dcgm-counters.csv"
   local arch node_exporter
   arch=$(go_arch)
@@ -184,18 +227,25 @@ main() {
   fi
 
   if command -v nvidia-smi >/dev/null && nvidia-smi --list-gpus >/dev/null 2>&1; then
-    command -v docker >/dev/null || die "NVIDIA GPUs found but docker is missing: the DCGM exporter runs as a container"
-    local image="nvcr.io/nvidia/k8s/dcgm-exporter:$dcgm_tag"
-    retry docker pull --quiet "$image" >/dev/null
-    write_unit fminfra-dcgm-exporter.service "$(service_unit "fminfra: DCGM exporter (:9400)" \
-      "/usr/bin/docker run --rm --name fminfra-dcgm-exporter --gpus all --cap-add SYS_ADMIN --network host -v $CONFIG_DIR/dcgm-counters.csv:/etc/dcgm-exporter/fminfra-counters.csv:ro $image -f /etc/dcgm-exporter/fminfra-counters.csv -a :9400" \
-      $'ExecStartPre=-/usr/bin/docker rm -f fminfra-dcgm-exporter\nExecStop=/usr/bin/docker stop fminfra-dcgm-exporter\n')"
-    units+=(fminfra-dcgm-exporter.service)
+    # The scrape job stays even when the exporter cannot start: up{job="dcgm"} == 0 raises ExporterDown.
     scrape_configs+=$'\n'$(scrape_job dcgm 9400 "$host")
+    if ! has_container_toolkit; then
+      log "WARNING: NVIDIA GPUs found but the NVIDIA container toolkit is missing (no nvidia-container-runtime-hook or nvidia-ctk): the DCGM exporter is not started; install the toolkit and rerun this script"
+    elif ! ensure_docker; then
+      log "WARNING: NVIDIA GPUs found but docker is missing and could not be installed: the DCGM exporter is not started; install docker and rerun this script"
+    else
+      local image="nvcr.io/nvidia/k8s/dcgm-exporter:$dcgm_tag" docker_bin
+      docker_bin=$(command -v docker)
+      retry docker pull --quiet "$image" >/dev/null
+      write_unit fminfra-dcgm-exporter.service "$(service_unit "fminfra: DCGM exporter (:9400)" \
+        "$docker_bin run --rm --name fminfra-dcgm-exporter --gpus all --cap-add SYS_ADMIN --network host -v $CONFIG_DIR/dcgm-counters.csv:/etc/dcgm-exporter/fminfra-counters.csv:ro $image -f /etc/dcgm-exporter/fminfra-counters.csv -a :9400" \
+        "ExecStartPre=-$docker_bin rm -f fminfra-dcgm-exporter"$'\n'"ExecStop=$docker_bin stop fminfra-dcgm-exporter"$'\n' docker.service)"
+      units+=(fminfra-dcgm-exporter.service)
+    fi
   fi
 
   if [[ $kind == controller ]]; then
-    command -v sinfo >/dev/null || die "FMINFRA_NODE_KIND is controller but sinfo is not on PATH"
+    PATH=$UNIT_PATH:$PATH command -v sinfo >/dev/null || die "FMINFRA_NODE_KIND is controller but sinfo is neither in /opt/slurm/bin nor on PATH"
     mkdir -p "$STATE_DIR/textfile/slurm"
     timer_units slurm slurm "$interval"
     write_unit fminfra-slurm-exporter.service "$(service_unit "fminfra: Slurm exporter (:8080)" \

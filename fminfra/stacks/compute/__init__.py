@@ -78,7 +78,7 @@ class ComputeStack(cdk.Stack):
                 self.placement_groups[group.name] = ClusterPlacementGroup(
                     self,
                     f"PlacementGroup-{group.name}",
-                    ClusterPlacementGroupProps(group_name=cfg.physical_name(group.name)),
+                    ClusterPlacementGroupProps(name_tag=cfg.physical_name(group.name)),
                 )
 
         # Reserved capacity of ec2 groups and inference node groups (HyperPod cannot use EC2
@@ -202,6 +202,7 @@ class ComputeStack(cdk.Stack):
                     capacity_block=block,
                     block_starts_at=group.capacity.starts_at if block else None,
                     block_ends_at=group.capacity.ends_at if block else None,
+                    drain=group.capacity.drain,
                     group_name=cfg.physical_name(group.name),
                 ),
             )

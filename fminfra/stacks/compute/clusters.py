@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 import aws_cdk as cdk
+import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
@@ -21,10 +22,12 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
 from fminfra import catalog
 from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig, supported_kubernetes_versions
+from fminfra.config.compute import DEFAULT_GPU_TAINT
 from fminfra.constructs.acknowledge import acknowledge, literal
 from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChartSpec
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.constructs.hyperpod_dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.constructs.launch_template import (
     IMDS_HOP_LIMIT_EKS_NODES,
@@ -51,7 +54,8 @@ HYPERPOD_ADDONS = {
     "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
     "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
 }
-# Kubectl/helm Lambda layers by Kubernetes version (one per supported version).
+# Kubectl/helm Lambda layers by Kubernetes version (one per supported version; the layer's kubectl
+# minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34).
 KUBECTL_LAYERS = {"1.34": KubectlV34Layer}
 # Instance types on the Slurm controller and login groups are CPU types: no deep health checks.
 SLURM_CONTROLLER_DEEP_HEALTH_CHECKS: tuple[str, ...] = ()
@@ -73,6 +77,7 @@ class Orchestration:
     lifecycle: LifecycleScripts | None = None
     hyperpod: HyperPodCluster | None = None
     eks: EksCluster | None = None
+    dependencies: HyperPodDependencies | None = None
     scraper: AmpScraper | None = None
     inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
 
@@ -105,8 +110,54 @@ SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
 )
 
 
+# The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
+# the node exporter image, busybox sh) runs collect_efa.sh from a ConfigMap every 30 s into a volume
+# the node exporter's textfile collector reads. Chart values: prometheus-node-exporter's
+# configmaps, sidecars, sidecarVolumeMount, extraArgs, extraManifests
+# (docs/facts/observability.md#chart-node-exporter-sidecar-values).
+EFA_COLLECTOR_CONFIGMAP = "fminfra-efa-collector"
+EFA_TEXTFILE_DIR = "/var/lib/fminfra/textfile"
+EFA_COLLECT_SECONDS = 30
+
+
+def _efa_collector_values(script: str) -> dict[str, Any]:
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": EFA_COLLECTOR_CONFIGMAP, "namespace": "monitoring"},
+        "data": {"collect_efa.sh": script},
+    }
+    return {
+        "extraArgs": [f"--collector.textfile.directory={EFA_TEXTFILE_DIR}"],
+        "extraManifests": [yaml.safe_dump(configmap, sort_keys=False)],
+        "configmaps": [{"name": EFA_COLLECTOR_CONFIGMAP, "mountPath": "/opt/fminfra"}],
+        "sidecarVolumeMount": [{"name": "fminfra-textfile", "mountPath": EFA_TEXTFILE_DIR, "readOnly": False}],
+        "sidecars": [
+            {
+                "name": "efa-collector",
+                "command": ["/bin/sh", "/opt/fminfra/collect_efa.sh", "--every", str(EFA_COLLECT_SECONDS)],
+                "env": [{"name": "SYSFS_ROOT", "value": "/host/sys"}, {"name": "TEXTFILE_DIR", "value": EFA_TEXTFILE_DIR}],
+                "volumeMounts": [
+                    {"name": "sys", "mountPath": "/host/sys", "readOnly": True},
+                    {"name": EFA_COLLECTOR_CONFIGMAP, "mountPath": "/opt/fminfra", "readOnly": True},
+                ],
+            }
+        ],
+    }
+
+
 def exporter_charts() -> list[HelmChartSpec]:
-    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs)."""
+    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs).
+
+    The DCGM exporter collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm
+    and ec2 nodes do (the chart's `customMetrics` replaces its default list, which lacks the ECC,
+    violation, NVLink error and Xid-count fields the rules use:
+    docs/facts/observability.md#dcgm-exporter-chart-custom-metrics). The node exporter also serves
+    the EFA counters (see `_efa_collector_values`).
+    """
+    observability = scripts_root() / "observability"
+    counters = (observability / "dcgm-counters.csv").read_text(encoding="utf-8")
+    efa_script = (observability / "collect_efa.sh").read_text(encoding="utf-8")
     return [
         HelmChartSpec(
             name="dcgm-exporter",
@@ -114,7 +165,7 @@ def exporter_charts() -> list[HelmChartSpec]:
             repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
             version=version("CHART_DCGM_EXPORTER_VERSION"),
             namespace="monitoring",
-            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}},
+            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}, "customMetrics": counters},
         ),
         HelmChartSpec(
             name="prometheus-node-exporter",
@@ -122,39 +173,99 @@ def exporter_charts() -> list[HelmChartSpec]:
             repository="https://prometheus-community.github.io/helm-charts",
             version=version("CHART_PROMETHEUS_NODE_EXPORTER_VERSION"),
             namespace="monitoring",
-            values={"image": {"tag": f"v{version('NODE_EXPORTER_VERSION')}"}, "tolerations": [{"operator": "Exists"}]},
+            values={
+                "image": {"tag": f"v{version('NODE_EXPORTER_VERSION')}"},
+                "tolerations": [{"operator": "Exists"}],
+                **_efa_collector_values(efa_script),
+            },
         ),
     ]
 
 
-def helm_charts() -> list[HelmChartSpec]:
-    """The HyperPod dependency charts fminfra installs, at the manifest's versions."""
-    return [
+# The node label every EKS node carries with its EC2 instance type (HyperPod nodes carry the ml.
+# name), selected instead of node-feature-discovery's labels (docs/facts/eks.md#k8s-instance-type-label).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The values keys fminfra sets, each referenced as .Values.<key> by the chart's templates at the
+# pinned version (docs/facts/eks.md#chart-nvidia-device-plugin-values, #chart-aws-efa-k8s-device-plugin-values).
+DEVICE_PLUGIN_VALUE_KEYS = {
+    "nvidia-device-plugin": ("affinity", "tolerations"),
+    "aws-efa-k8s-device-plugin": ("supportedInstanceLabels", "tolerations"),
+}
+
+
+def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
+    """Tolerations of the inference groups' taints (the GPU taint when a group lists none), one per
+    (key, effect), plus the CriticalAddonsOnly one the charts' defaults carry."""
+    seen: dict[tuple[str, str], None] = {("CriticalAddonsOnly", ""): None}
+    for g in cfg.compute.inference_node_groups:
+        for taint in [(t.key, t.effect) for t in g.taints] or [(DEFAULT_GPU_TAINT[0], DEFAULT_GPU_TAINT[2])]:
+            seen.setdefault(taint, None)
+    return [{"key": k, "operator": "Exists", **({"effect": e} if e else {})} for k, e in seen]
+
+
+def device_plugin_charts(cfg: EnvironmentConfig) -> list[HelmChartSpec]:
+    """fminfra's NVIDIA and EFA device plugins, only for the EKS inference node groups: they select
+    the groups' EC2 instance types (never a HyperPod ml. type, which the HyperPod dependency chart's
+    own plugins select) and tolerate the groups' taints. None without inference groups."""
+    groups = cfg.compute.inference_node_groups
+    if not groups:
+        return []
+    tolerations = _tolerations(cfg)
+    gpu_types = sorted({g.spec.name for g in groups})
+    charts = [
         HelmChartSpec(
             name="nvidia-device-plugin",
             chart="nvidia-device-plugin",
             repository="https://nvidia.github.io/k8s-device-plugin",
             version=version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION"),
-        ),
-        HelmChartSpec(
-            name="aws-efa-k8s-device-plugin",
-            chart="aws-efa-k8s-device-plugin",
-            repository="https://aws.github.io/eks-charts",
-            version=version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION"),
-            values={"tolerations": [{"operator": "Exists"}]},
-        ),
+            values={
+                # Replaces the default affinity on node-feature-discovery labels, which nothing sets.
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": gpu_types}]}
+                            ]
+                        }
+                    }
+                },
+                "tolerations": tolerations,
+            },
+        )
     ]
+    efa_types = sorted({g.spec.name for g in groups if g.spec.training})
+    if efa_types:
+        charts.append(
+            HelmChartSpec(
+                name="aws-efa-k8s-device-plugin",
+                chart="aws-efa-k8s-device-plugin",
+                repository="https://aws.github.io/eks-charts",
+                version=version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION"),
+                values={"supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": efa_types}, "tolerations": tolerations[1:]},
+            )
+        )
+    return charts
+
+
+def hyperpod_dependency_values(cfg: EnvironmentConfig) -> dict[str, object]:
+    """Values on top of the HyperPod dependency chart's defaults: only the health-monitoring agent's
+    region, which otherwise falls back to us-east-1 while no node exists yet
+    (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region)."""
+    return {"health-monitoring-agent": {"region": cfg.region}}
 
 
 def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None, remote_write_url: str | None = None) -> dict[str, Any]:
     """provisioning_parameters.json: what the lifecycle scripts (and HyperPod's classic Slurm
     set-up) read: the group names by Slurm role, the FSx file system to mount, and where the
-    exporters remote-write (the AMP workspace's URL, when there is one)."""
+    exporters remote-write (the AMP workspace's URL, when there is one). `gpu_groups` names the
+    training groups (all GPU types): only their nodes run the GPU verification; the Slurm
+    controller and login groups are CPU types (scripts/lifecycle/on_create.sh)."""
     params: dict[str, Any] = {
         "version": "1.0.0",
         "workload_manager": cfg.compute.orchestrator,
         "cluster_name": cfg.physical_name("hyperpod"),
         "region": cfg.region,
+        "gpu_groups": [g.name for g in cfg.compute.instance_groups],
     }
     if cfg.compute.orchestrator == "slurm":
         slurm = cfg.compute.slurm
@@ -231,6 +342,7 @@ def add_eks_and_hyperpod(
         if compute.orchestrator == "eks":
             addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
+        kubectl_layer = layer_class(stack, "KubectlLayer")
         out.eks = EksCluster(
             stack,
             "Eks",
@@ -243,13 +355,28 @@ def add_eks_and_hyperpod(
                 addon_versions=addons,
                 admin_principal_arns=compute.eks.admin_principal_arns,
                 public_access_cidrs=compute.eks.public_access_cidrs,
-                helm_charts=[*helm_charts(), *(exporter_charts() if prometheus is not None else [])],
-                kubectl_layer=layer_class(stack, "KubectlLayer"),
+                helm_charts=[*device_plugin_charts(cfg), *(exporter_charts() if prometheus is not None else [])],
+                kubectl_layer=kubectl_layer,
                 removal_policy=removal_policy(cfg),
+                system_node_count=compute.system_node_count(),
+                system_node_instance_type=compute.eks.system_nodes.instance_type,
             ),
         )
         if compute.orchestrator == "eks":
             _training_operator_identity(stack, out.eks)
+            out.dependencies = HyperPodDependencies(
+                stack,
+                "HyperPodDependencies",
+                HyperPodDependenciesProps(
+                    cluster=out.eks.cluster,
+                    subnets=network.private_subnets,
+                    kubectl_layer=kubectl_layer,
+                    commit=version("HYPERPOD_CLI_COMMIT"),
+                    values=hyperpod_dependency_values(cfg),
+                ),
+            )
+            # helm reaches pods' networking only once the VPC CNI runs.
+            out.dependencies.resource.node.add_dependency(out.eks.addons["vpc-cni"])
         if prometheus is not None:
             out.scraper = _amp_scraper(stack, cfg, network, out.eks, prometheus)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
@@ -326,11 +453,7 @@ def add_eks_and_hyperpod(
         # The training operator's managed policy acts only on clusters tagged SageMaker=true.
         cdk.Tags.of(out.hyperpod.cluster).add("SageMaker", "true")
         if out.eks is not None and compute.orchestrator == "eks":
-            # HyperPod checks the add-ons and charts when it attaches to the cluster.
-            for addon in out.eks.addons.values():
-                out.hyperpod.node.add_dependency(addon)
-            for chart in out.eks.charts.values():
-                out.hyperpod.node.add_dependency(chart)
+            _order_hyperpod_eks(out)
         cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(
@@ -459,6 +582,21 @@ def _training_operator_identity(stack: cdk.Stack, eks_cluster: EksCluster) -> No
     operator.node.add_dependency(association)
     operator.node.add_dependency(eks_cluster.addons["cert-manager"])
     operator.node.add_dependency(eks_cluster.addons["eks-pod-identity-agent"])
+
+
+# What the HyperPod cluster waits for: the add-ons HyperPod's prerequisites name and the dependency
+# chart (docs/facts/hyperpod.md#hyperpod-eks-prerequisites, #hyperpod-eks-helm-chart-required).
+HYPERPOD_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
+
+
+def _order_hyperpod_eks(out: Orchestration) -> None:
+    """HyperPod after its prerequisites; the training operator after HyperPod (its install page
+    lists an existing HyperPod cluster as a prerequisite: docs/facts/hyperpod.md#hyperpod-training-operator-addon)."""
+    assert out.eks is not None and out.hyperpod is not None and out.dependencies is not None
+    for name in HYPERPOD_PREREQUISITE_ADDONS:
+        out.hyperpod.node.add_dependency(out.eks.addons[name])
+    out.hyperpod.node.add_dependency(out.dependencies.resource)
+    out.eks.addons["amazon-sagemaker-hyperpod-training-operator"].node.add_dependency(out.hyperpod.cluster)
 
 
 def _grant_data_bucket(

@@ -1,0 +1,114 @@
+"""Prices for the `cost` command: a dated table of public prices shipped with the package, and the
+AWS Price List API for `--live`.
+
+The table (`prices.yaml` beside this module) holds only prices with a public source and the date
+they were checked; anything else is "price unknown", never a guess. `--live` asks the Price List
+API (`pricing` in boto3), whose endpoints are in us-east-1 and ap-south-1
+(docs/facts/pricing.md#price-list-api-endpoints), for the environment's region.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PRICES_FILE = Path(__file__).with_name("prices.yaml")
+# Price List API endpoints (docs/facts/pricing.md#price-list-api-endpoints).
+PRICE_LIST_REGIONS = ("us-east-1", "ap-south-1")
+
+
+@dataclass(frozen=True)
+class Price:
+    """One unit price in USD, with where it came from."""
+
+    usd: float
+    unit: str
+    source: str
+    checked: str = ""
+
+
+@cache
+def table() -> dict[tuple[str, str], Price]:
+    """(key, region) -> Price, from prices.yaml."""
+    data = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))
+    return {
+        (row["key"], row["region"]): Price(float(row["usd"]), str(row["unit"]), str(row["source"]), str(row["checked"]))
+        for row in data["prices"]
+    }
+
+
+class PriceBook:
+    """Looks a price up in the table, or (live) in the Price List API; None when unknown."""
+
+    def __init__(self, region: str, *, pricing_client: Any = None) -> None:
+        self.region = region
+        self.client = pricing_client
+        self._live: dict[str, Price | None] = {}
+
+    def get(self, key: str) -> Price | None:
+        if self.client is not None:
+            if key not in self._live:
+                self._live[key] = live_price(self.client, key, self.region)
+            if self._live[key] is not None:
+                return self._live[key]
+        return table().get((key, self.region))
+
+
+# What each key asks the Price List API: service code and exact-match filters. Only keys whose
+# product attributes are documented by the service's price list are asked; the others stay on
+# the table (docs/facts/pricing.md#price-list-api-attributes).
+def _query(key: str, region: str) -> tuple[str, dict[str, str]] | None:
+    kind, _, detail = key.partition(":")
+    if kind == "ec2":
+        return "AmazonEC2", {
+            "instanceType": detail,
+            "regionCode": region,
+            "operatingSystem": "Linux",
+            "tenancy": "Shared",
+            "preInstalledSw": "NA",
+            "capacitystatus": "Used",
+        }
+    if kind == "sagemaker-hyperpod":
+        return "AmazonSageMaker", {"instanceName": detail, "regionCode": region}
+    if kind == "nat-gateway":
+        return "AmazonEC2", {"productFamily": "NAT Gateway", "regionCode": region, "group": "NGW:NatGateway"}
+    return None
+
+
+def live_price(client: Any, key: str, region: str) -> Price | None:
+    """The On-Demand USD price of one key from GetProducts, or None when the API has no single answer."""
+    query = _query(key, region)
+    if query is None:
+        return None
+    service, filters = query
+    response = client.get_products(
+        ServiceCode=service,
+        Filters=[{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in filters.items()],
+        MaxResults=100,
+    )
+    prices: set[tuple[float, str]] = set()
+    for item in response.get("PriceList", []):
+        product = json.loads(item) if isinstance(item, str) else item
+        if key.startswith("sagemaker-hyperpod:") and not _is_hyperpod(product):
+            continue
+        for term in (product.get("terms", {}).get("OnDemand") or {}).values():
+            for dimension in (term.get("priceDimensions") or {}).values():
+                usd = float(dimension.get("pricePerUnit", {}).get("USD", "0") or 0)
+                if usd > 0:
+                    prices.add((usd, str(dimension.get("unit", "")).lower()))
+    if len(prices) != 1:  # none, or several products the filters cannot tell apart: do not pick one
+        return None
+    ((usd, unit),) = prices
+    return Price(usd, "hour" if unit.startswith("h") else unit, f"AWS Price List API, {service}, {region} (--live)")
+
+
+def _is_hyperpod(product: dict[str, Any]) -> bool:
+    """SageMaker products of HyperPod clusters: their component or usage type names the cluster."""
+    attributes = product.get("product", {}).get("attributes", {})
+    text = f"{attributes.get('component', '')} {attributes.get('usagetype', '')}".lower()
+    return "hyperpod" in text or "cluster" in text
