@@ -55,6 +55,15 @@ SKIPS: tuple[Skip, ...] = (
         for prefix, what in _CDK_LAMBDAS
         for check, reason in _LAMBDA_REASONS.items()
     ),
+    *(
+        Skip(
+            check,
+            "AWS::Lambda::Function",
+            "HyperPodDependenciesFunction",
+            f"fminfra's custom-resource handler that installs the HyperPod dependency chart (HyperPodDependencies): {_LAMBDA_REASONS[check]}",
+        )
+        for check in ("CKV_AWS_115", "CKV_AWS_116")
+    ),
     Skip(
         "CKV_AWS_117",
         "AWS::Lambda::Function",
