@@ -233,6 +233,8 @@ def _resolve(value: Any, imports: dict[str, str]) -> str:
     if "Fn::ImportValue" in value:
         (found,) = [v for k, v in imports.items() if k in value["Fn::ImportValue"]]
         return found
+    if value == {"Ref": "AWS::URLSuffix"}:  # what CloudFormation resolves it to in the aws partition
+        return "amazonaws.com"
     raise AssertionError(f"cannot resolve {value}")
 
 

@@ -1,5 +1,22 @@
 """A fake node for the node-script tests: a fake root, fake commands on PATH that log their calls,
-and fake downloads. Nothing here touches the real machine."""
+a fake package repository and fake downloads. Nothing here touches the real machine.
+
+What the fakes model, and from where:
+- apt: `apt-get install NAME=VERSION` fails unless the repository offers that exact version, and
+  refuses to change a held package without `--allow-change-held-packages` (apt's own messages);
+  `apt-get update` fails when two entries for one URL name different `signed-by` keyrings
+  (docs/facts/node-software.md#apt-signed-by-conflict); `apt-cache madison` prints
+  "name | version | source" rows and dnf `list --showduplicates` "name.arch version repo"
+  (docs/facts/node-software.md#package-version-queries).
+- The repository offers what NVIDIA's CUDA repository offers for the versions used here: the
+  NCCL builds of docs/facts/node-software.md#nccl-package-cuda-suffix (2.30.4-1 for CUDA 13.2 and
+  12.9 only), the driver, Fabric Manager and nvidia-imex at each modelled driver version, nvlsm.
+- The EFA installer writes the layout of docs/facts/node-software.md#efa-install-paths and
+  #ofi-nccl-library-layout: libfabric and Open MPI under lib64 on AL2023 and lib on Ubuntu, the
+  aws-ofi-nccl plugin under /opt/amazon/ofi-nccl/lib (deb) or lib64 (rpm).
+- The loaded driver is /sys/module/nvidia/version, which nvidia-smi reports.
+- Images (IMAGES below) are described one by one with their sources.
+"""
 
 from __future__ import annotations
 
@@ -13,35 +30,92 @@ from tests.conftest import ROOT
 
 NODE = ROOT / "scripts" / "node"
 MANIFEST = parse_manifest((NODE / "versions.env").read_text())
-FAKE_GDRCOPY_COMMIT = "1" * 40
-FAKE_NCCL_TESTS_COMMIT = "2" * 40
+NCCL_PKG = f"{MANIFEST['NCCL_VERSION']}+cuda{MANIFEST['NCCL_PACKAGE_CUDA']}"
+KERNEL = "6.8.0-1066-aws"
 
-# Each fake logs "name args..." to $FAKE_LOG, then does its part.
-_PRELUDE = '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$FAKE_LOG"\n'
+# Each fake logs "name args..." to $FAKE_LOG, then does its part. cuda_dirs: the toolkit package
+# cuda-toolkit-X-Y installs /usr/local/cuda-X.Y.
+_PRELUDE = (
+    '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$FAKE_LOG"\n'
+    "cuda_dirs() { [[ $1 =~ ^cuda-toolkit-([0-9]+)-([0-9]+)$ ]] || return 0; "
+    'mkdir -p "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin"; '
+    'touch "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin/nvcc"; '
+    'chmod +x "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin/nvcc"; }\n'
+)
 
 FAKES: dict[str, str] = {
     "apt-get": r"""
 if [[ -f $FAKE_STATE/apt-fail-once ]]; then rm -f "$FAKE_STATE/apt-fail-once"; exit 100; fi
-install=0
+if [[ " $* " == *" update "* ]]; then
+  declare -A seen=()
+  for f in "$FMINFRA_ROOT"/etc/apt/sources.list.d/*.list; do
+    [[ -f $f ]] || continue
+    while read -r line; do
+      [[ $line =~ ^deb\ \[signed-by=([^]]+)\]\ ([^ ]+) ]] || continue
+      url=${BASH_REMATCH[2]%/}; key=${BASH_REMATCH[1]}
+      if [[ -n ${seen[$url]:-} && ${seen[$url]} != "$key" ]]; then
+        echo "E: Conflicting values set for option Signed-By regarding source $url/ /: ${seen[$url]} != $key" >&2; exit 100
+      fi
+      seen[$url]=$key
+    done <"$f"
+  done
+  exit 0
+fi
+install=0; allow_held=0; names=(); versions=()
 for a in "$@"; do
+  [[ $a == --allow-change-held-packages ]] && allow_held=1
   if [[ $a == install ]]; then install=1; continue; fi
   [[ $install == 1 && $a != -* ]] || continue
-  name=${a%%=*}; version=1.0-fake
+  name=${a%%=*}; version=""
   [[ $a == *=* ]] && version=${a#*=}
-  [[ $name =~ ^nvidia-(driver|fabricmanager)-([0-9]+) ]] && version=${BASH_REMATCH[2]}.95.05-1
-  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"
+  if [[ -n $version ]]; then
+    if [[ ! -f $FAKE_STATE/repo/$name ]] || ! grep -qxF -- "$version" "$FAKE_STATE/repo/$name"; then
+      echo "E: Version '$version' for '$name' was not found" >&2; exit 100
+    fi
+  elif [[ -f $FAKE_STATE/repo/$name ]]; then version=$(tail -n 1 "$FAKE_STATE/repo/$name")
+  else version=1.0-fake; fi
+  if [[ -f $FAKE_STATE/held/$name && $allow_held == 0 && -f $FAKE_STATE/pkgs/$name && $(<"$FAKE_STATE/pkgs/$name") != "$version" ]]; then
+    echo "E: Held packages were changed and -y was used without --allow-change-held-packages." >&2; exit 100
+  fi
+  names+=("$name"); versions+=("$version")
 done
+mkdir -p "$FAKE_STATE/pkgs"
+for i in "${!names[@]}"; do printf '%s' "${versions[$i]}" >"$FAKE_STATE/pkgs/${names[$i]}"; cuda_dirs "${names[$i]}"; done
+""",
+    "apt-cache": r"""
+[[ $1 == madison ]] || exit 0
+[[ -f $FAKE_STATE/repo/$2 ]] || exit 0
+while read -r v; do printf '%10s | %s | https://developer.download.nvidia.com/compute/cuda/repos/fake  Packages\n' "$2" "$v"; done <"$FAKE_STATE/repo/$2"
+""",
+    "apt-mark": r"""
+mkdir -p "$FAKE_STATE/held"; op=$1; shift
+for n in "$@"; do if [[ $op == hold ]]; then touch "$FAKE_STATE/held/$n"; else rm -f "$FAKE_STATE/held/$n"; fi; done
 """,
     "dnf": r"""
+if [[ " $* " == *" list "* ]]; then
+  name=${!#}; [[ -f $FAKE_STATE/repo/$name ]] || exit 1
+  while read -r v; do printf '%s.x86_64  %s  fminfra-cuda\n' "$name" "$v"; done <"$FAKE_STATE/repo/$name"; exit 0
+fi
+if [[ " $* " == *" versionlock "* ]]; then
+  mkdir -p "$FAKE_STATE/held"; add=0; [[ " $* " == *" add "* ]] && add=1
+  for n in "$@"; do [[ $n == -* || $n == versionlock || $n == add || $n == delete ]] && continue
+    if [[ $add == 1 ]]; then touch "$FAKE_STATE/held/$n"; else rm -f "$FAKE_STATE/held/$n"; fi; done
+  exit 0
+fi
 install=0
 for a in "$@"; do
   if [[ $a == install ]]; then install=1; continue; fi
-  [[ $install == 1 && $a != -* ]] || continue
-  name=$a; version=1.0-fake
-  if [[ $a =~ ^(libnccl|libnccl-devel)-([0-9].*)$ ]]; then name=${BASH_REMATCH[1]}; version=${BASH_REMATCH[2]}; fi
-  if [[ $a =~ ^nvidia-driver:([0-9]+) ]]; then name=nvidia-driver; version=${BASH_REMATCH[1]}.95.05-1; fi
-  [[ $a == nvidia-fabric-manager ]] && version=580.95.05-1
-  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"
+  [[ $install == 1 && $a != -* && $a != *'('* ]] || continue
+  name=$a; version=""; versioned=0
+  for r in "$FAKE_STATE"/repo/*; do
+    n=$(basename "$r")
+    [[ $a == "$n"-[0-9]* ]] && versioned=1
+    if [[ $a == "$n"-* ]] && grep -qxF -- "${a#"$n"-}" "$r"; then name=$n; version=${a#"$n"-}; fi
+  done
+  if [[ -z $version && $versioned == 1 ]]; then echo "Error: Unable to find a match: $a" >&2; exit 1; fi
+  if [[ $a =~ ^nvidia-driver:([0-9]+) ]]; then name=nvidia-driver; version=$(tail -n 1 "$FAKE_STATE/repo/nvidia-driver-${BASH_REMATCH[1]}-open"); fi
+  [[ -n $version ]] || { if [[ -f $FAKE_STATE/repo/$name ]]; then version=$(tail -n 1 "$FAKE_STATE/repo/$name"); else version=1.0-fake; fi; }
+  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"; cuda_dirs "$name"
 done
 """,
     "dpkg-query": r"""
@@ -104,10 +178,9 @@ case $1 in
 esac
 """,
     "nvidia-smi": r"""
-version=${FAKE_DRIVER_VERSION:-}
-if [[ -z $version ]]; then
-  for f in "$FAKE_STATE"/pkgs/nvidia-driver*; do [[ -f $f ]] && version=$(<"$f") && version=${version%-*}; done
-fi
+version=${FAKE_DRIVER_VERSION-}
+[[ -n ${FAKE_DRIVER_VERSION+set} || ! -f $FMINFRA_ROOT/sys/module/nvidia/version ]] || version=$(<"$FMINFRA_ROOT/sys/module/nvidia/version")
+[[ -n ${FAKE_SMI_VERSION:-} ]] && version=$FAKE_SMI_VERSION
 [[ -n $version ]] || { echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." ; exit 9; }
 if [[ $1 == nvlink ]]; then
   for ((g = 0; g < ${FAKE_GPUS:-8}; g++)); do echo "GPU $g: NVIDIA H100 80GB HBM3"; for l in 0 1; do echo "	 Link $l: 26.562 GB/s"; done; done
@@ -116,6 +189,31 @@ if [[ $1 == nvlink ]]; then
 fi
 for ((g = 0; g < ${FAKE_GPUS:-8}; g++)); do echo "$version"; done
 """,
+    "modprobe": r"""
+if [[ $1 == nvidia ]]; then
+  for f in "$FAKE_STATE"/pkgs/nvidia-driver*; do
+    [[ -f $f ]] || continue
+    mkdir -p "$FMINFRA_ROOT/sys/module/nvidia"; v=$(<"$f"); printf '%s\n' "${v%-*}" >"$FMINFRA_ROOT/sys/module/nvidia/version"
+  done
+fi
+""",
+    "make": r"""
+prefix=""; build=""
+for a in "$@"; do case $a in prefix=*) prefix=${a#prefix=} ;; BUILDDIR=*) build=${a#BUILDDIR=} ;; esac; done
+if [[ " $* " == *" lib_install "* ]]; then mkdir -p "$prefix/lib"; touch "$prefix/lib/libgdrapi.so.2.5" "$prefix/lib/libgdrapi.so.2" "$prefix/lib/libgdrapi.so"; fi
+if [[ " $* " == *" drv_install "* ]]; then mkdir -p "$FMINFRA_ROOT/lib/modules/$FMINFRA_KERNEL_RELEASE/extra"; touch "$FMINFRA_ROOT/lib/modules/$FMINFRA_KERNEL_RELEASE/extra/gdrdrv.ko"; fi
+if [[ -n $build ]]; then mkdir -p "$build"; touch "$build/all_reduce_perf"; fi
+""",
+    "g++": r"""
+[[ $1 == -dumpversion ]] && { echo "${FAKE_GXX_VERSION:-11}"; exit 0; }
+[[ " $* " == *" -std=c++20 "* && ${FAKE_GXX_VERSION:-11} -lt 10 ]] && { echo "g++: error: unrecognized command-line option '-std=c++20'" >&2; exit 1; }
+cat >/dev/null; exit 0
+""",
+    "ssh": r"""
+[[ ${FAKE_SSH_OK:-0} == 1 ]] && exit 0
+echo "$3: Permission denied (publickey)." >&2; exit 255
+""",
+    "hostname": "echo ip-10-0-0-1\n",
     "lspci": r"""
 echo "00:05.0 Ethernet controller: Amazon.com, Inc. Elastic Network Adapter (ENA)"
 for ((i = 0; i < ${FAKE_EFA_COUNT:-0}; i++)); do echo "00:1$i.0 Ethernet controller: Amazon.com, Inc. Elastic Fabric Adapter (EFA)"; done
@@ -126,23 +224,41 @@ printf 'provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n'
 """,
     "mpirun": 'cat "$FAKE_ALLREDUCE_OUTPUT"\n',
     "srun": 'cat "$FAKE_ALLREDUCE_OUTPUT"\n',
-    "make": "",
-    "apt-mark": "",
     "systemctl": "",
-    "modprobe": "",
     "ldconfig": "",
 }
 
 # Commands that only read the node's state; a second bootstrap run may call these and nothing else.
 READ_ONLY = {"dpkg-query", "rpm", "nvidia-smi"}
 
+# The EFA installer: the layout of the OS family it runs on (FAKE_OS_FAMILY: deb or rpm).
 EFA_INSTALLER = r"""#!/usr/bin/env bash
 printf '%s\n' "efa_installer.sh $*" >>"$FAKE_LOG"
-mkdir -p "$FMINFRA_ROOT/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu" "$FAKE_STATE/pkgs"
+lib=lib; [[ $FAKE_OS_FAMILY == rpm ]] && lib=lib64
+mkdir -p "$FMINFRA_ROOT/opt/amazon/efa/$lib" "$FMINFRA_ROOT/opt/amazon/openmpi/$lib" "$FMINFRA_ROOT/opt/amazon/ofi-nccl/$lib" "$FAKE_STATE/pkgs"
 printf '# EFA installer version: @EFA@\n' >"$FMINFRA_ROOT/opt/amazon/efa_installed_packages"
-touch "$FMINFRA_ROOT/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so"
+touch "$FMINFRA_ROOT/opt/amazon/efa/$lib/libfabric.so.1" "$FMINFRA_ROOT/opt/amazon/openmpi/$lib/libmpi.so.40"
+touch "$FMINFRA_ROOT/opt/amazon/ofi-nccl/$lib/libnccl-net-ofi.so" "$FMINFRA_ROOT/opt/amazon/ofi-nccl/$lib/libnccl-ofi-tuner.so"
 printf '@OFI@-1' >"$FAKE_STATE/pkgs/libnccl-ofi"
 """
+
+# What the fake repository offers (NVIDIA's CUDA repository for the versions modelled here).
+REPOSITORY: dict[str, list[str]] = {
+    "libnccl2": ["2.28.9-1+cuda13.0", "2.30.4-1+cuda12.9", "2.30.4-1+cuda13.2"],
+    "libnccl-dev": ["2.28.9-1+cuda13.0", "2.30.4-1+cuda12.9", "2.30.4-1+cuda13.2"],
+    "libnccl": ["2.28.9-1+cuda13.0", "2.30.4-1+cuda12.9", "2.30.4-1+cuda13.2"],
+    "libnccl-devel": ["2.28.9-1+cuda13.0", "2.30.4-1+cuda12.9", "2.30.4-1+cuda13.2"],
+    "nvidia-driver-580-open": ["580.95.05-1"],
+    "nvidia-fabricmanager-580": ["580.95.05-1"],
+    "nvidia-fabricmanager-595": ["595.91.07-1"],
+    "nvidia-fabricmanager-570": ["570.172.08-1"],
+    "nvidia-fabric-manager": ["580.95.05-1"],
+    "nvidia-imex-580": ["580.95.05-1"],
+    "nvidia-imex-595": ["595.91.07-1"],
+    "nvidia-imex": ["580.95.05-1", "595.91.07-1"],
+    "nvlsm": ["2025.06.10-1"],
+    "cuda-toolkit-13-0": ["13.0.2-1"],
+}
 
 
 @dataclass
@@ -172,8 +288,15 @@ class FakeNode:
     def markers(self) -> Path:
         return self.root / "var" / "lib" / "fminfra"
 
+    @property
+    def manifest(self) -> Path:
+        return Path(self.env["FMINFRA_VERSIONS"])
+
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
+
+    def installs(self) -> list[str]:
+        return [c for c in self.calls() if (c.startswith(("apt-get", "dnf")) and " install " in c) or c.startswith("efa_installer")]
 
     def run(self, script: str, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
         env = {**self.env, **extra_env}
@@ -187,8 +310,42 @@ class FakeNode:
             if p.is_file() and "var/log" not in str(p.relative_to(self.root))
         }
 
+    def package(self, name: str) -> str | None:
+        path = self.state / "pkgs" / name
+        return path.read_text() if path.exists() else None
 
-def make_node(base: Path, *, os_id: str = "ubuntu", os_version: str = "22.04", pinned_commits: bool = True) -> FakeNode:
+    def put(self, path: str, content: str = "") -> None:
+        target = self.root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+
+    def set_manifest(self, **values: str) -> None:
+        """Change pins in this node's copy of the manifest (a pin bump)."""
+        lines = []
+        for line in self.manifest.read_text().splitlines():
+            key = line.split("=", 1)[0]
+            lines.append(f"{key}={values.pop(key)}" if key in values and not line.startswith("#") else line)
+        assert not values, values
+        self.manifest.write_text("\n".join(lines) + "\n")
+
+    def offer(self, name: str, *versions: str) -> None:
+        path = self.state / "repo" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existing = path.read_text().splitlines() if path.exists() else []
+        path.write_text("\n".join([*existing, *versions]) + "\n")
+
+    def install_packages(self, **packages: str) -> None:
+        pkgs = self.state / "pkgs"
+        pkgs.mkdir(parents=True, exist_ok=True)
+        for name, version in packages.items():
+            (pkgs / name.replace("_", "-")).write_text(version)
+
+    def load_driver(self, version: str) -> None:
+        self.put("/sys/module/nvidia/version", version + "\n")
+
+
+def make_node(base: Path, *, os_id: str = "ubuntu", os_version: str = "22.04") -> FakeNode:
+    """A plain image of the OS (nothing of the GPU stack), with the real manifest."""
     node = FakeNode(base)
     bin_dir = base / "bin"
     for d in (bin_dir, node.root / "etc", node.state, node.downloads):
@@ -198,29 +355,17 @@ def make_node(base: Path, *, os_id: str = "ubuntu", os_version: str = "22.04", p
         path.write_text(_PRELUDE + body)
         path.chmod(0o755)
     (node.root / "etc" / "os-release").write_text(f'NAME="test"\nID={os_id}\nVERSION_ID="{os_version}"\n')
-
-    manifest = (NODE / "versions.env").read_text()
-    if pinned_commits:
-        manifest = manifest.replace("\nGDRCOPY_COMMIT=\n", f"\nGDRCOPY_COMMIT={FAKE_GDRCOPY_COMMIT}\n")
-        manifest = manifest.replace("\nNCCL_TESTS_COMMIT=\n", f"\nNCCL_TESTS_COMMIT={FAKE_NCCL_TESTS_COMMIT}\n")
-    (base / "versions.env").write_text(manifest)
+    (base / "versions.env").write_text((NODE / "versions.env").read_text())
+    for name, versions in REPOSITORY.items():
+        node.offer(name, *versions)
 
     # Downloads: the NVIDIA repository keys and the EFA installer with its key and signature. A
     # fake key file holds its fingerprint; a fake signature says GOOD or BAD and by which key.
     apt_fpr, rpm_fpr = MANIFEST["NVIDIA_APT_KEY_FINGERPRINT"], MANIFEST["NVIDIA_RPM_KEY_FINGERPRINT"]
     (node.downloads / f"{apt_fpr[-8:].lower()}.pub").write_text(apt_fpr + "\n")
     (node.downloads / f"{rpm_fpr[-8:]}.pub").write_text(rpm_fpr + "\n")
-    efa_version = MANIFEST["EFA_INSTALLER_VERSION"]
-    installer_dir = base / "efa-src" / "aws-efa-installer"
-    installer_dir.mkdir(parents=True)
-    installer = installer_dir / "efa_installer.sh"
-    installer.write_text(EFA_INSTALLER.replace("@EFA@", efa_version).replace("@OFI@", MANIFEST["AWS_OFI_NCCL_VERSION"]))
-    installer.chmod(0o755)
-    tarball = node.downloads / f"aws-efa-installer-{efa_version}.tar.gz"
-    with tarfile.open(tarball, "w:gz") as tar:
-        tar.add(installer_dir, arcname="aws-efa-installer")
+    write_efa_installer(node, MANIFEST["EFA_INSTALLER_VERSION"], MANIFEST["AWS_OFI_NCCL_VERSION"])
     (node.downloads / "aws-efa-installer.key").write_text(MANIFEST["EFA_INSTALLER_KEY_FINGERPRINT"] + "\n")
-    sign(node, good=True)
 
     node.env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin",
@@ -228,35 +373,134 @@ def make_node(base: Path, *, os_id: str = "ubuntu", os_version: str = "22.04", p
         "FMINFRA_ROOT": str(node.root),
         "FMINFRA_VERSIONS": str(base / "versions.env"),
         "FMINFRA_RETRY_DELAY_S": "0",
-        "FMINFRA_KERNEL_RELEASE": "6.8.0-1000-aws",
+        "FMINFRA_KERNEL_RELEASE": KERNEL,
         "FAKE_LOG": str(node.log),
         "FAKE_STATE": str(node.state),
         "FAKE_DOWNLOADS": str(node.downloads),
+        "FAKE_OS_FAMILY": "rpm" if os_id == "amzn" else "deb",
     }
     return node
 
 
-def sign(node: FakeNode, *, good: bool, fingerprint: str | None = None) -> None:
+def write_efa_installer(node: FakeNode, efa_version: str, ofi_version: str) -> None:
+    installer_dir = node.base / f"efa-src-{efa_version}" / "aws-efa-installer"
+    installer_dir.mkdir(parents=True, exist_ok=True)
+    installer = installer_dir / "efa_installer.sh"
+    installer.write_text(EFA_INSTALLER.replace("@EFA@", efa_version).replace("@OFI@", ofi_version))
+    installer.chmod(0o755)
+    tarball = node.downloads / f"aws-efa-installer-{efa_version}.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(installer_dir, arcname="aws-efa-installer")
+    sign(node, good=True, version=efa_version)
+
+
+def sign(node: FakeNode, *, good: bool, fingerprint: str | None = None, version: str | None = None) -> None:
     fpr = fingerprint or MANIFEST["EFA_INSTALLER_KEY_FINGERPRINT"]
-    sig = node.downloads / f"aws-efa-installer-{MANIFEST['EFA_INSTALLER_VERSION']}.tar.gz.sig"
+    sig = node.downloads / f"aws-efa-installer-{version or MANIFEST['EFA_INSTALLER_VERSION']}.tar.gz.sig"
     sig.write_text(f"{'GOOD' if good else 'BAD'} {fpr}\n")
 
 
-def install_ami(node: FakeNode, **versions: str) -> None:
-    """What a DLAMI/HyperPod AMI carries: packages at the given (or the manifest's) versions."""
-    pkgs = node.state / "pkgs"
-    pkgs.mkdir(parents=True, exist_ok=True)
-    nccl = f"{MANIFEST['NCCL_VERSION']}+cuda{MANIFEST['CUDA_VERSION']}"
-    defaults = {
-        f"nvidia-driver-{MANIFEST['NVIDIA_DRIVER_BRANCH']}-open": f"{MANIFEST['NVIDIA_DRIVER_BRANCH']}.95.05-1",
-        f"nvidia-fabricmanager-{MANIFEST['NVIDIA_DRIVER_BRANCH']}": f"{MANIFEST['NVIDIA_DRIVER_BRANCH']}.95.05-1",
-        f"cuda-toolkit-{MANIFEST['CUDA_VERSION'].replace('.', '-')}": "1.0",
-        "libnccl2": nccl,
-        "libnccl-ofi": f"{MANIFEST['AWS_OFI_NCCL_VERSION']}-1",
-        "gdrcopy": f"{MANIFEST['GDRCOPY_VERSION']}-1",
-    }
-    for name, version in {**defaults, **versions}.items():
-        (pkgs / name).write_text(version)
-    amazon = node.root / "opt" / "amazon"
-    amazon.mkdir(parents=True, exist_ok=True)
-    (amazon / "efa_installed_packages").write_text(f"# EFA installer version: {MANIFEST['EFA_INSTALLER_VERSION']}\n")
+# --- named images -------------------------------------------------------------------------------
+
+
+def _cuda(node: FakeNode, *versions: str, default: str) -> None:
+    for version in versions:
+        node.put(f"/usr/local/cuda-{version}/bin/nvcc", "")
+        (node.root / f"usr/local/cuda-{version}/bin/nvcc").chmod(0o755)
+        node.put(f"/usr/local/cuda-{version}/lib64/libcudart.so", "")
+    (node.root / "usr/local/cuda").symlink_to(f"cuda-{default}")
+
+
+def _efa(node: FakeNode, *, efa: str, ofi: str, plugin_dir: str, lib: str, tuner: bool = True) -> None:
+    node.put("/opt/amazon/efa_installed_packages", f"# EFA installer version: {efa}\n")
+    node.put(f"/opt/amazon/efa/{lib}/libfabric.so.1")
+    node.put(f"/opt/amazon/openmpi/{lib}/libmpi.so.40")
+    node.put(f"{plugin_dir}/libnccl-net-ofi.so")
+    if tuner:
+        node.put(f"{plugin_dir}/libnccl-ofi-tuner.so")
+    node.install_packages(libnccl_ofi=f"{ofi}-1")
+
+
+def _nvidia_apt_entry(node: FakeNode, distro: str, arch: str) -> None:
+    """NVIDIA's cuda-keyring package: its own list file and keyring (not fminfra's)."""
+    url = f"https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}"
+    node.put(
+        f"/etc/apt/sources.list.d/cuda-{distro}-{arch}.list", f"deb [signed-by=/usr/share/keyrings/cuda-archive-keyring.gpg] {url}/ /\n"
+    )
+    node.put("/usr/share/keyrings/cuda-archive-keyring.gpg", MANIFEST["NVIDIA_APT_KEY_FINGERPRINT"] + "\n")
+
+
+def dlami_base_oss_ubuntu_2204(node: FakeNode) -> None:
+    """Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04), x86_64, release of 2026-10.
+
+    Versions from the release notes of the same AMI for ARM64 of 2026-10-06
+    (https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubaseossarm64-ul2204-2026-10-08.html):
+    driver 595.91.07, CUDA 12.8/12.9/13.0/13.2 under /usr/local (default 13.2), gdr_copy 2.5.2,
+    EFA installer 1.50.0, ofi_nccl 1.21.1. docs/facts/node-software.md#dlami-base-oss-contents.
+    Assumed, not in the notes: the x86_64 AMI carries the same versions; Fabric Manager
+    nvidia-fabricmanager-595 at the driver's version; GDRCopy as packages with the DKMS module and
+    the unversioned libgdrapi.so; NVIDIA's apt repository through cuda-keyring; no NCCL package.
+    """
+    node.load_driver("595.91.07")
+    node.install_packages(**{"nvidia-driver-595-open": "595.91.07-1", "nvidia-fabricmanager-595": "595.91.07-1"})
+    _cuda(node, "12.8", "12.9", "13.0", "13.2", default="13.2")
+    _efa(node, efa="1.50.0", ofi="1.21.1", plugin_dir="/opt/amazon/ofi-nccl/lib", lib="lib")
+    node.install_packages(gdrcopy="2.5.2-1", libgdrapi="2.5.2-1", gdrdrv_dkms="2.5.2-1")
+    node.put("/usr/lib/x86_64-linux-gnu/libgdrapi.so")
+    node.put(f"/lib/modules/{KERNEL}/updates/dkms/gdrdrv.ko")
+    _nvidia_apt_entry(node, "ubuntu2204", "x86_64")
+
+
+def dlami_base_oss_ubuntu_2404_arm64(node: FakeNode) -> None:
+    """Deep Learning ARM64 Base OSS Nvidia Driver GPU AMI (Ubuntu 24.04), release 20261009.
+
+    From its release notes
+    (https://docs.aws.amazon.com/dlami/latest/devguide/aws-deep-learning-ami-gpubaseossarm64-ul2404-2026-10-09.html):
+    supported on G5g, P6e-GB200, P6e-GB300; driver 595.91.07; CUDA 12.8/12.9/13.0/13.2 (default
+    13.2); EFA installer 1.50.0; ofi_nccl 1.21.1; no gdr_copy row. docs/facts/node-software.md#dlami-base-oss-contents.
+    Assumed: no nvidia-imex package, NVIDIA's apt repository through cuda-keyring, no NCCL package.
+    """
+    node.load_driver("595.91.07")
+    node.install_packages(**{"nvidia-driver-595-open": "595.91.07-1"})
+    _cuda(node, "12.8", "12.9", "13.0", "13.2", default="13.2")
+    _efa(node, efa="1.50.0", ofi="1.21.1", plugin_dir="/opt/amazon/ofi-nccl/lib", lib="lib")
+    _nvidia_apt_entry(node, "ubuntu2404", "sbsa")
+
+
+def hyperpod_default_ami(node: FakeNode) -> None:
+    """SageMaker HyperPod's default AMI (Slurm, Ubuntu 22.04, x86_64).
+
+    docs/facts/hyperpod.md#hyperpod-ami-preinstalled: it carries the NVIDIA driver with its
+    Fabric Manager, CUDA, NCCL and EFA. No public release notes with versions were found, so the
+    versions are assumed, chosen older than the manifest's to exercise adoption: driver and Fabric
+    Manager 570.172.08, CUDA 12.8, NCCL 2.27.3-1+cuda12.9, EFA installer 1.43.2 with aws-ofi-nccl
+    1.16.3 in the layout before 1.17 (/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu), no GDRCopy.
+    """
+    node.load_driver("570.172.08")
+    node.install_packages(**{"nvidia-driver-570-open": "570.172.08-1", "nvidia-fabricmanager-570": "570.172.08-1"})
+    _cuda(node, "12.8", default="12.8")
+    node.install_packages(libnccl2="2.27.3-1+cuda12.9", libnccl_dev="2.27.3-1+cuda12.9")
+    _efa(node, efa="1.43.2", ofi="1.16.3", plugin_dir="/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", lib="lib")
+
+
+def plain(node: FakeNode) -> None:
+    """Canonical's Ubuntu server image or Amazon Linux 2023: none of the GPU stack."""
+
+
+# name: (os-release ID, VERSION_ID, image function, a catalog type the image serves)
+IMAGES = {
+    "dlami-base-oss-ubuntu-22.04": ("ubuntu", "22.04", dlami_base_oss_ubuntu_2204, "p5.48xlarge"),
+    "dlami-base-oss-ubuntu-24.04-arm64": ("ubuntu", "24.04", dlami_base_oss_ubuntu_2404_arm64, "p6e-gb200.36xlarge"),
+    "hyperpod-default-ami": ("ubuntu", "22.04", hyperpod_default_ami, "ml.p5.48xlarge"),
+    "ubuntu-22.04": ("ubuntu", "22.04", plain, "p5.48xlarge"),
+    "ubuntu-24.04": ("ubuntu", "24.04", plain, "p6-b200.48xlarge"),
+    "al2023-x86_64": ("amzn", "2023", plain, "p5en.48xlarge"),
+    "al2023-arm64": ("amzn", "2023", plain, "p6e-gb200.36xlarge"),
+}
+
+
+def make_image(base: Path, image: str) -> tuple[FakeNode, str]:
+    os_id, os_version, build, instance_type = IMAGES[image]
+    node = make_node(base, os_id=os_id, os_version=os_version)
+    build(node)
+    return node, instance_type

@@ -44,7 +44,8 @@ LIFECYCLE = ROOT / "scripts" / "lifecycle"
 FSX_DNS = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
 REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
 # What CloudFormation imports into the parameters' markers (export name fragment -> value).
-IMPORTS = {"DNSName": FSX_DNS, "LustreMountName": "abcdefgh", "PrometheusEndpoint": REMOTE_WRITE[:-12]}
+# The remote-write URL is built from the workspace id (docs/facts/observability.md#amp-remote-write-url).
+IMPORTS = {"DNSName": FSX_DNS, "LustreMountName": "abcdefgh", "WorkspaceId": "ws-1"}
 SLURM_GROUPS = [
     ("controller", "ml.m5.12xlarge", 1),
     ("login", "ml.m5.4xlarge", 1),

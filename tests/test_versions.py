@@ -27,10 +27,18 @@ def test_verified_pins_are_the_published_ones() -> None:
     assert version("NVIDIA_RPM_KEY_FINGERPRINT").endswith("D42D0685")
 
 
-def test_unverified_commits_are_reported_not_invented() -> None:
-    # Nothing reachable while writing showed the commits of gdrcopy v2.5.2 / nccl-tests v2.18.3.
-    # When someone pins them, this test tells them to drop this expectation.
-    assert unpinned_commits(load_versions()) == ["GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT"]
+def test_source_builds_are_pinned_to_the_tag_commits() -> None:
+    # Issue #15 defect 1: the commits of tags v2.5.2 (NVIDIA/gdrcopy) and v2.18.3 (NVIDIA/nccl-tests),
+    # docs/facts/node-software.md#pin-gdrcopy-commit and #pin-nccl-tests-commit.
+    assert unpinned_commits(load_versions()) == []
+    assert version("GDRCOPY_VERSION") == "2.5.2" and version("GDRCOPY_COMMIT") == "c91ad9f178e5fb729fc5b6dc62a77c3bb364d6c9"
+    assert version("NCCL_TESTS_VERSION") == "2.18.3" and version("NCCL_TESTS_COMMIT") == "f727aa2a540fef911de9d7bfd8852bc5d2c69815"
+
+
+def test_nccl_package_cuda_is_a_published_build() -> None:
+    # Issue #15 defect 2: NCCL 2.30.4-1 is published for CUDA 13.2 and 12.9 only
+    # (docs/facts/node-software.md#nccl-package-cuda-suffix); CUDA_VERSION (13.0) is not one of them.
+    assert (version("NCCL_VERSION"), version("NCCL_PACKAGE_CUDA")) in {("2.30.4-1", "13.2"), ("2.30.4-1", "12.9")}
 
 
 @pytest.mark.parametrize(
@@ -58,6 +66,7 @@ def test_parser_rejects(text: str, message: str) -> None:
         ("NCCL_TESTS_COMMIT", "v2.18.3", "NCCL_TESTS_COMMIT: must be empty or a 40-hex git commit, got 'v2.18.3'"),
         ("EFA_INSTALLER_SHA256", "abc", "EFA_INSTALLER_SHA256: must be empty or 64 lower-case hex digits"),
         ("NCCL_VERSION", "", "NCCL_VERSION: empty; only AWS_OFI_NCCL_SOURCE_COMMIT"),
+        ("NCCL_PACKAGE_CUDA", "cuda13.2", "NCCL_PACKAGE_CUDA: must be a CUDA MAJOR.MINOR version such as 13.2, got 'cuda13.2'"),
         ("CHART_KARPENTER", "1.0.0", "CHART_KARPENTER: Helm chart and EKS add-on keys are CHART_<NAME>_VERSION"),
     ],
 )
@@ -73,8 +82,8 @@ def test_missing_key_is_named() -> None:
 
 
 def test_version_of_an_empty_key_names_the_manifest() -> None:
-    with pytest.raises(ValidationError, match=r"versions.env: GDRCOPY_COMMIT: not set; known keys: AWS_OFI_NCCL_SOURCE_COMMIT"):
-        version("GDRCOPY_COMMIT")
+    with pytest.raises(ValidationError, match=r"versions.env: AWS_OFI_NCCL_SOURCE_COMMIT: not set; known keys: AWS_OFI_NCCL_SOURCE_COMMIT"):
+        version("AWS_OFI_NCCL_SOURCE_COMMIT")
 
 
 def _bash_manifest(path: Path) -> subprocess.CompletedProcess[str]:

@@ -53,6 +53,7 @@ NODE_KEYS: tuple[str, ...] = (
     "NVIDIA_DRIVER_BRANCH",
     "CUDA_VERSION",
     "NCCL_VERSION",
+    "NCCL_PACKAGE_CUDA",
     "NVIDIA_APT_KEY_FINGERPRINT",
     "NVIDIA_RPM_KEY_FINGERPRINT",
     "EFA_INSTALLER_VERSION",
@@ -78,6 +79,7 @@ _SHAPES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("_FINGERPRINT", re.compile(r"^[0-9A-F]{40}$"), "40 upper-case hex digits (an OpenPGP v4 fingerprint)"),
     ("_COMMIT", re.compile(r"^([0-9a-f]{40})?$"), "empty or a 40-hex git commit"),
     ("_SHA256", re.compile(r"^([0-9a-f]{64})?$"), "empty or 64 lower-case hex digits"),
+    ("NCCL_PACKAGE_CUDA", re.compile(r"^[0-9]+\.[0-9]+$"), "a CUDA MAJOR.MINOR version such as 13.2"),
 )
 
 

@@ -7,8 +7,10 @@
 #                                                     (HyperPod lifecycle on_create)
 #   bootstrap.sh --dry-run --os OS --instance-type T  print the full plan, change nothing
 #
-# Every step skips itself when its done-marker matches or the node already has the component;
-# a second run changes nothing. See lib.sh for the settings (FMINFRA_*).
+# Every step skips itself when its done-marker matches and the node has the component; a second run
+# changes nothing. A component the image carries at another version is adopted and reported, and
+# bootstrap.done lists what was adopted, so it never claims the manifest's versions are installed
+# when they are not. See lib.sh for the settings (FMINFRA_*) and step() for the rules.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -26,8 +28,8 @@ STEPS=(
 print_plan_header() {
     local key
     printf 'fminfra node bootstrap plan (dry run: nothing is changed)\n'
-    printf '  target: os=%s arch=%s instance-type=%s gpus=%s efa=%s nvswitch=%s nvlsm=%s\n' \
-        "$TARGET_OS" "$TYPE_ARCH" "$TARGET_TYPE" "$TYPE_GPUS" "$TYPE_EFA" "$TYPE_NVSWITCH" "$TYPE_NVLSM"
+    printf '  target: os=%s arch=%s instance-type=%s gpus=%s efa=%s nvswitch=%s fabric=%s\n' \
+        "$TARGET_OS" "$TYPE_ARCH" "$TARGET_TYPE" "$TYPE_GPUS" "$TYPE_EFA" "$TYPE_NVSWITCH" "$TYPE_FABRIC"
     printf '  manifest: %s\n' "$FMINFRA_VERSIONS"
     for key in $(printf '%s\n' "${!MANIFEST[@]}" | sort); do
         printf '    %s=%s\n' "$key" "${MANIFEST[$key]}"
@@ -53,7 +55,7 @@ run_exporters() {
 main() {
     node_script_init "$@"
     local -a args
-    local script failed=0 manifest_sum
+    local script failed=0 manifest_sum adopted
     mapfile -t args < <(common_args)
     [[ $DRY_RUN == 1 ]] && print_plan_header
     [[ $DRY_RUN == 1 ]] || log INFO "bootstrap: os=$TARGET_OS instance-type=$TARGET_TYPE manifest=$FMINFRA_VERSIONS verify=$VERIFY_ONLY"
@@ -72,8 +74,11 @@ main() {
     run_exporters
     [[ $DRY_RUN == 1 ]] && return 0
     manifest_sum=$(sha256sum "$FMINFRA_VERSIONS" | awk '{ print $1 }')
-    mkdir -p "$FMINFRA_STATE_DIR"
-    printf 'manifest sha256 %s\n' "$manifest_sum" >"$FMINFRA_STATE_DIR/bootstrap.done"
+    adopted=$(grep -H '^adopted:' "$FMINFRA_STATE_DIR"/*.done 2>/dev/null | sed "s|^$FMINFRA_STATE_DIR/||; s|\.done:adopted:|: adopted:|" || true)
+    if [[ -n $adopted ]]; then
+        log WARN "bootstrap: the image's versions were kept for: $(cut -d: -f1 <<<"$adopted" | tr '\n' ' ')(see the WARN lines above)"
+    fi
+    write_marker "$FMINFRA_STATE_DIR/bootstrap.done" "manifest sha256 $manifest_sum${adopted:+$'\n'$adopted}"
     log INFO "bootstrap: done (run validate.sh to check the node)"
 }
 

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Login shells (/etc/profile.d), systemd services (DefaultEnvironment) and the dynamic linker
-# get library paths and the OFI tuner plugin, nothing else: with libfabric >= 1.18 and
-# aws-ofi-nccl >= 1.7 no FI_* or NCCL_* tuning variable is needed (no FI_PROVIDER, no
-# NCCL_PROTO=simple, no FI_EFA_USE_DEVICE_RDMA, no RDMAV_FORK_SAFE).
+# Login shells (/etc/profile.d), systemd services (DefaultEnvironment) and the dynamic linker get
+# library paths, found at run time where the installed packages put them:
+#   libfabric   /opt/amazon/efa/lib64 (AL2023) or /opt/amazon/efa/lib (Ubuntu)
+#               (docs/facts/node-software.md#efa-install-paths);
+#   Open MPI    /opt/amazon/openmpi/lib64 or lib;
+#   aws-ofi-nccl /opt/amazon/ofi-nccl/lib (deb) or lib64 (rpm) since 1.17, lib/<arch>-linux-gnu
+#               before (docs/facts/node-software.md#ofi-nccl-library-layout), or the source build.
+# NCCL_TUNER_PLUGIN is set only for NCCL older than 2.21 with a separate libnccl-ofi-tuner.so:
+# NCCL 2.21 and later load the tuner from the net plugin
+# (docs/facts/node-software.md#nccl-tuner-from-net-plugin). No FI_* or NCCL_* tuning variable
+# (docs/facts/node-software.md#nccl-no-tuning-env-needed).
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -10,21 +17,49 @@ PROFILE=/etc/profile.d/fminfra-gpu.sh
 SYSTEMD=/etc/systemd/system.conf.d/fminfra-gpu.conf
 LDCONF=/etc/ld.so.conf.d/fminfra-gpu.conf
 
-contents() {
-    local cuda plugin_dir
-    cuda=/usr/local/cuda-$(ver CUDA_VERSION)
-    if [[ -n $(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT) ]]; then
-        plugin_dir=/opt/aws-ofi-nccl/lib
-    else
-        plugin_dir=/opt/amazon/ofi-nccl/lib/$LIB_ARCH-linux-gnu
+# The first of DIR... holding GLOB; in a plan, the candidates; exits when none does.
+found_dir() {
+    local what=$1 glob=$2 dir
+    shift 2
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '<first of %s holding %s>' "$*" "$glob"
+        return 0
     fi
-    local libs="$cuda/lib64" bins="$cuda/bin" tuner_line="" tuner_env=""
+    dir=$(first_dir_with "$glob" "$@") || die "environment: $what not found ($glob in $*); run the steps before this one"
+    printf '%s' "$dir"
+}
+
+installed_nccl() {
+    if [[ $PKG == apt ]]; then pkg_version libnccl2; else pkg_version libnccl; fi
+}
+
+contents() {
+    local cuda plugin_dir nccl libs bins tuner_line="" tuner_env=""
+    local -a ofi_dirs
+    # The manifest's CUDA, or the image's default one when the image carries another version.
+    cuda=$(cuda_home)
+    cuda=${cuda#"$FMINFRA_ROOT"}
+    libs="$cuda/lib64"
+    bins="$cuda/bin"
     # Types without EFA get no EFA installer, hence no libfabric, Open MPI or OFI plugin paths.
     if ((TYPE_EFA > 0)); then
-        libs+=":/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:$plugin_dir"
+        if [[ -n $(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT) ]]; then
+            ofi_dirs=(/opt/aws-ofi-nccl/lib)
+        else
+            mapfile -t ofi_dirs < <(ofi_plugin_dirs)
+        fi
+        plugin_dir=$(found_dir "the aws-ofi-nccl plugin" 'libnccl-net*.so' "${ofi_dirs[@]}")
+        libs+=":$(found_dir libfabric 'libfabric.so*' /opt/amazon/efa/lib64 /opt/amazon/efa/lib)"
+        libs+=":$(found_dir "Open MPI" 'libmpi.so*' /opt/amazon/openmpi/lib64 /opt/amazon/openmpi/lib)"
+        libs+=":$plugin_dir"
         bins+=":/opt/amazon/openmpi/bin:/opt/amazon/efa/bin"
-        tuner_line=$'\n'"export NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so"
-        tuner_env=" \"NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so\""
+        nccl=""
+        [[ $DRY_RUN == 1 ]] || nccl=$(installed_nccl)
+        if [[ -n $nccl && -e $FMINFRA_ROOT$plugin_dir/libnccl-ofi-tuner.so ]] &&
+            [[ $(printf '%s\n' "${nccl%%[-+]*}" 2.21 | sort -V | head -n 1) != 2.21 ]]; then
+            tuner_line=$'\n'"export NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so"
+            tuner_env=" \"NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so\""
+        fi
     fi
     # shellcheck disable=SC2016 # $PATH and $LD_LIBRARY_PATH expand in the login shell, not here.
     PROFILE_CONTENT='# Written by fminfra configure_environment.sh; do not edit.
@@ -54,8 +89,9 @@ apply_environment() {
 
 main() {
     node_script_init "$@"
-    contents
-    step environment "library paths and OFI tuner for CUDA $(ver CUDA_VERSION), EFA, Open MPI, aws-ofi-nccl" check_environment apply_environment skip
+    # --verify leaves configuration alone (the step is skipped), so nothing needs finding.
+    [[ $VERIFY_ONLY == 1 ]] || contents
+    step environment "library paths for CUDA, EFA, Open MPI and aws-ofi-nccl as installed" check_environment apply_environment skip
     finish_steps
 }
 

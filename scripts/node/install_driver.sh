@@ -1,76 +1,176 @@
 #!/usr/bin/env bash
-# NVIDIA driver (only when no driver responds), Fabric Manager for NVSwitch types and the NVLink
-# Subnet Manager for Blackwell HGX types, all from the NVIDIA repository at NVIDIA_DRIVER_BRANCH.
+# The NVIDIA driver and what the type's NVLink fabric needs (instance_types.tsv `fabric`):
+# Fabric Manager (fm), Fabric Manager and the NVLink Subnet Manager (fm+nvlsm), or nvidia-imex
+# (imex). docs/facts/node-software.md#nvlink-fabric-software
+#
+# Adopt, don't fight, the image: a driver that responds is never replaced in place (whatever its
+# branch); Fabric Manager and nvidia-imex must equal the loaded driver's version exactly, so they
+# are installed at that version when missing, and a mismatch stops here, changing nothing
+# (docs/facts/node-software.md#fabric-manager-matches-driver). A driver is installed (at
+# NVIDIA_DRIVER_BRANCH) only when none responds. What is installed is held (apt-mark hold / dnf
+# versionlock) so that the driver and its companions move together.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# --- the driver -----------------------------------------------------------------------------------
+
 check_driver() {
-    local version
-    # nvidia-smi prints its failures on stdout: accept only a version number.
-    version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) || version=""
-    version=$(head -n 1 <<<"$version")
-    if [[ ! $version =~ ^[0-9]+\. ]]; then
+    local version module=""
+    version=$(loaded_driver_version)
+    [[ -r $FMINFRA_ROOT/sys/module/nvidia/version ]] && module=$(<"$FMINFRA_ROOT/sys/module/nvidia/version")
+    if [[ -z $version ]]; then
+        if [[ -n $module ]]; then
+            CHECK_DETAIL="kernel module nvidia $module is loaded but nvidia-smi does not respond (driver/library version mismatch: reboot, or fix the image)"
+            return 4
+        fi
         CHECK_DETAIL="no NVIDIA driver responds to nvidia-smi"
         return 1
     fi
+    if [[ -n $module && $module != "$version" ]]; then
+        CHECK_DETAIL="nvidia-smi reports driver $version but the loaded kernel module is $module (reboot, or fix the image)"
+        return 4
+    fi
     CHECK_DETAIL="driver $version loaded"
-    [[ ${version%%.*} == "$BRANCH" ]] || return 3
+    [[ ${version%%.*} == "$BRANCH" ]] && return 0
+    CHECK_DETAIL+=" (another branch than the manifest's $BRANCH; a loaded driver is never replaced in place: use an image with the wanted driver)"
+    return 5
 }
 
 apply_driver() {
-    local kernel=${FMINFRA_KERNEL_RELEASE:-$(uname -r)}
-    # The plan may be for another machine: name the kernel, not this one's release.
-    [[ $DRY_RUN == 1 ]] && kernel="<uname -r>"
+    local kernel
+    kernel=$(kernel_release)
     if [[ $PKG == apt ]]; then
         pkg_install "linux-headers-$kernel" "nvidia-driver-$BRANCH-open"
+        pkg_hold "nvidia-driver-$BRANCH-open"
     else
         pkg_install "kernel-devel-$kernel" kernel-modules-extra
+        # The dnf module stream holds the branch.
         run retry dnf -y -q module install "nvidia-driver:$BRANCH-open"
     fi
     run modprobe nvidia
 }
 
-fabric_manager_package() {
-    if [[ $PKG == apt ]]; then printf 'nvidia-fabricmanager-%s' "$BRANCH"; else printf 'nvidia-fabric-manager'; fi
+# --- companions that must equal the loaded driver's version -----------------------------------
+
+# check_companion LABEL CANDIDATE...: the first installed candidate must equal the loaded driver.
+check_companion() {
+    local label=$1 found driver
+    shift
+    driver=$(loaded_driver_version)
+    found=$(pkg_first_installed "$@")
+    if [[ -z $found ]]; then
+        CHECK_DETAIL="no $label (package $*)"
+        return 1
+    fi
+    CHECK_DETAIL="$found, driver ${driver:-not loaded}"
+    if [[ -z $driver ]]; then
+        CHECK_DETAIL+="; $label without a responding driver"
+        return 4
+    fi
+    local version=${found#* }
+    if [[ $version != "$driver" && $version != "$driver"-* ]]; then
+        CHECK_DETAIL+="; $label must be at the driver's version exactly, as NVIDIA requires"
+        return 4
+    fi
+}
+
+# install_companion NAME: NAME at the loaded driver's version, held.
+install_companion() {
+    local name=$1 driver="<loaded driver version>" version
+    [[ $DRY_RUN == 1 ]] || driver=$(loaded_driver_version)
+    [[ -n $driver ]] || die "$name: no NVIDIA driver responds, so there is no version to match; install_driver.sh installs one first"
+    version=$(available_version_for "$name" "$driver")
+    pkg_install "$(pkg_spec "$name" "$version")"
+    pkg_hold "$name"
+}
+
+# Package names: apt nvidia-fabricmanager-<branch> (newer: nvidia-fabricmanager), dnf
+# nvidia-fabric-manager (newer: nvidia-fabricmanager); docs/facts/node-software.md#nvidia-fabric-manager-packages
+fabric_manager_candidates() {
+    local branch=""
+    # A plan may be for another machine: it names the manifest's branch and reads nothing here.
+    [[ $DRY_RUN == 1 ]] || branch=$(loaded_driver_version)
+    branch=${branch%%.*}
+    if [[ $PKG == apt ]]; then
+        printf '%s\n' "nvidia-fabricmanager-${branch:-$BRANCH}" nvidia-fabricmanager
+    else
+        printf '%s\n' nvidia-fabric-manager nvidia-fabricmanager
+    fi
 }
 
 check_fabric_manager() {
-    local version
-    version=$(pkg_version "$(fabric_manager_package)")
-    CHECK_DETAIL="$(fabric_manager_package) ${version:-absent}"
-    [[ -n $version ]] || return 1
-    [[ ${version%%.*} == "$BRANCH" ]] || return 3
+    local -a names
+    mapfile -t names < <(fabric_manager_candidates)
+    check_companion "Fabric Manager" "${names[@]}"
 }
 
 apply_fabric_manager() {
-    pkg_install "$(fabric_manager_package)"
+    local -a names
+    mapfile -t names < <(fabric_manager_candidates)
+    install_companion "${names[0]}"
     run systemctl enable --now nvidia-fabricmanager.service
 }
 
+# NVLink Subnet Manager (Blackwell HGX), as AWS ParallelCluster installs it: its InfiniBand
+# dependencies, ib_umad loaded at boot, the nvlsm package held. Fabric Manager starts it.
+# docs/facts/node-software.md#nvlsm-install
 check_nvlsm() {
     local version
     version=$(pkg_version nvlsm)
-    CHECK_DETAIL="nvlsm ${version:-absent}"
-    [[ -n $version ]]
+    if [[ -n $version ]]; then
+        CHECK_DETAIL="nvlsm $version"
+    elif [[ -x $FMINFRA_ROOT/opt/nvidia/nvlsm/sbin/nvlsm ]]; then
+        CHECK_DETAIL="nvlsm at /opt/nvidia/nvlsm/sbin/nvlsm (no package)"
+    else
+        CHECK_DETAIL="no nvlsm (package nvlsm, /opt/nvidia/nvlsm/sbin/nvlsm)"
+        return 1
+    fi
 }
 
 apply_nvlsm() {
+    if [[ $PKG == apt ]]; then pkg_install infiniband-diags libibumad3; else pkg_install infiniband-diags libibumad; fi
+    write_file "$FMINFRA_ROOT/etc/modules-load.d/fminfra-ib-umad.conf" "ib_umad"
+    run modprobe ib_umad
     pkg_install nvlsm
+    pkg_hold nvlsm
+}
+
+# nvidia-imex (GB200): installed at the driver's version and held; the service starts once
+# /etc/nvidia-imex/nodes_config.cfg lists the IP addresses of the IMEX domain's nodes, which only
+# the cluster knows. docs/facts/node-software.md#nvidia-imex
+check_imex() {
+    local branch
+    branch=$(loaded_driver_version)
+    branch=${branch%%.*}
+    check_companion nvidia-imex "nvidia-imex-${branch:-$BRANCH}" nvidia-imex
+}
+
+apply_imex() {
+    install_companion nvidia-imex
+    if [[ -s $FMINFRA_ROOT/etc/nvidia-imex/nodes_config.cfg ]]; then
+        run systemctl enable --now nvidia-imex.service
+    else
+        log WARN "nvidia-imex: installed; /etc/nvidia-imex/nodes_config.cfg must list the IMEX domain's node addresses before nvidia-imex.service can start"
+    fi
 }
 
 main() {
     node_script_init "$@"
     BRANCH=$(ver NVIDIA_DRIVER_BRANCH)
-    step nvidia-driver "NVIDIA driver branch $BRANCH (open kernel modules)" check_driver apply_driver
-    if [[ $TYPE_NVSWITCH == yes ]]; then
-        step fabric-manager "$(fabric_manager_package) at driver branch $BRANCH" check_fabric_manager apply_fabric_manager
-    else
-        not_needed fabric-manager
-    fi
-    if [[ $TYPE_NVLSM == yes ]]; then
+    step nvidia-driver "NVIDIA driver branch $BRANCH (open kernel modules), only where none responds" check_driver apply_driver
+    case $TYPE_FABRIC in
+    fm | fm+nvlsm) step fabric-manager "Fabric Manager at the loaded driver's version" check_fabric_manager apply_fabric_manager ;;
+    *) not_needed fabric-manager ;;
+    esac
+    if [[ $TYPE_FABRIC == fm+nvlsm ]]; then
         step nvlsm "NVLink Subnet Manager (nvlsm) for Blackwell HGX" check_nvlsm apply_nvlsm
     else
         not_needed nvlsm
+    fi
+    if [[ $TYPE_FABRIC == imex ]]; then
+        step nvidia-imex "nvidia-imex at the loaded driver's version" check_imex apply_imex
+    else
+        not_needed nvidia-imex
     fi
     finish_steps
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# NCCL at NCCL_VERSION from the NVIDIA repository (held there), and the aws-ofi-nccl network
-# plugin: the one bundled by the EFA installer, checked against AWS_OFI_NCCL_VERSION, or built
-# from AWS_OFI_NCCL_SOURCE_COMMIT when the manifest sets one.
+# NCCL from the NVIDIA repository at NCCL_VERSION built for NCCL_PACKAGE_CUDA (NVIDIA publishes each
+# NCCL release for particular CUDA versions only: docs/facts/node-software.md#nccl-package-cuda-suffix),
+# checked against the configured repository before anything is installed, then held; and the
+# aws-ofi-nccl network plugin: the one bundled by the EFA installer, checked against
+# AWS_OFI_NCCL_VERSION, or built from AWS_OFI_NCCL_SOURCE_COMMIT when the manifest sets one.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -24,27 +26,32 @@ check_nccl() {
 }
 
 apply_nccl() {
-    local -a packages
+    local -a packages names=(libnccl2 libnccl-dev)
+    [[ $PKG == dnf ]] && names=(libnccl libnccl-devel)
     mapfile -t packages < <(nccl_packages)
+    require_available "${names[0]}" "$NCCL_PKG_VERSION"
+    [[ $REPLACING == 1 ]] && pkg_unhold "${names[@]}"
     pkg_install "${packages[@]}"
-    if [[ $PKG == apt ]]; then
-        run apt-mark hold libnccl2 libnccl-dev
-    fi
+    pkg_hold "${names[@]}"
 }
 
 check_ofi_bundled() {
-    local version plugin=$FMINFRA_ROOT/opt/amazon/ofi-nccl/lib/$LIB_ARCH-linux-gnu/libnccl-net-ofi.so
+    local version dir
+    local -a dirs
+    mapfile -t dirs < <(ofi_plugin_dirs)
     version=$(pkg_version libnccl-ofi)
     if [[ -n $version ]]; then
         CHECK_DETAIL="aws-ofi-nccl $version (EFA installer)"
-        [[ $version == "$OFI_VERSION" || $version == "$OFI_VERSION"-* ]] || return 3
-        return 0
+        [[ $version == "$OFI_VERSION" || $version == "$OFI_VERSION"-* ]] && return 0
+        # The bundled plugin moves with the EFA installer (install_efa.sh), never on its own.
+        CHECK_DETAIL+="; it changes only with the EFA installer"
+        return 5
     fi
-    if [[ -f $plugin ]]; then
-        CHECK_DETAIL="aws-ofi-nccl plugin $plugin, version unknown (no libnccl-ofi package)"
-        return 3
+    if dir=$(first_dir_with 'libnccl-net*.so' "${dirs[@]}"); then
+        CHECK_DETAIL="aws-ofi-nccl plugin in $dir, version unknown (no libnccl-ofi package); it changes only with the EFA installer"
+        return 5
     fi
-    CHECK_DETAIL="no aws-ofi-nccl plugin (package libnccl-ofi or $plugin)"
+    CHECK_DETAIL="no aws-ofi-nccl plugin (package libnccl-ofi, or libnccl-net-ofi.so in ${dirs[*]})"
     return 1
 }
 
@@ -56,6 +63,16 @@ apply_ofi_bundled() {
     die "aws-ofi-nccl: the EFA installer should have installed it ($CHECK_DETAIL); run install_efa.sh, or pin AWS_OFI_NCCL_SOURCE_COMMIT to build one"
 }
 
+# The compiler must accept -std=c++20 (GCC 10 or later; Ubuntu 22.04/24.04 and AL2023 ship newer).
+require_cxx20() {
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '      + check that g++ accepts -std=c++20\n'
+        return 0
+    fi
+    printf 'int main() { return 0; }\n' | g++ -std=c++20 -x c++ -fsyntax-only - 2>/dev/null ||
+        die "aws-ofi-nccl: the source build needs a C++20 compiler; g++ $(g++ -dumpversion 2>/dev/null || printf 'is missing') does not accept -std=c++20"
+}
+
 check_ofi_source() {
     local stamp=$FMINFRA_ROOT/opt/aws-ofi-nccl/.fminfra-commit
     CHECK_DETAIL="aws-ofi-nccl built from $(cat "$stamp" 2>/dev/null || printf 'nothing')"
@@ -65,10 +82,17 @@ check_ofi_source() {
 apply_ofi_source() {
     local src prefix=$FMINFRA_ROOT/opt/aws-ofi-nccl
     src=$(work_dir aws-ofi-nccl)
-    pkg_install autoconf automake libtool make git
+    # Build requirements of aws-ofi-nccl >= 1.17: hwloc and a C++20 compiler (configure.ac:
+    # AX_CXX_COMPILE_STDCXX([20]) and CHECK_PKG_HWLOC), docs/facts/node-software.md#aws-ofi-nccl-build-requirements
+    if [[ $PKG == apt ]]; then
+        pkg_install autoconf automake libtool make git g++ libhwloc-dev
+    else
+        pkg_install autoconf automake libtool make git gcc-c++ hwloc-devel
+    fi
+    require_cxx20
     git_checkout_commit https://github.com/aws/aws-ofi-nccl.git "$src" "$OFI_COMMIT" ""
     run env --chdir="$src" ./autogen.sh
-    run env --chdir="$src" ./configure --prefix="$prefix" --with-libfabric="$FMINFRA_ROOT/opt/amazon/efa" --with-cuda="$CUDA_HOME"
+    run env --chdir="$src" ./configure --prefix="$prefix" --with-libfabric="$FMINFRA_ROOT/opt/amazon/efa" --with-cuda="$(cuda_home)"
     run make -C "$src" -j
     run make -C "$src" install
     write_file "$prefix/.fminfra-commit" "$OFI_COMMIT"
@@ -76,7 +100,7 @@ apply_ofi_source() {
 
 main() {
     node_script_init "$@"
-    NCCL_PKG_VERSION="$(ver NCCL_VERSION)+cuda$(ver CUDA_VERSION)"
+    NCCL_PKG_VERSION="$(ver NCCL_VERSION)+cuda$(ver NCCL_PACKAGE_CUDA)"
     OFI_VERSION=$(ver AWS_OFI_NCCL_VERSION)
     OFI_COMMIT=$(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT)
     step nccl "NCCL $NCCL_PKG_VERSION" check_nccl apply_nccl

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # nccl-tests NCCL_TESTS_VERSION at the pinned NCCL_TESTS_COMMIT, built against the installed NCCL
-# and the EFA installer's Open MPI (types with EFA); binaries in /opt/nccl-tests/build. Rebuilt when NCCL changes.
+# and the EFA installer's Open MPI (types with EFA); binaries in /opt/nccl-tests/build. The stamp
+# names the NCCL actually installed (the manifest's, or the one the image carries), so the tests
+# are rebuilt when NCCL changes.
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -18,7 +20,7 @@ apply_nccl_tests() {
     # Open MPI comes with the EFA installer; types without EFA get single-node (MPI=0) binaries.
     local -a mpi=(MPI=0)
     ((TYPE_EFA == 0)) || mpi=(MPI=1 MPI_HOME="$FMINFRA_ROOT/opt/amazon/openmpi")
-    run make -C "$src" -j "${mpi[@]}" CUDA_HOME="$CUDA_HOME" NCCL_HOME="$FMINFRA_ROOT/usr" BUILDDIR="$prefix/build"
+    run make -C "$src" -j "${mpi[@]}" CUDA_HOME="$(cuda_home)" NCCL_HOME="$FMINFRA_ROOT/usr" BUILDDIR="$prefix/build"
     write_file "$prefix/.fminfra-stamp" "$STAMP"
 }
 
@@ -26,7 +28,11 @@ main() {
     node_script_init "$@"
     NCCL_TESTS_VERSION=$(ver NCCL_TESTS_VERSION)
     NCCL_TESTS_COMMIT=$(ver_optional NCCL_TESTS_COMMIT)
-    STAMP="nccl-tests $NCCL_TESTS_VERSION commit ${NCCL_TESTS_COMMIT:-unpinned} against NCCL $(ver NCCL_VERSION)"
+    local nccl="<installed NCCL>"
+    if [[ $DRY_RUN == 0 ]]; then
+        if [[ $PKG == apt ]]; then nccl=$(pkg_version libnccl2); else nccl=$(pkg_version libnccl); fi
+    fi
+    STAMP="nccl-tests $NCCL_TESTS_VERSION commit ${NCCL_TESTS_COMMIT:-unpinned} against NCCL ${nccl:-not installed}"
     step nccl-tests "$STAMP" check_nccl_tests apply_nccl_tests optional
     finish_steps
 }

@@ -16,9 +16,10 @@
 #   FMINFRA_ALLOW_UNVERIFIED  1: continue (loudly) past a download that cannot be verified
 #   FMINFRA_ENFORCE_VERSIONS  1: replace a component the AMI carries at another version
 #   FMINFRA_IMDS_URL          instance metadata endpoint, default http://169.254.169.254
+#   FMINFRA_KERNEL_RELEASE    the running kernel, default `uname -r` (tests set it)
 
 set -o errexit -o nounset -o pipefail -o errtrace
-shopt -s inherit_errexit
+shopt -s inherit_errexit extglob
 
 NODE_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SCRIPT_NAME=$(basename "$0" .sh)
@@ -170,13 +171,17 @@ imds_instance_type() {
 }
 
 # One row of instance_types.tsv into TYPE_* variables; exit 2 naming the known types otherwise.
+# fabric: what the type's NVLink fabric needs on the node: fm (Fabric Manager), fm+nvlsm (Fabric
+# Manager and the NVLink Subnet Manager), imex (nvidia-imex, no local NVSwitch) or - (nothing).
 lookup_instance_type() {
-    local name=$1 n gpus efa nvswitch nvlsm arch fail warn known=""
-    while read -r n gpus efa nvswitch nvlsm arch fail warn; do
+    local name=$1 n gpus efa nvswitch fabric arch fail warn known=""
+    while read -r n gpus efa nvswitch fabric arch fail warn; do
         [[ -z $n || $n == \#* ]] && continue
         known+="$n "
         if [[ $n == "$name" ]]; then
-            TYPE_GPUS=$gpus TYPE_EFA=$efa TYPE_NVSWITCH=$nvswitch TYPE_NVLSM=$nvlsm TYPE_ARCH=$arch
+            [[ $fabric == @(-|fm|fm+nvlsm|imex) ]] ||
+                usage_error "$FMINFRA_INSTANCE_TABLE: $name: fabric '$fabric' is not one of -, fm, fm+nvlsm, imex"
+            TYPE_GPUS=$gpus TYPE_EFA=$efa TYPE_NVSWITCH=$nvswitch TYPE_FABRIC=$fabric TYPE_ARCH=$arch
             TYPE_NCCL_FAIL_GBPS=$fail TYPE_NCCL_WARN_GBPS=$warn
             return 0
         fi
@@ -385,9 +390,24 @@ pkg_version() {
         out=$(dpkg-query -W -f='${db:Status-Abbrev} ${Version}' "$1" 2>/dev/null) || return 0
         [[ $out == ii* ]] && printf '%s' "${out##* }"
         ;;
-    dnf) rpm -q --qf '%{VERSION}-%{RELEASE}' "$1" 2>/dev/null || true ;;
+    dnf)
+        # rpm prints "package NAME is not installed" on stdout (exit 1) for a missing package.
+        out=$(rpm -q --qf '%{VERSION}-%{RELEASE}' "$1" 2>/dev/null) && printf '%s' "$out"
+        ;;
     esac
     return 0
+}
+
+# The first of NAME... that is installed, as "NAME VERSION"; nothing when none is.
+pkg_first_installed() {
+    local name version
+    for name in "$@"; do
+        version=$(pkg_version "$name")
+        if [[ -n $version ]]; then
+            printf '%s %s' "$name" "$version"
+            return 0
+        fi
+    done
 }
 
 pkg_refresh() {
@@ -397,25 +417,144 @@ pkg_refresh() {
     esac
 }
 
+# Install packages. REPLACING=1 (set by step() when a pinned version replaces an older one that
+# fminfra installed, or FMINFRA_ENFORCE_VERSIONS=1) lets apt change packages fminfra held.
+REPLACING=0
 pkg_install() {
+    local -a held=()
+    [[ $REPLACING == 1 ]] && held=(--allow-change-held-packages)
     case $PKG in
-    apt) run retry apt-get -o DPkg::Lock::Timeout=120 -y -q install --no-install-recommends --allow-downgrades "$@" ;;
+    apt) run retry apt-get -o DPkg::Lock::Timeout=120 -y -q install --no-install-recommends --allow-downgrades "${held[@]}" "$@" ;;
     dnf) run retry dnf -y -q install "$@" ;;
     esac
+}
+
+# NAME=VERSION (apt) or NAME-VERSION (dnf): one exact version.
+pkg_spec() {
+    if [[ $PKG == apt ]]; then printf '%s=%s' "$1" "$2"; else printf '%s-%s' "$1" "$2"; fi
+}
+
+# Every version of NAME the configured repositories offer, one per line (epoch dropped).
+# docs/facts/node-software.md#package-version-queries: `apt-cache madison` prints
+# "name | version | source" rows; `dnf list --showduplicates` prints "name.arch version repo".
+pkg_available_versions() {
+    case $PKG in
+    apt) apt-cache madison "$1" 2>/dev/null | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' ;;
+    dnf) dnf -q list --showduplicates "$1" 2>/dev/null | awk -v n="$1" 'index($1, n ".") == 1 { print $2 }' ;;
+    esac | sed 's/^[0-9]*://' | sort -u -V
+}
+
+# Exit (one line) unless the repositories offer NAME at exactly VERSION.
+require_available() {
+    local name=$1 version=$2 offered
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '      + check the repositories offer %s (else stop with one line)\n' "$(pkg_spec "$name" "$version")"
+        return 0
+    fi
+    offered=$(pkg_available_versions "$name")
+    if ! grep -qxF -- "$version" <<<"$offered"; then
+        die "$(pkg_spec "$name" "$version") is not in the configured repositories (they offer: $(tr '\n' ' ' <<<"${offered:-nothing}" | sed 's/ $//')); pin a version they offer in $FMINFRA_VERSIONS"
+    fi
+}
+
+# The newest version of NAME the repositories offer for upstream version PREFIX (PREFIX itself or
+# PREFIX-<revision>); exits with one line when there is none.
+available_version_for() {
+    local name=$1 prefix=$2 found
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '%s-<revision>' "$prefix"
+        return 0
+    fi
+    found=$(pkg_available_versions "$name" | awk -v p="$prefix" '$0 == p || index($0, p "-") == 1' | tail -n 1)
+    [[ -n $found ]] || die "$name at $prefix is not in the configured repositories (they offer: $(pkg_available_versions "$name" | tr '\n' ' ' | sed 's/ $//'))"
+    printf '%s' "$found"
+}
+
+# Hold packages at their installed versions (apt-mark hold / dnf versionlock), so that a later
+# upgrade cannot split the driver from Fabric Manager or move NCCL under nccl-tests.
+pkg_hold() {
+    case $PKG in
+    apt) run apt-mark hold "$@" ;;
+    dnf)
+        run retry dnf -y -q install 'dnf-command(versionlock)'
+        run dnf -q versionlock add "$@"
+        ;;
+    esac
+}
+
+pkg_unhold() {
+    case $PKG in
+    apt) run apt-mark unhold "$@" ;;
+    # dnf exits non-zero when a package has no lock; nothing to undo then.
+    dnf) run dnf -q versionlock delete "$@" || true ;;
+    esac
+}
+
+# The first DIR (a path on the node, without FMINFRA_ROOT) holding a file matching GLOB.
+first_dir_with() {
+    local glob=$1 dir file
+    shift
+    for dir in "$@"; do
+        for file in "$FMINFRA_ROOT$dir"/$glob; do
+            if [[ -e $file ]]; then
+                printf '%s' "$dir"
+                return 0
+            fi
+        done
+    done
+    return 1
+}
+
+# Directories of the EFA installer's aws-ofi-nccl plugin: /opt/amazon/ofi-nccl/lib (deb) or lib64
+# (rpm) since aws-ofi-nccl 1.17, lib/<arch>-linux-gnu before
+# (docs/facts/node-software.md#ofi-nccl-library-layout).
+ofi_plugin_dirs() {
+    printf '%s\n' /opt/amazon/ofi-nccl/lib /opt/amazon/ofi-nccl/lib64 "/opt/amazon/ofi-nccl/lib/$LIB_ARCH-linux-gnu"
+}
+
+# The version of the NVIDIA driver that responds (nvidia-smi), empty when none does.
+loaded_driver_version() {
+    local version
+    version=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null) || version=""
+    version=$(head -n 1 <<<"$version")
+    [[ $version =~ ^[0-9]+\.[0-9.]+$ ]] && printf '%s' "$version"
+    return 0
+}
+
+# The CUDA toolkit to build against: the manifest's, or the image's default (/usr/local/cuda) when
+# the image carries another version and it was adopted.
+cuda_home() {
+    if [[ $DRY_RUN == 1 || -d $CUDA_HOME ]]; then printf '%s' "$CUDA_HOME"; else printf '%s' "$FMINFRA_ROOT/usr/local/cuda"; fi
+}
+
+# The running kernel; in a plan (which may be for another machine) its placeholder.
+kernel_release() {
+    if [[ $DRY_RUN == 1 ]]; then
+        printf '<uname -r>'
+    else
+        printf '%s' "${FMINFRA_KERNEL_RELEASE:-$(uname -r)}"
+    fi
 }
 
 # --- steps --------------------------------------------------------------------------------------
 
 # step NAME STAMP CHECK APPLY [VERIFY_POLICY]
-#   CHECK returns 0 when the node has the component at the manifest's version, 3 when it has it
-#   at another version, 1 when it lacks it; it sets CHECK_DETAIL. APPLY installs it.
-#   VERIFY_POLICY says what --verify makes of a missing component: required (FAIL, the default),
-#   optional (WARN: fminfra's own additions an AMI need not carry) or skip (not a component).
+#   CHECK sets CHECK_DETAIL and returns:
+#     0  the node has the component at the manifest's version (or, for configuration, as wanted);
+#     1  the node lacks it;
+#     3  the node has another version: kept as the image's ("adopted") unless fminfra installed
+#        the older one (its done-marker says so) or FMINFRA_ENFORCE_VERSIONS=1, then replaced;
+#     5  the node has another version that is never replaced in place (the loaded driver): adopted;
+#     4  the node has it in a state fminfra does not repair (a Fabric Manager that does not match
+#        the loaded driver): install mode stops, verify mode FAILs; nothing is changed.
+#   APPLY installs it. VERIFY_POLICY says what --verify makes of a missing component: required
+#   (FAIL, the default), optional (WARN: fminfra's own additions an AMI need not carry) or skip.
 # --dry-run prints the step and APPLY's commands. --verify runs CHECK only (PASS/WARN/FAIL/SKIP).
-# Otherwise: skip when the done-marker holds STAMP; keep what the AMI carries (WARN when the
-# version differs, unless FMINFRA_ENFORCE_VERSIONS=1); else APPLY, CHECK again, marker last.
+# Otherwise the done-marker ($FMINFRA_STATE_DIR/NAME.done) is written last and says what is true:
+# STAMP when the node has the manifest's version, "adopted: ..." when it keeps the image's, so a
+# bumped pin is installed or reported, never recorded as done.
 step() {
-    local name=$1 stamp=$2 check=$3 apply=$4 policy=${5:-required} marker rc
+    local name=$1 stamp=$2 check=$3 apply=$4 policy=${5:-required} marker rc previous=""
     marker=$FMINFRA_STATE_DIR/$name.done
     if [[ $DRY_RUN == 1 ]]; then
         printf '  [%s] %s\n' "$name" "$stamp"
@@ -433,7 +572,7 @@ step() {
         [[ $rc == 1 && $policy == optional ]] && rc=3
         case $rc in
         0) log INFO "PASS $name: $CHECK_DETAIL" ;;
-        3) log WARN "WARN $name: $CHECK_DETAIL (manifest: $stamp)" ;;
+        3 | 5) log WARN "WARN $name: $CHECK_DETAIL (manifest: $stamp)" ;;
         *)
             log ERROR "FAIL $name: $CHECK_DETAIL (manifest: $stamp)"
             VERIFY_FAILED=1
@@ -441,25 +580,56 @@ step() {
         esac
         return 0
     fi
-    if [[ -f $marker && $(<"$marker") == "$stamp" ]]; then
-        log INFO "$name: done-marker matches ($stamp); nothing to do"
+    [[ -f $marker ]] && previous=$(<"$marker")
+    if ((rc == 0)) && [[ $previous == "$stamp" ]]; then
+        log INFO "$name: done-marker matches ($stamp) and the node has it; nothing to do"
         return 0
     fi
-    if ((rc == 0)); then
-        log INFO "$name: the node already has it ($CHECK_DETAIL); not reinstalling"
-    elif ((rc == 3)) && [[ $FMINFRA_ENFORCE_VERSIONS != 1 ]]; then
-        log WARN "$name: the node carries another version ($CHECK_DETAIL; manifest: $stamp); keeping it (FMINFRA_ENFORCE_VERSIONS=1 replaces it)"
-    else
+    REPLACING=0
+    case $rc in
+    0) log INFO "$name: the node already has it ($CHECK_DETAIL); not reinstalling" ;;
+    4) die "$name: $CHECK_DETAIL; nothing was changed" ;;
+    5)
+        adopt "$name" "$marker" "$stamp"
+        return 0
+        ;;
+    3)
+        if [[ $FMINFRA_ENFORCE_VERSIONS == 1 || (-n $previous && $previous != adopted:*) ]]; then
+            REPLACING=1
+            log INFO "$name: replacing $CHECK_DETAIL with $stamp ($([[ $FMINFRA_ENFORCE_VERSIONS == 1 ]] && printf 'FMINFRA_ENFORCE_VERSIONS=1' || printf 'fminfra installed the older version'))"
+            install_component "$name" "$check" "$apply"
+        else
+            adopt "$name" "$marker" "$stamp"
+            return 0
+        fi
+        ;;
+    *)
         log INFO "$name: installing $stamp (${CHECK_DETAIL:-absent})"
-        "$apply"
-        rc=0
-        "$check" || rc=$?
-        ((rc == 0)) || die "$name: installed, but the check still fails: $CHECK_DETAIL"
-    fi
-    mkdir -p "$FMINFRA_STATE_DIR"
-    printf '%s\n' "$stamp" >"$marker.fminfra-tmp"
-    mv "$marker.fminfra-tmp" "$marker"
+        install_component "$name" "$check" "$apply"
+        ;;
+    esac
+    write_marker "$marker" "$stamp"
     log INFO "$name: done"
+}
+
+install_component() {
+    local name=$1 check=$2 apply=$3 rc=0
+    "$apply"
+    "$check" || rc=$?
+    ((rc == 0)) || die "$name: installed, but the check still fails: $CHECK_DETAIL"
+}
+
+# Keep what the image carries; the marker says so (and is not the manifest's stamp).
+adopt() {
+    local name=$1 marker=$2 stamp=$3
+    log WARN "$name: adopting what the image carries ($CHECK_DETAIL); the manifest's $stamp is NOT installed (FMINFRA_ENFORCE_VERSIONS=1 replaces what can be replaced)"
+    write_marker "$marker" "adopted: $CHECK_DETAIL (manifest: $stamp)"
+}
+
+write_marker() {
+    mkdir -p "$(dirname "$1")"
+    printf '%s\n' "$2" >"$1.fminfra-tmp"
+    mv "$1.fminfra-tmp" "$1"
 }
 
 not_needed() {

@@ -165,9 +165,37 @@ check_loaded_versions() {
     fi
 }
 
+# Open MPI's mpirun starts the remote ranks over SSH: every host other than this one must accept
+# BatchMode SSH from here. fminfra sets up no SSH trust between ec2 nodes (docs/node-bootstrap.md,
+# "Multi-node validation"), so say so in one line instead of hanging on a password prompt.
+mpi_preflight() {
+    local host out self addresses
+    self=$(hostname)
+    addresses=" $(hostname -I 2>/dev/null || true) "
+    for host in "$@"; do
+        [[ $host == "$self" || $host == localhost || $host == "${self%%.*}" || $addresses == *" $host "* ]] && continue
+        if ! out=$(ssh -o BatchMode=yes -o ConnectTimeout=5 "$host" true 2>&1); then
+            report FAIL nccl-allreduce "mpirun needs passwordless SSH from $self to $host, which fails ($(head -n 1 <<<"$out")); fminfra sets none up on ec2 nodes: set up keys (docs/node-bootstrap.md) or run inside Slurm with --launcher srun"
+            return 1
+        fi
+    done
+}
+
+# The mpirun command line of AWS's EFA/NCCL guide (docs/facts/node-software.md#efa-guide-mpirun-flags):
+# root allowed (user data and lifecycle scripts run as root), MPI's own traffic on TCP only
+# (pml ^cm, btl tcp,self) away from lo and docker0, no CPU binding, the environment passed on.
+mpirun_command() {
+    local mpirun=mpirun hostlist="$1:$TYPE_GPUS,$2:$TYPE_GPUS"
+    command -v mpirun >/dev/null || mpirun=$FMINFRA_ROOT/opt/amazon/openmpi/bin/mpirun
+    cmd=("$mpirun" --allow-run-as-root -np $((2 * TYPE_GPUS)) --host "$hostlist"
+        --map-by "ppr:$TYPE_GPUS:node" --bind-to none
+        --mca pml "^cm" --mca btl "tcp,self" --mca btl_tcp_if_exclude "lo,docker0"
+        -x PATH -x LD_LIBRARY_PATH)
+}
+
 check_allreduce() {
     local -a hosts cmd
-    local out busbw mpirun
+    local out busbw
     if [[ $TYPE_NCCL_FAIL_GBPS == - ]]; then
         report SKIP nccl-allreduce "no measured threshold for $TARGET_TYPE (only measured types get one, see instance_types.tsv)"
         return 0
@@ -189,12 +217,11 @@ check_allreduce() {
         if [[ -n ${SLURM_JOB_ID:-} ]] && command -v srun >/dev/null; then LAUNCHER=srun; else LAUNCHER=mpirun; fi
     fi
     if [[ $LAUNCHER == srun ]]; then
-        cmd=(srun --nodelist="$NCCL_HOSTS" --nodes=2 --ntasks-per-node="$TYPE_GPUS" --mpi=pmix)
+        # Inside a Slurm allocation (HyperPod Slurm): Slurm starts the ranks, no SSH needed.
+        cmd=(srun --nodelist="$NCCL_HOSTS" --nodes=2 --ntasks-per-node="$TYPE_GPUS" --mpi=pmix --export=ALL)
     else
-        mpirun=mpirun
-        command -v mpirun >/dev/null || mpirun=$FMINFRA_ROOT/opt/amazon/openmpi/bin/mpirun
-        cmd=("$mpirun" -np $((2 * TYPE_GPUS)) --host "${hosts[0]}:$TYPE_GPUS,${hosts[1]}:$TYPE_GPUS"
-            --map-by "ppr:$TYPE_GPUS:node" -x LD_LIBRARY_PATH -x NCCL_TUNER_PLUGIN)
+        mpi_preflight "${hosts[@]}" || return 0
+        mpirun_command "${hosts[@]}"
     fi
     if ! out=$("${cmd[@]}" "$NCCL_TESTS_DIR/all_reduce_perf" -b 1G -e 2G -f 2 -g 1 2>&1); then
         report FAIL nccl-allreduce "$LAUNCHER all_reduce_perf failed: $(tail -n 1 <<<"$out")"
