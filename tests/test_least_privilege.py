@@ -4,6 +4,7 @@ Each test reads the synthesized templates (and fails on the templates as they we
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -120,3 +121,23 @@ def test_no_acknowledgment_claims_cloudtrail_records_object_access(synth: Synth)
     s1 = [r for r in reasons if "CloudTrail" in r]
     assert s1, "expected the lifecycle bucket's S1 reason to speak about CloudTrail data events"
     assert not [r for r in s1 if "(recorded in CloudTrail)" in r or r.endswith("CloudTrail audits access")]
+
+
+def test_default_security_group_rules_are_removed_in_both_directions(synth: Synth) -> None:
+    network = synth.resources("dev", "Network", "Custom::VpcRestrictDefaultSG")
+    calls = {}
+    for res in network.values():
+        join = res["Properties"]["Create"]["Fn::Join"][1]
+        text = "".join(p if isinstance(p, str) else "<sg>" for p in join)
+        assert {"Fn::GetAtt": ["VpcFB0DB6AD", "DefaultSecurityGroup"]} in join
+        calls[json.loads(text)["action"]] = json.loads(text)["parameters"]["IpPermissions"]
+    assert calls == {
+        "revokeSecurityGroupIngress": [{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": "<sg>"}]}],
+        "revokeSecurityGroupEgress": [{"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}],
+    }
+    # the handler may revoke rules of this one group only
+    policies = synth.resources("dev", "Network", "AWS::IAM::Policy")
+    statements = [
+        s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"] if "Revoke" in json.dumps(s["Action"])
+    ]
+    assert statements and all("DefaultSecurityGroup" in json.dumps(s["Resource"]) for s in statements)

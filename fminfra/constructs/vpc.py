@@ -15,8 +15,10 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from fminfra.constructs.acknowledge import acknowledge, drop_redundant_role_dependency
 from fminfra.constructs.log_group_key import logs_key_statement
 from fminfra.core.errors import ValidationError
 from fminfra.core.subnets import SubnetPlan
@@ -60,6 +62,12 @@ class AzIdVpcProps:
     name_prefix: str = field(default="fminfra")
 
 
+# The custom-resource type of the default security group's restriction (the one CDK's L2 Vpc uses).
+RESTRICT_DEFAULT_SG_TYPE = "Custom::VpcRestrictDefaultSG"
+# The construct id aws-cdk-lib gives AwsCustomResource's singleton function.
+PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
+
+
 class AzIdVpc(Construct):
     """Creates a VPC, subnets by AZ ID, an internet gateway, NAT gateway(s), route tables, an S3
     gateway endpoint, interface endpoints and flow logs to CloudWatch Logs.
@@ -85,6 +93,7 @@ class AzIdVpc(Construct):
             tags=[cdk.CfnTag(key="Name", value=props.name_prefix)],
         )
         self.vpc_id = self.cfn_vpc.ref
+        self._restrict_default_security_group()
         igw = ec2.CfnInternetGateway(self, "InternetGateway", tags=[cdk.CfnTag(key="Name", value=props.name_prefix)])
         attachment = ec2.CfnVPCGatewayAttachment(self, "InternetGatewayAttachment", vpc_id=self.vpc_id, internet_gateway_id=igw.ref)
 
@@ -236,3 +245,46 @@ class AzIdVpc(Construct):
             log_group_name=flow_log_group.ref,
             deliver_logs_permission_arn=flow_log_role.role_arn,
         )
+
+    def _restrict_default_security_group(self) -> None:
+        """Removes the default security group's rules (AWS adds all traffic from itself and all
+        outbound: docs/facts/network.md#vpc-default-security-group-rules), so that anything launched
+        without a group reaches nothing. CloudFormation cannot remove rules, so two SDK calls run
+        as a custom resource (`Custom::VpcRestrictDefaultSG`, the type CDK's own feature uses), one
+        for each direction; `scripts/deploy_local.py` emulates the type on moto."""
+        stack = cdk.Stack.of(self)
+        group_id = self.cfn_vpc.attr_default_security_group
+        group_arn = stack.format_arn(service="ec2", resource="security-group", resource_name=group_id)
+        calls = {
+            "Ingress": ("revokeSecurityGroupIngress", {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}),
+            "Egress": ("revokeSecurityGroupEgress", {"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}),
+        }
+        for direction, (action, permission) in calls.items():
+            call = cr.AwsSdkCall(
+                service="EC2",
+                action=action,
+                parameters={"GroupId": group_id, "IpPermissions": [permission]},
+                physical_resource_id=cr.PhysicalResourceId.of(f"{direction.lower()}-rules-removed"),
+            )
+            cr.AwsCustomResource(
+                self,
+                f"RestrictDefaultSecurityGroup{direction}",
+                resource_type=RESTRICT_DEFAULT_SG_TYPE,
+                on_create=call,
+                on_update=call,
+                policy=cr.AwsCustomResourcePolicy.from_statements(
+                    [iam.PolicyStatement(actions=[f"ec2:{action[0].upper()}{action[1:]}"], resources=[group_arn])]
+                ),
+                install_latest_aws_sdk=False,
+            )
+        # AwsCustomResource's one Lambda function per stack (a CDK singleton), made by aws-cdk-lib.
+        provider = stack.node.try_find_child(PROVIDER_ID)
+        assert isinstance(provider, Construct)
+        role = provider.node.try_find_child("ServiceRole")
+        assert role is not None
+        acknowledge(
+            role,
+            "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "CDK's AwsCustomResource handler role; this AWS managed policy only lets it write its own CloudWatch logs",
+        )
+        drop_redundant_role_dependency(provider)
