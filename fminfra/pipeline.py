@@ -1,16 +1,20 @@
 """Promotion pipeline: one CDK Pipelines stack that deploys the environments in order.
 
 Configured by `pipeline.yaml` at the repository root (it spans environments, so it is not in
-config/). Source: a CodeConnections repository. A synth step runs `make test` and synthesizes
-this app with `-c pipeline=pipeline.yaml`; then one wave per environment, in the file's order,
-each deploying `EnvironmentStage` with that environment's config. Before each deploy, a check
-step runs `python -m fminfra preflight` and `python -m fminfra guard --deployed` against the
-target account; a failing command fails the step and stops the pipeline there. An environment
-with `approval: true` gets a manual approval before its checks and deploy.
+config/). Source: a CodeConnections repository. A synth step runs `make test` and
+`make synth-pipeline`; then one wave per environment, in the file's order, each deploying
+`EnvironmentStage` with that environment's config. Before each deploy, a check step runs
+`make preflight` and `make guard-deployed` against the target account; a failing command fails
+the step and stops the pipeline there. An environment with `approval: true` gets a manual
+approval after its checks (reviewers see the guard's result first) and before its deploy.
+
+Every command is a `make` target: CodeBuild starts each build in a fresh shell, and the
+Makefile's exported PATH is what puts the project's .venv (Python, Node.js) and CDK CLI first
+(docs/promotion.md, "One way to run every command").
 
 Cross-account: the pipeline lives in its own (tooling) account; each target account is
 bootstrapped with `cdk bootstrap --trust TOOLING_ACCOUNT --cloudformation-execution-policies ...`,
-and the pipeline's actions assume the target's CDK roles (see README, "Promoting changes").
+and the pipeline's actions assume the target's CDK roles (docs/promotion.md).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
+from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
 from aws_cdk import pipelines
 from constructs import Construct
@@ -27,6 +32,7 @@ from constructs import Construct
 from fminfra.config import EnvironmentConfig
 from fminfra.config.pipeline import PipelineConfig, load_pipeline
 from fminfra.constructs.acknowledge import acknowledge
+from fminfra.core.errors import ValidationError
 from fminfra.stage import EnvironmentStage
 
 # The bootstrap qualifier every target account uses (CDK's default).
@@ -45,6 +51,20 @@ _ASSUME_ROLE_PROFILE = [
     'printf "[profile target]\\nrole_arn = %s\\ncredential_source = EcsContainer\\nregion = %s\\n" "$TARGET_ROLE_ARN" "$TARGET_REGION" > "$CODEBUILD_SRC_DIR/.aws-target-config"',
     'export AWS_CONFIG_FILE="$CODEBUILD_SRC_DIR/.aws-target-config" AWS_PROFILE=target',
 ]
+
+
+# CodeBuild image of every project the pipeline generates (synth, checks, self-mutation, asset
+# publishing): standard 8.0 offers Node.js 22 and 24 and Python 3.11 to 3.14; the runtimes are
+# chosen explicitly (docs/facts/pipeline.md#codebuild-standard-image-runtimes), Node.js 22 for the
+# CDK CLI that self-mutation and cdk-assets install (docs/facts/pipeline.md#cdk-cli-node-engines).
+BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_8_0
+BUILD_RUNTIMES = {"nodejs": "22", "python": "3.11"}
+
+
+def make_command(target: str, config: str) -> str:
+    """`make TARGET ENV=NAME CONFIG_DIR=DIR` for an environment's config path."""
+    path = Path(config)
+    return f"make {target} ENV={path.stem} CONFIG_DIR={path.parent.as_posix()}"
 
 
 class PipelineStack(cdk.Stack):
@@ -67,16 +87,12 @@ class PipelineStack(cdk.Stack):
         super().__init__(scope, construct_id, env=cdk.Environment(account=pipeline_config.account, region=pipeline_config.region), **kwargs)
         pc = pipeline_config
         source = pipelines.CodePipelineSource.connection(pc.source.repository, pc.source.branch, connection_arn=pc.source.connection_arn)
-        build_environment = codebuild.BuildEnvironment(
-            build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.LARGE
-        )
+        build_environment = codebuild.BuildEnvironment(build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.LARGE)
+        runtimes = codebuild.BuildSpec.from_object({"phases": {"install": {"runtime-versions": BUILD_RUNTIMES}}})
         synth = pipelines.ShellStep(
             "Synth",
             input=source,
-            commands=[
-                "make test",
-                f"npx --no-install cdk synth --quiet --no-notices -c pipeline={pipeline_file}",
-            ],
+            commands=["make test", f"make synth-pipeline PIPELINE_FILE={pipeline_file}"],
             primary_output_directory="cdk.out",
         )
         synth_output = synth.primary_output
@@ -86,9 +102,12 @@ class PipelineStack(cdk.Stack):
             "Pipeline",
             pipeline_name=f"{pc.name}-promotion",
             synth=synth,
+            # Explicit: without the feature flag aws-cdk-lib makes a V1 pipeline
+            # (docs/facts/pipeline.md#codepipeline-pipeline-type-default).
+            pipeline_type=codepipeline.PipelineType.V2,
             cross_account_keys=True,
             enable_key_rotation=True,
-            code_build_defaults=pipelines.CodeBuildOptions(build_environment=build_environment),
+            code_build_defaults=pipelines.CodeBuildOptions(build_environment=build_environment, partial_build_spec=runtimes),
         )
         self.stages: dict[str, EnvironmentStage] = {}
         self.waves: dict[str, pipelines.Wave] = {}
@@ -101,10 +120,10 @@ class PipelineStack(cdk.Stack):
                 additional_inputs={"cdk.out": synth_output},
                 env={"TARGET_ROLE_ARN": bootstrap_role_arn(cfg, "lookup"), "TARGET_REGION": cfg.region},
                 commands=[
-                    "make setup",
+                    "make deps",
                     *_ASSUME_ROLE_PROFILE,
-                    f".venv/bin/python -m fminfra preflight {env.config}",
-                    f".venv/bin/python -m fminfra guard {env.config} --templates cdk.out --deployed",
+                    make_command("preflight", env.config),
+                    make_command("guard-deployed", env.config),
                 ],
                 role_policy_statements=[
                     iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[bootstrap_role_arn(cfg, "lookup")]),
@@ -112,11 +131,14 @@ class PipelineStack(cdk.Stack):
             )
             pre: list[pipelines.Step] = [check]
             if env.approval:
+                # After the checks: reviewers read preflight's and the guard's result (the
+                # Check step's log) before they approve.
                 approval = pipelines.ManualApprovalStep(
-                    f"Approve-{cfg.name}", comment=f"Promote to {cfg.name} ({cfg.account}, {cfg.region})? Review the staging deploy first."
+                    f"Approve-{cfg.name}",
+                    comment=f"Promote to {cfg.name} ({cfg.account}, {cfg.region})? Read the Check-{cfg.name} log (preflight, guard) first.",
                 )
-                check.add_step_dependency(approval)
-                pre.insert(0, approval)
+                approval.add_step_dependency(check)
+                pre.append(approval)
                 self.approval_steps[cfg.name] = approval
             wave = self.pipeline.add_wave(cfg.name, pre=pre)
             # Beside the pipeline stack, not inside it: construct paths (and so the logical ids
@@ -130,7 +152,25 @@ class PipelineStack(cdk.Stack):
         # Build now (CDK Pipelines would build just before synth) so that the generated
         # resources exist to be acknowledged below.
         self.pipeline.build_pipeline()
+        self._grant_codeconnections(pc.source.connection_arn)
         self._acknowledge_generated_grants()
+
+    def _grant_codeconnections(self, connection_arn: str) -> None:
+        """`codeconnections:UseConnection` for a `codeconnections` ARN.
+
+        aws-cdk-lib grants only `codestar-connections:UseConnection`, and IAM matches the action's
+        service prefix to the resource's: a connection created since July 2024 has a
+        `codeconnections` ARN, so the source action would be denied
+        (docs/facts/pipeline.md#codeconnections-iam-prefix).
+        """
+        if ":codeconnections:" not in connection_arn:
+            return
+        source_stage = self.pipeline.pipeline.stages[0].stage_name
+        roles = [c for c in self.pipeline.pipeline.node.find_all() if isinstance(c, iam.Role) and f"/{source_stage}/" in c.node.path]
+        if not roles:
+            raise ValidationError(f"pipeline: no role found for the {source_stage} action to grant codeconnections:UseConnection")
+        for role in roles:
+            role.add_to_principal_policy(iam.PolicyStatement(actions=["codeconnections:UseConnection"], resources=[connection_arn]))
 
     def _acknowledge_generated_grants(self) -> None:
         """cdk-nag findings on what CDK Pipelines generates, each acknowledged with its reason."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,42 @@ from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
 from fminfra.stage import EnvironmentStage
 from fminfra.synth import build_app
 
+# Every way botocore and the AWS SDKs find credentials outside the code: keys, profiles and their
+# files, SSO (through profiles), web identity, and the container endpoint that CodeBuild and ECS
+# provide (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI/_FULL_URI). Tests never see the machine's.
+AWS_CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_SECURITY_TOKEN",
+    "AWS_CREDENTIAL_EXPIRATION",
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME",
+)
+
+
+NO_AWS_CONFIG = "/nonexistent/fminfra-tests/aws-config"
+
+
+def _no_machine_aws_credentials_in(environ: MutableMapping[str, str]) -> None:
+    for name in AWS_CREDENTIAL_VARIABLES:
+        environ.pop(name, None)
+    environ["AWS_CONFIG_FILE"] = environ["AWS_SHARED_CREDENTIALS_FILE"] = NO_AWS_CONFIG
+    environ["AWS_EC2_METADATA_DISABLED"] = "true"
+
+
+# Already while this file and the test modules are imported (config loading reads botocore's
+# models, and a profile that does not exist fails there), and for every subprocess a test starts.
+_no_machine_aws_credentials_in(os.environ)
+
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED_CONFIGS = config_files(ROOT / "config")
 EXAMPLE_CONFIGS = config_files(ROOT / "examples")
@@ -31,6 +67,19 @@ ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
 SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
 # The repository the GitHub OIDC stacks trust in tests.
 GITHUB_REPOSITORY = "example-org/fminfra"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_machine_aws_credentials() -> Iterator[None]:
+    """No test depends on the machine's credentials, in any form, for the whole session (set
+    before any module fixture, so those that set test credentials, such as moto's, still can)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for name in AWS_CREDENTIAL_VARIABLES:
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_CONFIG_FILE", NO_AWS_CONFIG)
+        mp.setenv("AWS_SHARED_CREDENTIALS_FILE", NO_AWS_CONFIG)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        yield
 
 
 @dataclass

@@ -59,7 +59,9 @@ def test_cost_json_lists_every_gpu_group(synth: Synth, capsys: pytest.CaptureFix
 
 def test_cost_without_a_synthesized_environment_is_one_line(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["cost", "dev", "--outdir", str(tmp_path)]) == 2
-    assert capsys.readouterr().err == f"{tmp_path}: (assembly): no cloud assembly here (no manifest.json); run `make synth` first\n"
+    assert capsys.readouterr().err == (
+        f"{tmp_path}: (folder): no cloud assembly (manifest.json) or templates (*.template.json) here; run `make synth` first\n"
+    )
 
 
 def _product(usd: str, attributes: dict[str, str]) -> str:
@@ -128,3 +130,21 @@ def test_a_live_book_falls_back_to_the_table() -> None:
     book = PriceBook("us-east-2", pricing_client=NoAnswer())
     price = book.get("nat-gateway")
     assert price is not None and price.usd == _price("nat-gateway", "us-east-2")
+
+
+def test_baseline_shows_the_monthly_cost_before_and_after(synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A pull request that doubles the reservation: before (the baseline) and after, for the job summary."""
+    from fminfra.commands.guard import read_templates, write_baseline
+
+    templates = read_templates(synth.outdir, "cost-ec2")
+    for template in templates.values():
+        for res in template.get("Resources", {}).values():
+            if res["Type"] == "AWS::EC2::CapacityReservation":
+                res["Properties"]["InstanceCount"] = 1
+    write_baseline(templates, tmp_path)
+    config = str(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    p5en, nat = _price("ec2:p5en.48xlarge", "us-east-2"), _price("nat-gateway", "us-east-2")
+    before, after = (1 * p5en + nat) * HOURS_PER_MONTH, (2 * p5en + nat) * HOURS_PER_MONTH
+    assert f"| per month | ${before:,.2f} | ${after:,.2f} |" in out

@@ -49,7 +49,8 @@ def test_waves_deploy_the_environments_in_order(pipeline: tuple[PipelineStack, P
     assert names.index("dev") < names.index("staging") < names.index("prod")
 
 
-def test_approval_comes_before_prod_only(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+def test_prod_approval_comes_after_its_checks_and_before_its_deploy(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    """Reviewers see preflight's and the guard's result (the Check step) before they approve."""
     _, _, template = pipeline
     for stage in _stages(template):
         approvals = [a for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Approval"]
@@ -57,7 +58,8 @@ def test_approval_comes_before_prod_only(pipeline: tuple[PipelineStack, Path, di
             assert [a["Name"] for a in approvals] == ["Approve-prod"]
             first_deploy = min(a["RunOrder"] for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Deploy")
             check = next(a for a in stage["Actions"] if a["Name"] == "Check-prod")
-            assert approvals[0]["RunOrder"] < check["RunOrder"] < first_deploy
+            assert check["RunOrder"] < approvals[0]["RunOrder"] < first_deploy
+            assert "Read the Check-prod log" in approvals[0]["Configuration"]["CustomData"]
         else:
             assert approvals == [], stage["Name"]
 
@@ -72,9 +74,10 @@ def test_preflight_and_guard_run_before_each_deploy(pipeline: tuple[PipelineStac
     assert check["RunOrder"] < min(a["RunOrder"] for a in deploys)
     commands = json.loads(_buildspec(template, check))["phases"]["build"]["commands"]
     # each command runs in one shell with errexit: a failing preflight or guard fails the step
-    assert f".venv/bin/python -m fminfra preflight {config}" in commands
-    assert f".venv/bin/python -m fminfra guard {config} --templates cdk.out --deployed" in commands
-    assert commands.index(f".venv/bin/python -m fminfra preflight {config}") > commands.index("make setup")
+    preflight = f"make preflight ENV={env} CONFIG_DIR={Path(config).parent}"
+    guard_cmd = f"make guard-deployed ENV={env} CONFIG_DIR={Path(config).parent}"
+    assert commands[0] == "make deps"
+    assert commands.index(preflight) < commands.index(guard_cmd)
 
 
 def test_checks_assume_only_the_target_accounts_lookup_role(pipeline: tuple[PipelineStack, Path, dict[str, Any]], synth: Synth) -> None:
@@ -85,7 +88,7 @@ def test_checks_assume_only_the_target_accounts_lookup_role(pipeline: tuple[Pipe
         project = next(
             r
             for r in template["Resources"].values()
-            if r["Type"] == "AWS::CodeBuild::Project" and f"preflight config/{env}.yaml" in json.dumps(r)
+            if r["Type"] == "AWS::CodeBuild::Project" and f"make preflight ENV={env} CONFIG_DIR=config" in json.dumps(r)
         )
         variables = {v["Name"]: v["Value"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]}
         assert variables["TARGET_ROLE_ARN"] == lookup
@@ -103,7 +106,7 @@ def test_synth_step_runs_make_test(pipeline: tuple[PipelineStack, Path, dict[str
     _, _, template = pipeline
     build = next(s for s in _stages(template) if s["Name"] == "Build")
     commands = json.loads(_buildspec(template, build["Actions"][0]))["phases"]["build"]["commands"]
-    assert commands == ["make test", "npx --no-install cdk synth --quiet --no-notices -c pipeline=pipeline.yaml"]
+    assert commands == ["make test", "make synth-pipeline PIPELINE_FILE=pipeline.yaml"]
 
 
 def test_source_is_the_codeconnections_repository(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
@@ -113,6 +116,79 @@ def test_source_is_the_codeconnections_repository(pipeline: tuple[PipelineStack,
     configured = yaml.safe_load((ROOT / "pipeline.yaml").read_text())["source"]
     assert source["Configuration"]["ConnectionArn"] == configured["connection_arn"]
     assert source["Configuration"]["FullRepositoryId"] == configured["repository"]
+
+
+def _projects(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {lid: r for lid, r in template["Resources"].items() if r["Type"] == "AWS::CodeBuild::Project"}
+
+
+def test_pipeline_is_v2_and_every_build_chooses_its_runtimes(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    """V2 explicitly (aws-cdk-lib's default is V1 without the feature flag); every CodeBuild
+    project, the generated self-mutation and asset projects too, on standard 8.0 with Node.js 22
+    (docs/facts/pipeline.md#codebuild-standard-image-runtimes)."""
+    _, _, template = pipeline
+    (pl,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::CodePipeline::Pipeline"]
+    assert pl["Properties"]["PipelineType"] == "V2"
+    projects = _projects(template)
+    assert len(projects) >= 5  # synth, three checks, self-mutation, asset publishing
+    for lid, project in projects.items():
+        assert project["Properties"]["Environment"]["Image"] == "aws/codebuild/standard:8.0", lid
+        spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+        assert spec["phases"]["install"]["runtime-versions"] == {"nodejs": "22", "python": "3.11"}, lid
+
+
+def connection_grant_problems(template: dict[str, Any], connection_arn: str) -> list[str]:
+    """IAM matches an action's service prefix to the resource's: a `codeconnections` ARN needs
+    `codeconnections:UseConnection` (docs/facts/pipeline.md#codeconnections-iam-prefix)."""
+    prefix = connection_arn.split(":")[2]
+    granted = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if f"{prefix}:UseConnection" in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]) and s["Resource"] == connection_arn
+    ]
+    return [] if granted else [f"no {prefix}:UseConnection on {connection_arn}"]
+
+
+def test_source_action_may_use_a_codeconnections_connection(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    _, _, template = pipeline
+    arn = yaml.safe_load((ROOT / "pipeline.yaml").read_text())["source"]["connection_arn"]
+    assert arn.startswith("arn:aws:codeconnections:")
+    assert connection_grant_problems(template, arn) == []
+    # the test of the test: what aws-cdk-lib grants on its own
+    bare = json.loads(json.dumps(template).replace('"codeconnections:UseConnection", ', ""))
+    assert connection_grant_problems(bare, arn) == [f"no codeconnections:UseConnection on {arn}"]
+
+
+def test_every_build_command_runs_in_the_projects_environment(pipeline: tuple[PipelineStack, Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The Synth and Check steps' commands, as CodeBuild runs them: one fresh shell per build,
+    PATH without the project's .venv, not root, CodeBuild's container credentials pointing at a
+    dead endpoint (`make test` is this suite, so it is not run again)."""
+    from tests.test_workflows import ENVIRONMENT_FAILURES, make_ci_sandbox, unmanaged_commands
+
+    for marker in (ROOT / ".venv" / ".installed", ROOT / "node_modules" / ".installed"):
+        if not marker.is_file():
+            pytest.skip(f"{marker.relative_to(ROOT)} missing: run `make setup` first")
+    _, _, template = pipeline
+    build = next(s for s in _stages(template) if s["Name"] == "Build")
+    synth_commands = json.loads(_buildspec(template, build["Actions"][0]))["phases"]["build"]["commands"]
+    dev = next(s for s in _stages(template) if s["Name"] == "dev")
+    check = next(a for a in dev["Actions"] if a["Name"] == "Check-dev")
+    check_project = _projects(template)[check["Configuration"]["ProjectName"]["Ref"]]
+    check_commands = json.loads(check_project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    check_env = {v["Name"]: v["Value"] for v in check_project["Properties"]["Environment"]["EnvironmentVariables"]}
+    for command in [*synth_commands, *check_commands]:
+        assert unmanaged_commands(command) == [], command
+    ci = make_ci_sandbox(tmp_path)
+    result = ci.run("\n".join(c for c in synth_commands if c != "make test"))
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert not ENVIRONMENT_FAILURES.search(result.stdout + result.stderr)
+    assert (ci.root / "cdk.out" / "fminfra-pipeline.template.json").is_file()
+    result = ci.run("\n".join(check_commands), **check_env)
+    output = result.stdout + result.stderr
+    assert not ENVIRONMENT_FAILURES.search(output), output[-3000:]
+    assert result.returncode != 0 and "credentials" in output, output[-3000:]  # the dead endpoint
 
 
 def test_pipeline_deploys_the_same_templates_as_the_standalone_app(

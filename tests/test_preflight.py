@@ -312,7 +312,7 @@ def test_block_window_must_match_and_lie_ahead_for_scheduled_actions(aws: Aws) -
             "group block",
             "scheduled actions in the future",
             "starts_at 2027-01-10T11:30:00Z has passed and Auto Scaling rejects scheduled actions in the past; "
-            "remove starts_at/ends_at and scale the group by hand (README: GPU capacity)",
+            "remove starts_at/ends_at and scale the group by hand (docs/capacity.md)",
         ),
     ]
 

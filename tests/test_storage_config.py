@@ -296,3 +296,20 @@ def test_a_capacity_derived_with_efa_lands_on_the_efa_step() -> None:
     no_efa = parse_config(_lustre(storage_capacity_gib=..., target_throughput_gb_per_s=20, throughput_mb_per_tib=1000, efa=False))
     assert no_efa.storage is not None and no_efa.storage.lustre is not None
     assert no_efa.storage.lustre.capacity_gib == 21600
+
+
+def test_fsx_capacity_has_the_services_upper_bound() -> None:
+    """A throughput target that derives more than CreateFileSystem accepts is one line (the bound is botocore's)."""
+    import botocore.session
+
+    from fminfra.config.storage import LUSTRE_MAX_CAPACITY_GIB
+
+    shape = botocore.session.get_session().get_service_model("fsx").shape_for("StorageCapacity")
+    assert shape.metadata["max"] == LUSTRE_MAX_CAPACITY_GIB
+    problems = _problems(_lustre(storage_capacity_gib=..., target_throughput_gb_per_s=3_000_000, throughput_mb_per_tib=125, efa=False))
+    assert len(problems) == 1
+    assert problems[0].startswith("f.yaml: storage.lustre.target_throughput_gb_per_s: needs ")
+    assert problems[0].endswith(
+        f"GiB; FSx accepts at most {LUSTRE_MAX_CAPACITY_GIB} GiB per file system (CreateFileSystem's StorageCapacity), "
+        "and the account's Lustre storage quota is lower: ask for less"
+    )

@@ -253,3 +253,63 @@ def test_the_gate_reads_stacks_outside_a_stage(tmp_path: Path) -> None:
     assert read_assembly(tmp_path) == {}
     (stack,) = read_assembly(tmp_path, include_app_stacks=True)[APP_STACKS]
     assert stack.stack_name == "Top" and stack.resource_count == 1
+
+
+def test_a_dead_container_credentials_endpoint_is_one_line(tmp_path: Path) -> None:
+    """CodeBuild's container credentials pointing at an endpoint that does not answer: one line, exit 2."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI": "http://127.0.0.1:9/credentials",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "fminfra", "preflight", "config/dev.yaml"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith("AWS credentials could not be retrieved: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_gate_names_a_config_missing_from_the_assembly(synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "other.yaml"
+    data = copy.deepcopy(DEV)
+    data["name"] = "other"
+    config.write_text(yaml.safe_dump(data))
+    code, _, err = _run(["gate", "--outdir", str(synth.outdir), str(config)], capsys)
+    assert (code, err) == (2, f"{synth.outdir}: (assembly): no stacks of environment other; synthesize it first\n")
+
+
+def test_gate_lints_each_environment_against_its_own_region(synth: Synth) -> None:
+    """dev's HyperPod workers are ml.p5.48xlarge; in a region whose HyperPod list lacks that type,
+    cfn-lint with that region fails the template, and with dev's own region passes it."""
+    from fminfra.commands.gate import cfn_lint
+    from fminfra.core.regional import _data
+
+    lists = _data()["hyperpod_instance_types"]
+    elsewhere = next(r for r, types in sorted(lists.items()) if "ml.p5.48xlarge" not in types)
+    (compute,) = [s.path for s in synth.stacks["dev"] if s.stack_name == "dev-Compute"]
+    assert cfn_lint([compute], ROOT / ".cfnlintrc.yaml", "us-west-2")[0] == 0
+    code, output = cfn_lint([compute], ROOT / ".cfnlintrc.yaml", elsewhere)
+    assert code != 0 and "E3644" in output and elsewhere in output
+
+
+@pytest.mark.parametrize("content", ['{"Resources": [', "[]"], ids=["truncated", "a list"])
+def test_a_broken_template_in_the_assembly_is_one_line(
+    synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str
+) -> None:
+    import shutil
+
+    broken = tmp_path / "cdk.out"
+    shutil.copytree(synth.outdir, broken)
+    (compute,) = [s.path for s in synth.stacks["dev"] if s.stack_name == "dev-Compute"]
+    target = broken / compute.relative_to(synth.outdir)
+    target.write_text(content)
+    for args in (["cost", "dev"], ["diagram", "dev"], ["gate", str(ROOT / "config" / "dev.yaml")]):
+        code, _, err = _run([*args, "--outdir", str(broken)], capsys)
+        assert code == 2 and err.startswith(f"{target}: (file): ") and len(err.splitlines()) == 1, (args, err)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,7 @@ import yaml
 
 from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ValidationError
-from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
+from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS, GithubOidcStack, github_oidc_stacks
 from tests.conftest import GITHUB_REPOSITORY, ROOT, SHIPPED_NAMES, Synth
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -56,7 +60,7 @@ def test_workflows_match_the_github_workflow_schema() -> None:
 def test_schema_check_can_fail(tmp_path: Path) -> None:
     bad = _load("deploy.yml")
     bad["jobs"]["dev"]["runs-on"] = "ubuntu-24.04"  # a reusable-workflow call cannot also have runs-on
-    bad["jobs"]["synth"]["steps"][0]["usess"] = "actions/checkout@v4"
+    bad["jobs"]["synth"]["steps"][0]["usess"] = "actions/checkout@v7"
     path = tmp_path / "bad.yml"
     path.write_text(yaml.safe_dump(bad))
     exe = Path(sys.executable).with_name("check-jsonschema")
@@ -64,6 +68,33 @@ def test_schema_check_can_fail(tmp_path: Path) -> None:
         [str(exe), "--builtin-schema", "vendor.github-workflows", str(path)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
+
+
+# Actions pinned to a commit, the release tag in a comment (docs/facts/pipeline.md#github-action-pins).
+ACTION_PINS = {
+    "actions/checkout": ("3d3c42e5aac5ba805825da76410c181273ba90b1", "v7.0.1"),
+    "actions/setup-python": ("5fda3b95a4ea91299a34e894583c3862153e4b97", "v7.0.0"),
+    "actions/upload-artifact": ("bbbca2ddaa5d8feaa63e36b76fdaad77386f024f", "v7.0.0"),
+    "actions/download-artifact": ("3e5f45b2cfb9172054b4087a40e8e0b5a5461e7c", "v8.0.1"),
+    "aws-actions/configure-aws-credentials": ("e6de054238d6b7531b4efff3b6587d9aade6a06c", "v6.2.3"),
+}
+_USES_LINE = re.compile(r"^\s*(?:-\s+)?uses:\s*(\S+)(.*)$")
+
+
+def pin_problems(text: str) -> list[str]:
+    """Every external `uses:` line: OWNER/REPO@<40-hex commit> # <tag>, the pair recorded above."""
+    problems = []
+    for line in text.splitlines():
+        m = _USES_LINE.match(line)
+        if not m or m.group(1).startswith("./"):
+            continue
+        action, _, ref = m.group(1).partition("@")
+        comment = m.group(2).strip()
+        if action not in ACTION_PINS:
+            problems.append(f"{action}: not a recorded action")
+        elif (ref, comment) != (ACTION_PINS[action][0], f"# {ACTION_PINS[action][1]}"):
+            problems.append(f"{m.group(1)} {comment}: must be {action}@{ACTION_PINS[action][0]} # {ACTION_PINS[action][1]}")
+    return problems
 
 
 @pytest.mark.parametrize("name", ["pull-request.yml", "deploy.yml", "deploy-environment.yml"])
@@ -74,71 +105,188 @@ def test_structure_every_workflow(name: str) -> None:
     # no long-lived keys anywhere: credentials only through OIDC
     assert not re.search(r"aws-access-key-id|aws-secret-access-key|AWS_SECRET_ACCESS_KEY|secrets\.", text)
     assert wf["permissions"]["contents"] == "read"
+    assert pin_problems(text) == []
     for job_id, job in jobs.items():
         assert ("uses" in job) != ("runs-on" in job), job_id
         for need in [job["needs"]] if isinstance(job.get("needs"), str) else job.get("needs") or []:
             assert need in jobs, (job_id, need)
         for step in _steps(job):
             assert ("uses" in step) != ("run" in step), (job_id, step)
-            if "uses" in step and not step["uses"].startswith("./"):
-                assert re.match(r"^[\w.-]+/[\w.-]+@(v\d+|[0-9a-f]{40})$", step["uses"]), step["uses"]
+            if "run" in step:
+                assert unmanaged_commands(step["run"]) == [], (job_id, step["run"])
         uses_aws = any("configure-aws-credentials" in s.get("uses", "") for s in _steps(job))
         if uses_aws:
             assert job.get("permissions", wf["permissions"]).get("id-token") == "write", job_id
 
 
+def test_pin_check_can_fail() -> None:
+    assert pin_problems("      - uses: actions/checkout@v4\n") == [
+        "actions/checkout@v4 : must be actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v7.0.1"
+    ]
+    assert pin_problems("- uses: actions/checkout@3d3c42e5aac5ba805825da76410c181273ba90b1 # v6.0.0\n") != []
+    assert pin_problems("- uses: someone/else@3d3c42e5aac5ba805825da76410c181273ba90b1 # v1\n") == ["someone/else: not a recorded action"]
+
+
+# A CI step runs in a fresh shell: only `make TARGET` (whose exported PATH puts .venv/bin and
+# node_modules/.bin first) reaches the project's Python and CDK CLI (docs/promotion.md).
+_TOOL = re.compile(r"(?<![\w./-])(python3?|pip3?|npx|npm|node|cdk|\.venv/\S*|pytest|ruff)(?![\w-])")
+
+
+def unmanaged_commands(run: str) -> list[str]:
+    """Tools a `run:` block or build command calls directly instead of through `make`."""
+    found = []
+    for line in run.splitlines():
+        code = line.split("#", 1)[0]
+        code = re.sub(r"'[^']*'|\"[^\"]*\"", "", code)  # quoted text (echo '```diff') is not a command
+        found += [m.group(1) for m in _TOOL.finditer(code)]
+    return found
+
+
+@pytest.mark.parametrize(
+    "old",
+    [
+        "npx --no-install cdk synth --quiet --no-notices -o cdk.out '**'",
+        '.venv/bin/python -m fminfra preflight "config/${ENVIRONMENT}.yaml"',
+        'npx --no-install cdk deploy --no-notices --app cdk.out --require-approval never "${ENVIRONMENT}/*"',
+    ],
+)
+def test_unmanaged_command_check_can_fail(old: str) -> None:
+    """The commands the workflows ran before (in a fresh shell, outside the project's environment)."""
+    assert unmanaged_commands(old) != []
+    assert unmanaged_commands('make diff ENV="$ENVIRONMENT" 2>&1 | tail -c 60000') == []
+
+
 def test_pull_requests_run_make_test_and_diff_each_environment_into_the_summary() -> None:
     wf = _load("pull-request.yml")
     assert "pull_request" in wf["on"]
-    assert "make test" in _runs(wf["jobs"]["test"])
+    assert _runs(wf["jobs"]["test"])[:2] == ["make test", "make synth"]
     diff = wf["jobs"]["diff"]
     assert diff["needs"] == "test"
     assert sorted(diff["strategy"]["matrix"]["environment"]) == sorted(SHIPPED_NAMES)
     runs = "\n".join(_runs(diff))
-    assert 'cdk diff --no-notices --app cdk.out "${ENVIRONMENT}/*"' in runs
+    assert 'make diff ENV="$ENVIRONMENT"' in runs
     assert runs.count('>> "$GITHUB_STEP_SUMMARY"') >= 2
-    assert 'fminfra guard "config/${ENVIRONMENT}.yaml" --templates cdk.out --deployed' in runs
-    roles = [s["with"]["role-to-assume"] for s in _steps(diff) if "configure-aws-credentials" in s.get("uses", "")]
-    assert roles[0].endswith(":role/fminfra-github-diff")
-    assert "cdk-hnb659fds-lookup-role" in roles[1]
+    assert 'make guard-deployed ENV="$ENVIRONMENT"' in runs
+    roles = [s["with"] for s in _steps(diff) if "configure-aws-credentials" in s.get("uses", "")]
+    assert roles[0]["role-to-assume"].endswith(":role/fminfra-github-diff")
+    assert "cdk-hnb659fds-lookup-role" in roles[1]["role-to-assume"]
+    assert roles[1]["role-skip-session-tagging"] is True
 
 
 def test_main_promotes_one_artifact_dev_then_staging_then_prod() -> None:
     wf = _load("deploy.yml")
     assert wf["on"]["push"]["branches"] == ["main"]
     jobs = wf["jobs"]
-    assert "make test" in _runs(jobs["synth"])
-    assert any("cdk synth" in r and "-o cdk.out" in r for r in _runs(jobs["synth"]))
+    assert _runs(jobs["synth"])[:2] == ["make test", "make synth"]
     assert [jobs[e]["needs"] for e in ("dev", "staging", "prod")] == ["synth", "dev", "staging"]
     for env in ("dev", "staging", "prod"):
         assert jobs[env]["uses"] == "./.github/workflows/deploy-environment.yml"
         assert jobs[env]["with"] == {"environment": env}
-        assert jobs[env]["permissions"]["id-token"] == "write"
-    assert wf["concurrency"]["cancel-in-progress"] is False
+        assert jobs[env]["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
+    # one workflow-wide group would hold dev and staging while prod waits for approval
+    assert "concurrency" not in wf
 
 
-def test_each_environment_runs_in_its_github_environment_with_checks_before_deploy() -> None:
+def _creds(steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    return [(i, s.get("with") or {}) for i, s in enumerate(steps) if "configure-aws-credentials" in s.get("uses", "")]
+
+
+def deploy_job_problems(job: dict[str, Any]) -> list[str]:
+    """What a job that runs `make deploy` lacks: environment, per-environment concurrency, the
+    session the deploy role allows, and the protection check before any AWS credentials."""
+
+    problems = []
+    steps = _steps(job)
+    runs = [s.get("run", "") for s in steps]
+    if not any("make deploy " in r for r in runs):
+        return problems
+    env = job.get("environment")
+    name = env.get("name") if isinstance(env, dict) else env
+    if not name:
+        problems.append("names no GitHub environment")
+    group = str(
+        (job.get("concurrency") or {}).get("group", "") if isinstance(job.get("concurrency"), dict) else job.get("concurrency") or ""
+    )
+    if not name or str(name) not in group:
+        problems.append(f"concurrency group {group!r} is not per environment ({name})")
+    if isinstance(job.get("concurrency"), dict) and job["concurrency"].get("cancel-in-progress"):
+        problems.append("cancel-in-progress would cut a deploy short")
+    deploy_at = next(i for i, r in enumerate(runs) if "make deploy " in r)
+    deploy_creds = [w for i, w in _creds(steps) if "github-deploy" in w.get("role-to-assume", "") and i < deploy_at]
+    if not deploy_creds or any(str(w.get("role-duration-seconds")) != str(DEPLOY_SESSION_SECONDS) for w in deploy_creds):
+        problems.append(f"deploy-role sessions must ask for role-duration-seconds {DEPLOY_SESSION_SECONDS}")
+    if int(job.get("timeout-minutes", 360)) * 60 > DEPLOY_SESSION_SECONDS:
+        problems.append("the job may outlive its session")
+    check = next((i for i, r in enumerate(runs) if r.startswith("make github-environment-check ")), None)
+    first_run = next((i for i, r in enumerate(runs) if r), None)
+    first_creds = min((i for i, _ in _creds(steps)), default=len(steps))
+    if check is None or check != first_run or check > first_creds:
+        problems.append("the environment-protection check must be the first command, before any AWS credentials")
+    return problems
+
+
+def _deploying_jobs() -> list[tuple[str, dict[str, Any]]]:
+    jobs = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job_id, job in _load(path.name)["jobs"].items():
+            if any("make deploy " in r for r in _runs(job)):
+                jobs.append((f"{path.name}:{job_id}", job))
+    return jobs
+
+
+def test_every_deploying_job_is_protected_per_environment_with_a_long_session() -> None:
+    jobs = _deploying_jobs()
+    assert [j for j, _ in jobs] == ["deploy-environment.yml:deploy"]
+    for where, job in jobs:
+        assert deploy_job_problems(job) == [], where
+        assert job["permissions"]["actions"] == "read", where  # the protection check reads the environment
+
+
+@pytest.mark.parametrize(
+    ("break_it", "problem"),
+    [
+        (lambda j: j.pop("environment"), "names no GitHub environment"),
+        (lambda j: j.update(concurrency={"group": "deploy", "cancel-in-progress": False}), "is not per environment"),
+        (lambda j: [s["with"].pop("role-duration-seconds", None) for s in j["steps"] if "with" in s], "role-duration-seconds"),
+        (lambda j: j.update(steps=[s for s in j["steps"] if "github-environment-check" not in s.get("run", "")]), "protection check"),
+        (
+            lambda j: j["steps"].insert(
+                2, j["steps"].pop(next(i for i, s in enumerate(j["steps"]) if "role-duration-seconds" in s.get("with", {})))
+            ),
+            "protection check",
+        ),
+        (lambda j: j.update({"timeout-minutes": 600}), "outlive its session"),
+    ],
+)
+def test_deploy_job_check_can_fail(break_it: Any, problem: str) -> None:
+    job = copy.deepcopy(_load("deploy-environment.yml")["jobs"]["deploy"])
+    break_it(job)
+    assert any(problem in p for p in deploy_job_problems(job)), deploy_job_problems(job)
+
+
+def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     wf = _load("deploy-environment.yml")
     assert wf["on"]["workflow_call"]["inputs"]["environment"]["required"] is True
-    job = wf["jobs"]["deploy"]
-    # the GitHub environment's protection rules (required reviewers) gate this job
-    assert job["environment"] == "${{ inputs.environment }}"
-    steps = _steps(job)
-    names = [s.get("name", s.get("uses", s.get("run"))) for s in steps]
-    runs = [s.get("run", "") for s in steps]
-    preflight = next(i for i, r in enumerate(runs) if "fminfra preflight" in r)
-    guard = next(i for i, r in enumerate(runs) if "fminfra guard" in r and "--deployed" in r)
-    deploy = next(i for i, r in enumerate(runs) if "cdk deploy" in r)
-    assert preflight < deploy and guard < deploy, names
-    assert "--app cdk.out" in runs[deploy]  # the artifact the synth job built, not a new synth
+    checks, deploy = wf["jobs"]["checks"], wf["jobs"]["deploy"]
+    assert "environment" not in checks  # runs before any approval
+    assert deploy["needs"] == "checks" and deploy["environment"] == "${{ inputs.environment }}"
+    runs = "\n".join(_runs(checks))
+    assert 'make preflight ENV="$ENVIRONMENT"' in runs and 'make guard-deployed ENV="$ENVIRONMENT"' in runs
+    assert '>> "$GITHUB_STEP_SUMMARY"' in runs
+    roles = [w["role-to-assume"] for _, w in _creds(_steps(checks))]
+    assert roles[0].endswith(":role/fminfra-github-check") and "lookup-role" in roles[1]
+    steps = _steps(deploy)
+    runs_d = [s.get("run", "") for s in steps]
+    guard = runs_d.index('make guard-deployed ENV="$ENVIRONMENT"')
+    deploy_i = runs_d.index('make deploy ENV="$ENVIRONMENT"')
+    assert guard < deploy_i
     download = next(i for i, s in enumerate(steps) if "download-artifact" in s.get("uses", ""))
     assert download < guard
-    creds = [(i, s["with"]) for i, s in enumerate(steps) if "configure-aws-credentials" in s.get("uses", "")]
-    deploy_role = "role/fminfra-${{ inputs.environment }}-github-deploy"
-    assert creds[0][1]["role-to-assume"].endswith(deploy_role)
-    assert creds[1][1]["role-chaining"] is True and "lookup-role" in creds[1][1]["role-to-assume"]
-    assert creds[1][0] < preflight
-    assert preflight < creds[2][0] < deploy and creds[2][1]["role-to-assume"].endswith(deploy_role)
+    # after a failed deploy: fresh credentials, then what CloudFormation is still doing
+    report = runs_d.index('make stack-status ENV="$ENVIRONMENT"')
+    assert steps[report]["if"] == "failure() && steps.deploy.outcome == 'failure'"
+    assert steps[deploy_i]["id"] == "deploy"
+    assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,10 +343,21 @@ def test_deploy_roles_trust_only_their_github_environment_and_only_assume_cdk_ro
                 f"arn:aws:iam::{cfg.account}:role/cdk-hnb659fds-{r}-role-{cfg.account}-{cfg.region}"
                 for r in ("deploy", "file-publishing", "image-publishing", "lookup")
             )
+            # a deploy may take the whole job: the role allows what the workflow asks for
+            assert role["Properties"]["MaxSessionDuration"] == DEPLOY_SESSION_SECONDS == 21600
             seen.append(env)
         diff = roles["fminfra-github-diff"]
         (statement,) = diff["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert statement["Condition"]["StringEquals"]["token.actions.githubusercontent.com:sub"] == f"repo:{REPO}:pull_request"
+        check = roles["fminfra-github-check"]
+        (statement,) = check["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert statement["Condition"]["StringEquals"]["token.actions.githubusercontent.com:sub"] == f"repo:{REPO}:ref:refs/heads/main"
+        check_id = next(lid for lid, r in template["Resources"].items() if r is check)
+        (policy,) = [p for p in policies if {"Ref": check_id} in p["Properties"]["Roles"]]
+        (grant,) = policy["Properties"]["PolicyDocument"]["Statement"]
+        assert grant["Action"] == "sts:AssumeRole"
+        grants = [grant["Resource"]] if isinstance(grant["Resource"], str) else grant["Resource"]
+        assert all(":role/cdk-hnb659fds-lookup-role-" in r for r in grants), grants
     assert sorted(seen) == sorted(SHIPPED_NAMES)
 
 
@@ -228,3 +387,270 @@ def test_existing_provider_is_imported_not_created(synth: Synth) -> None:
 def test_bad_repository_is_rejected(synth: Synth, repository: str, message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
         GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[synth.configs["dev"]])
+
+
+# --------------------------------------------------------------------------------------------
+# the CI command lines, run as CI runs them
+
+# What a failure to reach the project's environment looks like (not a failing check).
+ENVIRONMENT_FAILURES = re.compile(
+    r"No module named|ModuleNotFoundError|command not found|are you root|Permission denied|sudo: a password is required|npm ci|pip install"
+)
+# A runner that is root here stands in for GitHub's non-root runner: `id -u` says 1001, and sudo
+# and apt-get fail as they do for a user without privileges; each call is logged.
+_FAKE_NON_ROOT = {
+    "id": '#!/bin/sh\nif [ "$1" = "-u" ]; then echo 1001; else exec /usr/bin/id "$@"; fi\n',
+    "sudo": '#!/bin/sh\necho "sudo $*" >> "$FAKE_LOG"\necho "sudo: a password is required" >&2\nexit 1\n',
+    "apt-get": '#!/bin/sh\necho "apt-get $*" >> "$FAKE_LOG"\necho "E: Could not open lock file - open (13: Permission denied) are you root?" >&2\nexit 100\n',
+}
+
+
+@dataclass
+class CiSandbox:
+    """A copy of the repository (.venv and node_modules linked, already installed), trimmed to the dev environment so that a synth takes seconds, and the fresh
+    environment a CI step starts with."""
+
+    root: Path
+    env: dict[str, str]
+    log: Path
+
+    def run(self, command: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        # GitHub's `shell: bash` is `bash --noprofile --norc -eo pipefail {0}`; CodeBuild runs
+        # each command in one shell too.
+        return subprocess.run(
+            ["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", command],
+            cwd=self.root,
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
+
+
+# Not copied into the sandbox: installs (linked instead), build output and caches. No git: a
+# CodePipeline source artifact is a zip without .git.
+_NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", "node_modules", "cdk.out*", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build", "dist", "*.egg-info"
+)
+
+
+def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
+    root = dest / "repo"
+    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
+    for name in (".venv", "node_modules"):
+        (root / name).symlink_to((ROOT / name).resolve())
+    # Already installed: the install markers must stay newer than what they depend on.
+    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
+        os.utime(root / name, (946684800, 946684800))
+    for config in (root / "config").glob("*.yaml"):
+        if config.stem not in environments:
+            config.unlink()
+    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
+    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
+    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    home = dest / "home"
+    home.mkdir()
+    log = dest / "privileged-calls.log"
+    path = "/usr/bin:/bin"
+    if os.geteuid() == 0:
+        fakebin = dest / "fakebin"
+        fakebin.mkdir()
+        for name, text in _FAKE_NON_ROOT.items():
+            (fakebin / name).write_text(text)
+            (fakebin / name).chmod(0o755)
+        path = f"{fakebin}:{path}"
+    env = {
+        "PATH": path,
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "FAKE_LOG": str(log),
+        "CI": "true",
+        # CodeBuild's container credentials, pointing nowhere that answers with credentials
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/v2/credentials/fminfra-tests-dead-endpoint",
+        "AWS_DEFAULT_REGION": "us-west-2",
+        "CODEBUILD_BUILD_ID": "fminfra-tests:0",
+        "CODEBUILD_SRC_DIR": str(root),
+        "GITHUB_ACTIONS": "true",
+        "GITHUB_OUTPUT": str(dest / "github_output"),
+        "GITHUB_STEP_SUMMARY": str(dest / "step_summary"),
+    }
+    return CiSandbox(root=root, env=env, log=log)
+
+
+@pytest.fixture(scope="module")
+def ci(tmp_path_factory: pytest.TempPathFactory) -> CiSandbox:
+    # The sandbox links the checkout's installed .venv and node_modules; without their markers
+    # make would install into them (npm ci empties node_modules first), so only after set-up.
+    for marker in (ROOT / ".venv" / ".installed", ROOT / "node_modules" / ".installed"):
+        if not marker.is_file():
+            pytest.skip(f"{marker.relative_to(ROOT)} missing: run `make setup` first")
+    return make_ci_sandbox(tmp_path_factory.mktemp("ci"))
+
+
+def test_todays_synth_command_fails_in_a_fresh_shell(ci: CiSandbox) -> None:
+    """The test of the tests below: the workflows' former synth line, in the same fresh shell,
+    starts the system Python through cdk.json and cannot import aws_cdk."""
+    result = ci.run("npx --no-install cdk synth --quiet --no-notices -o cdk.out.old '**'")
+    assert result.returncode != 0
+    assert ENVIRONMENT_FAILURES.search(result.stdout + result.stderr), result.stdout + result.stderr
+
+
+def _workflow_runs() -> list[str]:
+    runs: list[str] = []
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        for job in _load(path.name)["jobs"].values():
+            runs += [r for r in _runs(job) if r not in runs]
+    return runs
+
+
+def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) -> None:
+    """Each `run:` of the workflows that calls a make command not run yet, in a fresh bash with
+    PATH=/usr/bin:/bin, not root, CodeBuild's credential variables pointing at a dead endpoint.
+    `make test` is the suite itself and the protection check needs GitHub's API (tested offline
+    in test_github_environment.py)."""
+    runs = [r for r in _workflow_runs() if r != "make test" and "github-environment-check" not in r]
+    # the synth first: the later steps read its cdk.out
+    runs.sort(key=lambda r: r != "make synth")
+    assert runs[0] == "make synth"
+    done: set[str] = set()
+    summary = Path(ci.env["GITHUB_STEP_SUMMARY"])
+    for run in runs:
+        commands = set(re.findall(r"make [\w-]+", run))
+        if commands <= done:
+            continue
+        done |= commands
+        summary.write_text("")
+        result = ci.run(run, ENVIRONMENT="dev")
+        output = result.stdout + result.stderr + summary.read_text()
+        assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
+        if run in ("make synth", "make deps") or run.startswith("make github-target"):
+            assert result.returncode == 0, (run, output[-3000:])
+        elif run.startswith("make pr-summary"):  # offline: cost and picture from cdk.out
+            assert result.returncode == 0, (run, output[-3000:])
+            assert "#### Cost of dev (us-west-2)" in output and "```mermaid\nflowchart LR" in output, output[-3000:]
+        else:  # these need AWS: with no credentials they fail, and say so
+            assert result.returncode != 0, (run, output[-3000:])
+            assert re.search(r"credential|Credential", output), (run, output[-3000:])
+    assert done == {
+        "make synth",
+        "make deps",
+        "make github-target",
+        "make pr-summary",
+        "make preflight",
+        "make guard-deployed",
+        "make diff",
+        "make deploy",
+        "make stack-status",
+    }
+    assert (ci.root / "cdk.out" / "manifest.json").is_file()
+    assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"
+    assert not ci.log.exists() or ci.log.read_text() == ""
+
+
+# --------------------------------------------------------------------------------------------
+# `make promtool`: root, a user with sudo (GitHub's hosted runners), a user without
+
+
+def _promtool(
+    tmp_path: Path, uid: int, *, sudo: bool = True, promtool: bool = False, makefile: Path = ROOT / "Makefile"
+) -> tuple[int, str, list[str]]:
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    log = tmp_path / "calls.log"
+    fakes = {
+        "id": f'#!/bin/sh\nif [ "$1" = "-u" ]; then echo {uid}; else exec /usr/bin/id "$@"; fi\n',
+        "apt-get": '#!/bin/sh\necho "uid=$(id -u) DEBIAN_FRONTEND=${DEBIAN_FRONTEND:-} apt-get $*" >> "$LOG"\n[ "$(id -u)" = 0 ] || { echo "E: are you root?" >&2; exit 100; }\n',
+    }
+    if sudo:  # password-less: runs the command as root
+        fakes["sudo"] = f'#!/bin/sh\necho "sudo $*" >> "$LOG"\n[ "$1" = -n ] && shift\nexport PATH="{fakebin}/root:$PATH"\nexec "$@"\n'
+        (fakebin / "root").mkdir()
+        (fakebin / "root" / "id").write_text('#!/bin/sh\nif [ "$1" = "-u" ]; then echo 0; else exec /usr/bin/id "$@"; fi\n')
+        (fakebin / "root" / "id").chmod(0o755)
+    if promtool:
+        fakes["promtool"] = "#!/bin/sh\nexit 0\n"
+    for name, text in fakes.items():
+        (fakebin / name).write_text(text)
+        (fakebin / name).chmod(0o755)
+    (fakebin / "env").symlink_to("/usr/bin/env")
+    result = subprocess.run(
+        ["/usr/bin/make", "--no-print-directory", "-f", str(makefile), "promtool"],
+        cwd=tmp_path,
+        env={"PATH": str(fakebin), "LOG": str(log), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    calls = log.read_text().splitlines() if log.exists() else []
+    return result.returncode, result.stdout + result.stderr, calls
+
+
+_APT = "apt-get -o DPkg::Lock::Timeout=120"
+
+
+def test_promtool_installs_as_root(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 0, sudo=False)
+    assert code == 0, output
+    assert calls == [
+        f"uid=0 DEBIAN_FRONTEND= {_APT} update -q",
+        f"uid=0 DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+    ]
+
+
+def test_promtool_installs_through_sudo_as_a_user(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 1001)
+    assert code == 0, output
+    assert calls == [
+        f"sudo -n env {_APT} update -q",
+        f"uid=0 DEBIAN_FRONTEND= {_APT} update -q",
+        f"sudo -n env DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+        f"uid=0 DEBIAN_FRONTEND=noninteractive {_APT} install -y -q --no-install-recommends prometheus",
+    ]
+
+
+def test_promtool_without_root_or_sudo_says_what_to_install(tmp_path: Path) -> None:
+    code, output, calls = _promtool(tmp_path, 1001, sudo=False)
+    assert (code, calls) == (2, [])
+    assert "make promtool: promtool is missing and installing it needs root: install Debian's prometheus package" in output
+
+
+def test_promtool_already_there_installs_nothing(tmp_path: Path) -> None:
+    assert _promtool(tmp_path, 1001, promtool=True)[::2] == (0, [])
+
+
+def test_promtool_check_can_fail(tmp_path: Path) -> None:
+    """The recipe before: apt-get straight away, which a user without root cannot run."""
+    old = tmp_path / "Makefile.old"
+    old.write_text(
+        "SHELL := /bin/bash\npromtool:\n\tcommand -v promtool >/dev/null || { apt-get -o DPkg::Lock::Timeout=120 update -q && \\\n"
+        "\t  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 install -y -q --no-install-recommends prometheus; }\n"
+    )
+    work = tmp_path / "run"
+    work.mkdir()
+    code, _, calls = _promtool(work, 1001, makefile=old)
+    assert code != 0 and calls == [f"uid=1001 DEBIAN_FRONTEND= {_APT} update -q"]
+
+
+# --------------------------------------------------------------------------------------------
+# tests/conftest.py: the machine's credentials never reach a test
+
+
+def test_no_machine_credentials_reach_the_tests() -> None:
+    import botocore.session
+
+    from tests.conftest import AWS_CREDENTIAL_VARIABLES
+
+    assert [v for v in AWS_CREDENTIAL_VARIABLES if v in os.environ] == []
+    assert botocore.session.get_session().get_credentials() is None
+
+
+def test_credential_check_can_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CodeBuild's variable back (a dead endpoint), botocore goes looking: the check above would fail."""
+    import botocore.exceptions
+    import botocore.session
+
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", "http://127.0.0.1:9/dead")
+    monkeypatch.setenv("AWS_METADATA_SERVICE_NUM_ATTEMPTS", "1")
+    with pytest.raises(botocore.exceptions.CredentialRetrievalError):
+        botocore.session.get_session().get_credentials()

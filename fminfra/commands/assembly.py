@@ -43,12 +43,9 @@ def read_assembly(outdir: Path, *, include_app_stacks: bool = False) -> dict[str
     come under the key APP_STACKS. AssemblyError when the folder holds no cloud assembly.
     """
     manifest_path = outdir / "manifest.json"
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except FileNotFoundError:
-        raise AssemblyError(f"{outdir}: (assembly): no cloud assembly here (no manifest.json); run `make synth` first") from None
-    except (OSError, ValueError) as exc:
-        raise AssemblyError(f"{manifest_path}: (assembly): cannot read the manifest: {exc}") from None
+    if not manifest_path.is_file():
+        raise AssemblyError(f"{outdir}: (assembly): no cloud assembly here (no manifest.json); run `make synth` first")
+    manifest = _json(manifest_path)
     result: dict[str, list[StackTemplate]] = {}
     for artifact_id, artifact in (manifest.get("artifacts") or {}).items():
         if include_app_stacks and artifact.get("type") == "aws:cloudformation:stack":
@@ -56,7 +53,7 @@ def read_assembly(outdir: Path, *, include_app_stacks: bool = False) -> dict[str
         if artifact.get("type") != "cdk:cloud-assembly":
             continue
         stage_dir = outdir / artifact["properties"]["directoryName"]
-        stage_manifest = json.loads((stage_dir / "manifest.json").read_text())
+        stage_manifest = _json(stage_dir / "manifest.json")
         environment = artifact["properties"].get("displayName") or artifact_id.removeprefix("assembly-")
         result[environment] = [
             _stack(environment, stage_dir, stack_id, stack)
@@ -66,6 +63,17 @@ def read_assembly(outdir: Path, *, include_app_stacks: bool = False) -> dict[str
     return result
 
 
+def _json(path: Path) -> dict[str, Any]:
+    """A JSON object from the assembly; AssemblyError (one line) when it is missing, not JSON or not an object."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AssemblyError(f"{path}: (file): not a readable JSON file: {exc}") from None
+    if not isinstance(value, dict):
+        raise AssemblyError(f"{path}: (file): must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _stack(environment: str, folder: Path, stack_id: str, stack: dict[str, Any]) -> StackTemplate:
     path = folder / stack["properties"]["templateFile"]
     return StackTemplate(
@@ -73,5 +81,19 @@ def _stack(environment: str, folder: Path, stack_id: str, stack: dict[str, Any])
         stack_name=stack["properties"].get("stackName", stack_id),
         display_name=stack.get("displayName", stack_id),
         path=path,
-        template=json.loads(path.read_text()),
+        template=_json(path),
     )
+
+
+def launch_template_instance_type(template: dict[str, Any], reference: Any) -> str | None:
+    """The instance type of a launch template a resource references (Ref or its Id/Name)."""
+    if not isinstance(reference, dict):
+        return None
+    target = reference.get("LaunchTemplateId") or reference.get("LaunchTemplateName") or reference.get("Id") or reference
+    logical = None
+    if isinstance(target, dict):
+        logical = target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]
+    resource = (template.get("Resources") or {}).get(logical or "", {})
+    data = (resource.get("Properties") or {}).get("LaunchTemplateData") or {}
+    value = data.get("InstanceType")
+    return value if isinstance(value, str) else None

@@ -14,6 +14,7 @@ import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     ClientError,
+    CredentialRetrievalError,
     EndpointConnectionError,
     NoCredentialsError,
     NoRegionError,
@@ -44,6 +45,8 @@ def make_session(*, region: str, profile: str | None = None) -> boto3.Session:
         raise AwsAccessError(f"--profile {profile}: no such profile in the AWS config files") from None
     except TokenRetrievalError as exc:
         raise AwsAccessError(f"AWS credentials: {exc} (run `aws sso login`)") from None
+    except CredentialRetrievalError as exc:  # e.g. a container credentials endpoint that does not answer
+        raise AwsAccessError(f"AWS credentials could not be retrieved: {exc}") from None
     if credentials is None:
         raise AwsAccessError(
             "no AWS credentials found (environment variables, --profile, SSO or an instance role); "
@@ -62,6 +65,8 @@ def error_code(exc: ClientError) -> str:
 
 def access_problem(exc: Exception) -> AwsAccessError | None:
     """The AwsAccessError for exceptions that mean "cannot talk to AWS at all", else None."""
+    if isinstance(exc, CredentialRetrievalError):
+        return AwsAccessError(f"AWS credentials could not be retrieved: {exc}")
     if isinstance(exc, NoCredentialsError):
         return AwsAccessError("no AWS credentials found (environment variables, --profile, SSO or an instance role)")
     if isinstance(exc, EndpointConnectionError):

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
-from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.commands.assembly import StackTemplate, launch_template_instance_type, read_assembly
 from fminfra.commands.common import EXIT_OK, UsageError, load_configs
 from fminfra.commands.plan import format_table
 from fminfra.config import EnvironmentConfig
@@ -115,20 +115,6 @@ def _resources(stacks: list[StackTemplate]) -> list[tuple[str, dict[str, Any], d
     return [(lid, res, s.template) for s in stacks for lid, res in (s.template.get("Resources") or {}).items()]
 
 
-def _launch_template_type(template: dict[str, Any], reference: Any) -> str | None:
-    """The instance type of a launch template a resource references (Ref or its Id/Name)."""
-    if not isinstance(reference, dict):
-        return None
-    target = reference.get("LaunchTemplateId") or reference.get("LaunchTemplateName") or reference.get("Id") or reference
-    logical = None
-    if isinstance(target, dict):
-        logical = target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]
-    resource = (template.get("Resources") or {}).get(logical or "", {})
-    data = (resource.get("Properties") or {}).get("LaunchTemplateData") or {}
-    value = data.get("InstanceType")
-    return value if isinstance(value, str) else None
-
-
 def _gpus(instance_type: str) -> int:
     spec = catalog.CATALOG.get(catalog.normalize_instance_type(instance_type))
     return spec.gpus if spec else 0
@@ -173,7 +159,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
-            itype = _launch_template_type(template, props.get("LaunchTemplate")) or "?"
+            itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
             # GpuAutoScalingGroup's logical id starts with AutoScalingGroup<group name without punctuation>.
             group = next((g for g in groups.values() if lid.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", g.name))), None)
             count = group.count if group else int(props.get("MaxSize") or 0)
@@ -208,7 +194,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::EKS::Nodegroup":
-            types = props.get("InstanceTypes") or [_launch_template_type(template, props.get("LaunchTemplate")) or "?"]
+            types = props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"]
             scaling = props.get("ScalingConfig") or {}
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
             itype = types[0]
@@ -329,6 +315,28 @@ def items_from_templates(
 # ------------------------------------------------------------------------------------------ the command
 
 
+def stacks_of(cfg: EnvironmentConfig, folder: Path) -> list[StackTemplate]:
+    """The environment's stacks from a cloud assembly (cdk.out) or a folder of templates (baselines/ENV)."""
+    if (folder / "manifest.json").exists():
+        stacks = read_assembly(folder).get(cfg.name)
+        if not stacks:
+            raise UsageError(
+                f"{folder}: (assembly): no stacks of environment {cfg.name}; run `make synth` (or cdk synth -c config=...) first"
+            )
+        return stacks
+    if not folder.is_dir() or not any(folder.glob("*.template.json")):
+        raise UsageError(
+            f"{folder}: (folder): no cloud assembly (manifest.json) or templates (*.template.json) here; run `make synth` first"
+        )
+    from fminfra.commands.guard import GuardInputError, read_templates
+
+    try:
+        templates = read_templates(folder)
+    except GuardInputError as exc:
+        raise UsageError(str(exc)) from None
+    return [StackTemplate(cfg.name, name, name, folder / f"{name}.template.json", template) for name, template in templates.items()]
+
+
 def estimate(
     cfg: EnvironmentConfig,
     outdir: Path,
@@ -338,9 +346,8 @@ def estimate(
     grafana_users: tuple[int, int] = (1, 0),
     amp_samples: float = 10000.0,
 ) -> Estimate:
-    stacks = read_assembly(outdir).get(cfg.name)
-    if not stacks:
-        raise UsageError(f"{outdir}: (assembly): no stacks of environment {cfg.name}; run `make synth` (or cdk synth -c config=...) first")
+    """Price the environment's templates, read from a cloud assembly or a folder of templates."""
+    stacks = stacks_of(cfg, outdir)
     items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples)
     for item in items:
         item.price(book, hours_per_month)
@@ -369,10 +376,11 @@ def render(est: Estimate) -> str:
             ]
         )
     s = est.summary()
+    bound = "at least " if est.unknown else ""
     lines = [
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
-        f"per hour while running: ${s['per_hour_running']:,.2f}; per month: ${s['per_month']:,.2f}"
+        f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
         + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else ""),
         f"bills while idle (reserved and fixed): ${s['idle_per_month']:,.2f} a month; paid up front: ${s['paid_up_front']:,.2f}",
     ]
@@ -391,7 +399,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grafana-editors", type=int, default=1, help="assumption: Grafana editor users (default 1)")
     p.add_argument("--grafana-viewers", type=int, default=0, help="assumption: Grafana viewer users (default 0)")
     p.add_argument("--amp-samples-per-second", type=float, default=10000.0, help="assumption: samples/s ingested into AMP (default 10000)")
-    p.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    p.add_argument("--baseline", metavar="DIR", help="also price these templates (e.g. baselines/ENV) and show before -> after")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    out.add_argument("--markdown", action="store_true", help="a Markdown block for a pull request summary (before -> after)")
+
+
+def markdown(after: Estimate, before: Estimate | None) -> str:
+    """A Markdown block for a pull request's job summary: monthly cost before -> after, known items only."""
+    a = after.summary()
+    lines = [f"#### Cost of {after.environment} ({after.region})", "", "| | before | after |", "|---|---|---|"]
+    b = before.summary() if before is not None else None
+
+    def row(label: str, key: str) -> str:
+        old = f"${b[key]:,.2f}" if b is not None and b[key] is not None else "-"
+        new = f"${a[key]:,.2f}" if a[key] is not None else "-"
+        return f"| {label} | {old} | {new} |"
+
+    lines += [row("per month", "per_month"), row("per hour while running", "per_hour_running"), row("paid up front", "paid_up_front")]
+    unknown = a["items_price_unknown"]
+    if unknown:
+        lines += ["", f"{unknown} item(s) have no sourced price and are not in these figures (a lower bound; `fminfra cost --live`)."]
+    return "\n".join(lines) + "\n"
 
 
 def main(ns: argparse.Namespace) -> int:
@@ -403,21 +432,29 @@ def main(ns: argparse.Namespace) -> int:
 
         endpoint = cfg.region if cfg.region in PRICE_LIST_REGIONS else PRICE_LIST_REGIONS[0]
         client = aws_client(make_session(region=endpoint), "pricing")
-    est = estimate(
-        cfg,
-        Path(ns.outdir),
-        book=PriceBook(cfg.region, pricing_client=client),
-        hours_per_month=ns.hours_per_month,
-        grafana_users=(ns.grafana_editors, ns.grafana_viewers),
-        amp_samples=ns.amp_samples_per_second,
-    )
+    book = PriceBook(cfg.region, pricing_client=client)
+    options = {
+        "book": book,
+        "hours_per_month": ns.hours_per_month,
+        "grafana_users": (ns.grafana_editors, ns.grafana_viewers),
+        "amp_samples": ns.amp_samples_per_second,
+    }
+    est = estimate(cfg, Path(ns.outdir), **options)  # type: ignore[arg-type]
+    before = estimate(cfg, Path(ns.baseline), **options) if ns.baseline else None  # type: ignore[arg-type]
     if ns.json:
-        print(
-            json.dumps(
-                {"environment": est.environment, "region": est.region, "summary": est.summary(), "items": [asdict(i) for i in est.items]},
-                indent=2,
-            )
-        )
+        data: dict[str, Any] = {
+            "environment": est.environment,
+            "region": est.region,
+            "summary": est.summary(),
+            "items": [asdict(i) for i in est.items],
+        }
+        if before is not None:
+            data["before"] = before.summary()
+        print(json.dumps(data, indent=2))
+    elif ns.markdown:
+        print(markdown(est, before), end="")
     else:
         print(render(est))
+        if before is not None:
+            print(f"per month before -> after: ${before.summary()['per_month']:,.2f} -> ${est.summary()['per_month']:,.2f} (known prices)")
     return EXIT_OK

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.commands.assembly import StackTemplate, launch_template_instance_type, read_assembly
 from fminfra.commands.common import EXIT_OK, UsageError, load_configs
 from fminfra.config import EnvironmentConfig
 
@@ -131,7 +131,8 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
         elif kind == "AWS::EKS::Nodegroup":
             scaling = props.get("ScalingConfig") or {}
             gid = f"nodegroup_{_id(lid)}"
-            types = ", ".join(props.get("InstanceTypes") or ["launch template type"])
+            template = next(s.template for s in stacks if lid in (s.template.get("Resources") or {}))
+            types = ", ".join(props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"])
             label = f"{props.get('NodegroupName') or lid}: {scaling.get('MinSize')}-{scaling.get('DesiredSize')}-{scaling.get('MaxSize')} x {types}"
             pic.add(Box(gid, label, pic.compute_az))
     if pic.has("eks"):

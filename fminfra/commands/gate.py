@@ -25,12 +25,17 @@ def own_rule_findings(stacks: list[StackTemplate]) -> list[Finding]:
     return check_templates({s.stack_name: s.template for s in stacks})
 
 
-def cfn_lint(paths: list[Path], config_file: Path | None = None) -> tuple[int, str]:
-    """Run cfn-lint (the one installed beside this Python) over templates: (exit code, output)."""
+def cfn_lint(paths: list[Path], config_file: Path | None = None, region: str | None = None) -> tuple[int, str]:
+    """Run cfn-lint (the one installed beside this Python) over templates: (exit code, output).
+
+    With a region, the templates are checked against that region's resource types and values
+    (an instance type HyperPod does not offer there, say); else the config file's regions apply."""
     exe = Path(sys.executable).with_name("cfn-lint")
     cmd = [str(exe) if exe.exists() else "cfn-lint"]
     if config_file is not None and config_file.exists():
         cmd += ["--config-file", str(config_file)]
+    if region is not None:
+        cmd += ["--regions", region]
     result = subprocess.run([*cmd, "--", *map(str, paths)], capture_output=True, text=True, check=False)
     return result.returncode, (result.stdout + result.stderr).strip()
 
@@ -87,18 +92,28 @@ def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_co
     if not assembly:
         print(f"{outdir}: (assembly): no stacks found; run `make synth` first", file=sys.stderr)
         return 2
+    missing = sorted(set(configs) - set(assembly))
+    if missing:
+        print(f"{outdir}: (assembly): no stacks of environment {', '.join(missing)}; synthesize it first", file=sys.stderr)
+        return 2
     own_findings = 0
     all_paths: list[Path] = []
+    by_region: dict[str | None, list[Path]] = {}
     for env, stacks in assembly.items():
         print(environment_summary(configs.get(env), stacks))
         print()
         all_paths.extend(s.path for s in stacks)
+        region = configs[env].region if env in configs else None
+        by_region.setdefault(region, []).extend(s.path for s in stacks)
         for finding in own_rule_findings(stacks):
             print(f"FAIL own rule: {finding}")
             own_findings += 1
-    code, output = cfn_lint(all_paths, cfn_lint_config)
-    if code != 0:
-        print(f"FAIL cfn-lint (exit {code}):\n{output}")
+    code = 0
+    for region, paths in by_region.items():  # each environment against its own region's data
+        region_code, output = cfn_lint(paths, cfn_lint_config, region)
+        if region_code != 0:
+            print(f"FAIL cfn-lint{f' ({region})' if region else ''} (exit {region_code}):\n{output}")
+            code = code or region_code
     report = outdir / "validation-report.json"
     packs_file = outdir / POLICY_PACKS_FILE
     nag_ran = packs_file.exists()

@@ -45,8 +45,7 @@ def _capacity_text(group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str
 def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
     if cap.starts_at is None or cap.ends_at is None:
         return (
-            f"Capacity Block group starts at 0 instances; scale it to {count} while the block is active "
-            "(README: GPU capacity, Capacity Blocks)"
+            f"Capacity Block group starts at 0 instances; scale it to {count} while the block is active (docs/capacity.md, Capacity Blocks)"
         )
     scale_in = scale_in_time(cap.ends_at, cap.drain)
     minutes = int(cap.drain.total_seconds() // 60)

@@ -344,7 +344,7 @@ class Preflight:
                 f"group {group.name}",
                 "scheduled actions in the future",
                 f"starts_at {utc_timestamp(cap.starts_at)} has passed and Auto Scaling rejects scheduled actions in the past; "
-                "remove starts_at/ends_at and scale the group by hand (README: GPU capacity)",
+                "remove starts_at/ends_at and scale the group by hand (docs/capacity.md)",
             )
 
     # ----------------------------------------------------------------------------------------

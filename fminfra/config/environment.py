@@ -13,6 +13,7 @@ from fminfra.config.compute import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLA
 from fminfra.config.network import NetworkConfig
 from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
 from fminfra.config.storage import StorageConfig
+from fminfra.core.regional import SERVICE_NAMES, hyperpod_types_in, resource_types_in
 from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
@@ -74,6 +75,7 @@ class EnvironmentConfig(Model):
         for i, az in enumerate(self.network.az_ids):
             if problem := az_id_problem(az, self.region):
                 problems.append((f"network.az_ids[{i}]", problem))
+        problems.extend(self._regional_problems())
         if self.compute.needs_eks and len(self.network.az_ids) < 2:
             problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
         for i, group in enumerate(self.compute.instance_groups):
@@ -97,6 +99,44 @@ class EnvironmentConfig(Model):
             )
         _raise_problems(problems)
         return self
+
+    def _regional_problems(self) -> list[tuple[str, str]]:
+        """Services and HyperPod instance types the region does not offer (docs/facts/network.md#regional-availability)."""
+        problems: list[tuple[str, str]] = []
+        available = resource_types_in(self.region)
+        if available is not None:
+            needed = {"AWS::EC2::CapacityReservation": any(g.capacity.type == "odcr" for g in self.compute.instance_groups)}
+            needed["AWS::SageMaker::Cluster"] = self.compute.hyperpod
+            needed["AWS::EKS::Cluster"] = self.compute.needs_eks
+            needed["AWS::FSx::FileSystem"] = bool(self.storage and self.storage.lustre)
+            needed["AWS::APS::Workspace"] = self.observability.prometheus
+            needed["AWS::APS::Scraper"] = self.observability.prometheus and self.compute.needs_eks
+            needed["AWS::Grafana::Workspace"] = self.observability.grafana.enabled
+            for resource_type, used in needed.items():
+                if used and resource_type not in available:
+                    problems.append(
+                        (
+                            "region",
+                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) is not offered in {self.region}; choose another region",
+                        )
+                    )
+        offered = hyperpod_types_in(self.region) if self.compute.hyperpod else None
+        if offered:
+            named = [
+                (f"compute.instance_groups[{i}].instance_type", g.spec.hyperpod_name) for i, g in enumerate(self.compute.instance_groups)
+            ]
+            if self.compute.slurm is not None and self.compute.orchestrator == "slurm":
+                named.append(("compute.slurm.controller.instance_type", self.compute.slurm.controller.instance_type))
+                if self.compute.slurm.login.count:
+                    named.append(("compute.slurm.login.instance_type", self.compute.slurm.login.instance_type))
+            gpu_offered = sorted(t for t in offered if t.startswith(("ml.p", "ml.g")))
+            for path, instance_type in named:
+                name = instance_type if instance_type.startswith("ml.") else f"ml.{instance_type}"
+                if name not in offered:
+                    problems.append(
+                        (path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}")
+                    )
+        return problems
 
     # Names used for physical resources: every one includes the environment name.
     def physical_name(self, *parts: str) -> str:

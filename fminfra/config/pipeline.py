@@ -51,7 +51,10 @@ class PipelineEnvironment(_Model):
     """One environment the pipeline deploys, in order."""
 
     config: str = Field(description="Path of the environment's config file, relative to the repository root.")
-    approval: bool = Field(default=False, description="true: a manual approval before this environment's checks and deploy.")
+    approval: bool = Field(
+        default=False,
+        description="true: a manual approval after this environment's checks and before its deploy; on GitHub, required reviewers on its environment.",
+    )
 
 
 class PipelineConfig(_Model):

@@ -26,6 +26,9 @@ LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
 LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
 LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
 LUSTRE_METADATA_IOPS_MAX = 192000
+# The largest StorageCapacity CreateFileSystem accepts (docs/facts/storage.md#fsx-storage-capacity-api-maximum);
+# the account's Lustre storage quota, which preflight cannot read offline, is far lower.
+LUSTRE_MAX_CAPACITY_GIB = 2147483647
 LUSTRE_MAX_REPOSITORIES = 8
 BUCKET_NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 S3_PREFIX_RULE = re.compile(r"^[A-Za-z0-9!_.*'()=+,@ -][A-Za-z0-9!_.*'()=+,@ /-]*/$")
@@ -172,6 +175,15 @@ class LustreConfig(Model):
             problems.append(("storage_capacity_gib", f"must be 1200, 2400 or a multiple of 2400 GiB, got {self.storage_capacity_gib}"))
         if self.target_throughput_gb_per_s is not None and self.target_throughput_gb_per_s <= 0:
             problems.append(("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
+        elif not problems and self.capacity_gib > LUSTRE_MAX_CAPACITY_GIB:
+            field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
+            problems.append(
+                (
+                    field,
+                    f"needs {self.capacity_gib} GiB; FSx accepts at most {LUSTRE_MAX_CAPACITY_GIB} GiB per file system "
+                    "(CreateFileSystem's StorageCapacity), and the account's Lustre storage quota is lower: ask for less",
+                )
+            )
         if not persistent:
             # scratch_2 takes only capacity, compression and repositories.
             for field, given in (

@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from constructs import Construct
 
-from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
+from fminfra.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency, literal
 from fminfra.core.errors import ValidationError
 
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
@@ -149,7 +149,9 @@ class LifecycleScripts(Construct):
         for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*"):
             acknowledge(policy, f"IAM5[Action::{action}]", reason)
         acknowledge(policy, f"IAM5[Resource::{arn_reference(bucket)}/*]", reason)
-        acknowledge(policy, f"IAM5[Resource::arn:aws:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*]", reason)
+        # The asset bucket's ARN in the stack's partition (aws, aws-us-gov, aws-cn), as CDK's grant writes it.
+        assets = literal(stack, f"arn:{stack.partition}:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*")
+        acknowledge(policy, f"IAM5[Resource::{assets}]", reason)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Read access to this version's prefix only (CDK's read action groups, acknowledged)."""

@@ -6,7 +6,9 @@ the GitHub OIDC provider (or imports an existing one) and, per environment in th
 deploy role that only a workflow job running in the GitHub environment of that name
 (`repo:OWNER/REPO:environment:ENV`) can assume, plus one diff role for pull requests. The roles can
 do one thing: assume that environment's CDK bootstrap roles (deploy, file publishing, lookup),
-which hold the actual permissions. No IAM users, no access keys.
+which hold the actual permissions. Two read-only roles complete it: one for pull-request diffs and
+one for the checks that run on the pipeline's branch before an environment's approval (so its
+reviewers see preflight and the guard first). No IAM users, no access keys.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def deploy_role_name(env: str) -> str:
 
 
 DIFF_ROLE_NAME = "fminfra-github-diff"
+CHECK_ROLE_NAME = "fminfra-github-check"
+
+# How long a deploy job's session may last: GitHub-hosted jobs run for at most 6 hours
+# (docs/facts/pipeline.md#github-hosted-job-time-limit), and prod's stacks (FSx with EFA, then
+# HyperPod nodes) can take longer than the default hour. The workflows ask for exactly this
+# (`role-duration-seconds`); IAM allows 1 to 12 hours (docs/facts/pipeline.md#iam-max-session-duration).
+DEPLOY_SESSION_SECONDS = 6 * 3600
 
 
 def bootstrap_role_arn(account: str, region: str, role: str) -> str:
@@ -43,7 +52,7 @@ def bootstrap_role_arn(account: str, region: str, role: str) -> str:
 class GithubOidcStack(cdk.Stack):
     """GitHub OIDC provider and per-environment deploy roles of one AWS account.
 
-    Attributes: `provider_arn`, `deploy_roles` (by environment name), `diff_role`.
+    Attributes: `provider_arn`, `deploy_roles` (by environment name), `diff_role`, `check_role`.
     """
 
     def __init__(
@@ -55,6 +64,7 @@ class GithubOidcStack(cdk.Stack):
         repository: str,
         environments: Sequence[EnvironmentConfig],
         existing_provider: bool = False,
+        branch: str = "main",
         **kwargs: object,
     ) -> None:
         if not REPOSITORY_RULE.match(repository):
@@ -80,7 +90,7 @@ class GithubOidcStack(cdk.Stack):
                 role_name=deploy_role_name(env.name),
                 description=f"GitHub Actions deploys of fminfra {env.name} from {repository} (GitHub environment {env.name} only)",
                 assumed_by=self._github_principal(repository, f"repo:{repository}:environment:{env.name}"),
-                max_session_duration=cdk.Duration.hours(2),
+                max_session_duration=cdk.Duration.seconds(DEPLOY_SESSION_SECONDS),
             )
             role.add_to_policy(
                 iam.PolicyStatement(
@@ -93,23 +103,41 @@ class GithubOidcStack(cdk.Stack):
             cdk.CfnOutput(
                 self, f"DeployRoleArn{env.name.replace('-', '')}", value=role.role_arn, description=f"role-to-assume for {env.name}"
             )
-        regions = sorted({e.region for e in environments})
-        self.diff_role = iam.Role(
-            self,
+        lookup_roles = [bootstrap_role_arn(account, r, "lookup") for r in sorted({e.region for e in environments})]
+        self.diff_role = self._lookup_only_role(
             "DiffRole",
-            role_name=DIFF_ROLE_NAME,
-            description=f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
-            assumed_by=self._github_principal(repository, f"repo:{repository}:pull_request"),
-            max_session_duration=cdk.Duration.hours(1),
-        )
-        self.diff_role.add_to_policy(
-            iam.PolicyStatement(
-                sid="AssumeCdkLookupRoles",
-                actions=["sts:AssumeRole", "sts:TagSession"],
-                resources=[bootstrap_role_arn(account, r, "lookup") for r in regions],
-            )
+            DIFF_ROLE_NAME,
+            f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
+            self._github_principal(repository, f"repo:{repository}:pull_request"),
+            lookup_roles,
+            ["sts:AssumeRole", "sts:TagSession"],
         )
         cdk.CfnOutput(self, "DiffRoleArn", value=self.diff_role.role_arn, description="role-to-assume for pull-request diffs")
+        # Subject of a job on the branch that names no environment (docs/facts/pipeline.md#github-oidc-subject-claims).
+        self.check_role = self._lookup_only_role(
+            "CheckRole",
+            CHECK_ROLE_NAME,
+            f"GitHub Actions checks before approval from {repository} branch {branch}: read-only CDK lookup roles",
+            self._github_principal(repository, f"repo:{repository}:ref:refs/heads/{branch}"),
+            lookup_roles,
+            ["sts:AssumeRole"],
+        )
+        cdk.CfnOutput(self, "CheckRoleArn", value=self.check_role.role_arn, description="role-to-assume for the checks before approval")
+
+    def _lookup_only_role(
+        self, construct_id: str, role_name: str, description: str, principal: iam.IPrincipal, lookup_roles: list[str], actions: list[str]
+    ) -> iam.Role:
+        """A one-hour role that can do one thing: assume the account's read-only CDK lookup roles."""
+        role = iam.Role(
+            self,
+            construct_id,
+            role_name=role_name,
+            description=description,
+            assumed_by=principal,
+            max_session_duration=cdk.Duration.hours(1),
+        )
+        role.add_to_policy(iam.PolicyStatement(sid="AssumeCdkLookupRoles", actions=actions, resources=lookup_roles))
+        return role
 
     def _github_principal(self, repository: str, subject: str) -> iam.IPrincipal:
         return iam.FederatedPrincipal(
@@ -122,7 +150,7 @@ class GithubOidcStack(cdk.Stack):
 
 
 def github_oidc_stacks(
-    scope: Construct, configs: Sequence[EnvironmentConfig], *, repository: str, existing_provider: bool = False
+    scope: Construct, configs: Sequence[EnvironmentConfig], *, repository: str, existing_provider: bool = False, branch: str = "main"
 ) -> list[GithubOidcStack]:
     """One `GithubOidcStack` per AWS account of the configs, named `fminfra-github-oidc-ACCOUNT`."""
     by_account: dict[str, list[EnvironmentConfig]] = {}
@@ -136,6 +164,7 @@ def github_oidc_stacks(
             repository=repository,
             environments=envs,
             existing_provider=existing_provider,
+            branch=branch,
             description=f"fminfra: GitHub Actions OIDC provider and deploy roles for {', '.join(e.name for e in envs)}",
         )
         for account, envs in sorted(by_account.items())

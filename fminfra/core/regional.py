@@ -1,0 +1,41 @@
+"""What each region offers, from the data cfn-lint keeps of AWS's published CloudFormation schemas
+and price list (`regional.json` beside this module, written by scripts/refresh_regional_data.py;
+docs/facts/network.md#regional-availability): the CloudFormation resource types fminfra creates
+that exist there, and the instance types SageMaker HyperPod offers there."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+DATA = Path(__file__).with_name("regional.json")
+# What each part of an environment needs, named for the message.
+SERVICE_NAMES = {
+    "AWS::SageMaker::Cluster": "SageMaker HyperPod",
+    "AWS::EKS::Cluster": "Amazon EKS",
+    "AWS::FSx::FileSystem": "FSx for Lustre",
+    "AWS::FSx::DataRepositoryAssociation": "FSx data repository associations",
+    "AWS::APS::Workspace": "Amazon Managed Service for Prometheus",
+    "AWS::APS::Scraper": "AMP managed scrapers",
+    "AWS::Grafana::Workspace": "Amazon Managed Grafana",
+    "AWS::EC2::CapacityReservation": "EC2 On-Demand Capacity Reservations",
+}
+
+
+@cache
+def _data() -> dict[str, Any]:
+    return dict(json.loads(DATA.read_text(encoding="utf-8")))
+
+
+def resource_types_in(region: str) -> set[str] | None:
+    """The resource types of SERVICE_NAMES that CloudFormation offers in the region; None when unknown."""
+    found = _data()["resource_types"].get(region)
+    return None if found is None else set(found)
+
+
+def hyperpod_types_in(region: str) -> set[str] | None:
+    """The `ml.` instance types HyperPod offers in the region; None when the data has no list for it."""
+    found = _data()["hyperpod_instance_types"].get(region)
+    return None if found is None else set(found)
