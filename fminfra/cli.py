@@ -31,6 +31,7 @@ COMMANDS = {
     "guard": "guard",
     "cost": "cost",
     "diagram": "diagram",
+    "accept": "accept",
 }
 
 

@@ -128,10 +128,10 @@ def test_validate_prints_the_warning_on_stderr(capsys: pytest.CaptureFixture[str
 
 def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
     data = copy.deepcopy(STAGING)
-    data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "eu-west-3", ["euw3-az1", "euw3-az2"], "euw3-az1"
+    data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
     warnings = dict(parse_config(data, "f.yaml").warnings(date(2026, 1, 1)))
     assert warnings["region"].startswith(
-        "HyperPod's dependency chart has no health-monitoring agent image in eu-west-3; it pulls us-east-1's"
+        "HyperPod's dependency chart has no health-monitoring agent image in ap-northeast-2; it pulls us-east-1's"
     )
     assert "region" not in dict(parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1)))
 
@@ -145,3 +145,35 @@ def test_default_system_node_type_is_an_ec2_instance_type() -> None:
     enum = botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum
     assert SystemNodesConfig().instance_type in enum
     assert "ml.m5.large" not in enum  # the test of the test: a HyperPod name is no EC2 type
+
+
+@pytest.mark.parametrize(
+    ("labels", "taints", "fragment"),
+    [
+        ({"bad key!": "x"}, [], "labels: key 'bad key!' is not a Kubernetes key"),
+        ({"team": "-x"}, [], "labels: value '-x' of 'team' is not a Kubernetes value"),
+        ({}, [{"key": "nvidia.com/gpu ", "value": "true"}], "taints[0]: key 'nvidia.com/gpu ' is not a Kubernetes key"),
+    ],
+)
+def test_kubernetes_labels_and_taints_follow_kubernetes_syntax(labels: dict[str, str], taints: list[dict[str, str]], fragment: str) -> None:
+    import copy
+
+    import yaml
+
+    from fminfra.config import parse_config
+    from fminfra.core.errors import ConfigError
+    from tests.conftest import ROOT
+
+    data = yaml.safe_load((ROOT / "tests" / "configs" / "eks-inference-only.yaml").read_text())
+    data = copy.deepcopy(data)
+    group = data["compute"]["inference_node_groups"][0]
+    group["labels"], group["taints"] = labels, taints
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "f.yaml")
+    assert info.value.problems == [f"f.yaml: compute.inference_node_groups[0].{fragment}" + info.value.problems[0].split(fragment, 1)[1]]
+    # Valid prefixed keys and empty values pass.
+    group["labels"], group["taints"] = (
+        {"fminfra.io/tier": "", "app.kubernetes.io/name": "serve"},
+        [{"key": "nvidia.com/gpu", "value": "true"}],
+    )
+    assert parse_config(data).compute.inference_node_groups[0].labels["app.kubernetes.io/name"] == "serve"

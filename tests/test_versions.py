@@ -65,8 +65,10 @@ def test_parser_rejects(text: str, message: str) -> None:
         ("EFA_INSTALLER_KEY_FINGERPRINT", "4e90", "EFA_INSTALLER_KEY_FINGERPRINT: must be 40 upper-case hex digits"),
         ("NCCL_TESTS_COMMIT", "v2.18.3", "NCCL_TESTS_COMMIT: must be empty or a 40-hex git commit, got 'v2.18.3'"),
         ("EFA_INSTALLER_SHA256", "abc", "EFA_INSTALLER_SHA256: must be empty or 64 lower-case hex digits"),
-        ("NCCL_VERSION", "", "NCCL_VERSION: empty; only AWS_OFI_NCCL_SOURCE_COMMIT"),
+        ("NCCL_VERSION", "", "NCCL_VERSION: empty; only ACCEPT_PYTORCH_IMAGE_DIGEST, AWS_OFI_NCCL_SOURCE_COMMIT"),
         ("NCCL_PACKAGE_CUDA", "cuda13.2", "NCCL_PACKAGE_CUDA: must be a CUDA MAJOR.MINOR version such as 13.2, got 'cuda13.2'"),
+        ("ACCEPT_PYTORCH_IMAGE_DIGEST", "25.06-py3", "ACCEPT_PYTORCH_IMAGE_DIGEST: must be empty or sha256: and 64 lower-case hex digits"),
+        ("ACCEPT_PYTORCH_IMAGE_DIGEST", "sha256:" + "A" * 64, "ACCEPT_PYTORCH_IMAGE_DIGEST: must be empty or sha256:"),
         ("CHART_KARPENTER", "1.0.0", "CHART_KARPENTER: Helm chart and EKS add-on keys are CHART_<NAME>_VERSION"),
     ],
 )
@@ -82,7 +84,9 @@ def test_missing_key_is_named() -> None:
 
 
 def test_version_of_an_empty_key_names_the_manifest() -> None:
-    with pytest.raises(ValidationError, match=r"versions.env: AWS_OFI_NCCL_SOURCE_COMMIT: not set; known keys: AWS_OFI_NCCL_SOURCE_COMMIT"):
+    with pytest.raises(
+        ValidationError, match=r"versions.env: AWS_OFI_NCCL_SOURCE_COMMIT: not set; known keys: .*AWS_OFI_NCCL_SOURCE_COMMIT"
+    ):
         version("AWS_OFI_NCCL_SOURCE_COMMIT")
 
 

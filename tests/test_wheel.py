@@ -82,7 +82,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (wheel,) = dist.glob("fminfra-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    for path in ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv"):
+    packaged = ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv")
+    jobs = (
+        "jobs/common.sh",
+        "jobs/nccl-tests.sbatch",
+        "jobs/ddp-smoke.sbatch",
+        "jobs/ddp_smoke.py",
+        "jobs/fsx-probe.sbatch",
+        "jobs/fio_probe.sh",
+    )
+    for path in packaged + jobs:
         assert f"fminfra/_scripts/{path}" in names
     assert "fminfra/constructs/hyperpod_dependencies_handler/index.py" in names  # the installer Lambda's asset
 

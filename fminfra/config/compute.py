@@ -204,6 +204,34 @@ class InstanceGroupConfig(Model):
         return catalog.get(self.instance_type)
 
 
+# Kubernetes label keys: an optional DNS-subdomain prefix (<= 253) and "/", then a name of 1-63
+# alphanumerics, "-", "_", "." beginning and ending alphanumeric; values: the name form or empty
+# (docs/facts/eks.md#kubernetes-label-syntax). Taint keys and values follow the same rules.
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
+K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
+
+
+def _k8s_problems(field: str, key: str, value: str) -> list[tuple[str, str]]:
+    problems = []
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    if not K8S_KEY_RULE.match(key) or len(prefix) > 253:
+        problems.append(
+            (
+                field,
+                f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
+            )
+        )
+    if not K8S_VALUE_RULE.match(value):
+        problems.append(
+            (
+                field,
+                f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
+            )
+        )
+    return problems
+
+
 class Taint(Model):
     """A Kubernetes taint on inference nodes."""
 
@@ -243,6 +271,9 @@ class InferenceNodeGroupConfig(Model):
 
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
+        k8s = [p for key, value in self.labels.items() for p in _k8s_problems("labels", key, value)]
+        k8s += [p for i, taint in enumerate(self.taints) for p in _k8s_problems(f"taints[{i}]", taint.key, taint.value)]
+        _raise_problems(k8s)
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
                 [
@@ -420,7 +451,7 @@ class ComputeConfig(Model):
         if self.orchestrator == "eks":
             sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
         for g in self.inference_node_groups:
-            taints = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
             if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
                 sources.append(f"inference node group {g.name!r}")
         return sources

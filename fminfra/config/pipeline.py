@@ -47,6 +47,27 @@ class SourceConfig(_Model):
         return value
 
 
+class AcceptThresholds(_Model):
+    """`fminfra accept` for one environment: thresholds that replace (or stand in for) the per-type
+    ones of scripts/node/instance_types.tsv. A type without a sourced threshold fails the gate
+    unless nccl_fail_gbps is set here. See docs/first-job.md."""
+
+    nccl_fail_gbps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="all_reduce busbw at 1-2 GiB on two nodes below which accept fails (GB/s)."
+    )
+    nccl_warn_gbps: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="busbw below which accept warns (GB/s); default: nccl_fail_gbps."
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> AcceptThresholds:
+        if self.nccl_warn_gbps is not None and self.nccl_fail_gbps is None:
+            raise ValueError("nccl_warn_gbps needs nccl_fail_gbps")
+        if self.nccl_warn_gbps is not None and self.nccl_fail_gbps is not None and self.nccl_warn_gbps < self.nccl_fail_gbps:
+            raise ValueError(f"nccl_warn_gbps ({self.nccl_warn_gbps}) must not be below nccl_fail_gbps ({self.nccl_fail_gbps})")
+        return self
+
+
 class PipelineEnvironment(_Model):
     """One environment the pipeline deploys, in order."""
 
@@ -55,6 +76,7 @@ class PipelineEnvironment(_Model):
         default=False,
         description="true: a manual approval after this environment's checks and before its deploy; on GitHub, required reviewers on its environment.",
     )
+    accept: AcceptThresholds = Field(default_factory=AcceptThresholds, description="`fminfra accept` thresholds for this environment.")
 
 
 class PipelineConfig(_Model):

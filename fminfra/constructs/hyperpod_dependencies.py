@@ -91,7 +91,7 @@ class HyperPodDependencies(Construct):
         self.access_entry = eks.AccessEntry(
             self,
             "AccessEntry",
-            cluster=cluster,
+            cluster=cluster,  # type: ignore[arg-type]  # jsii's Python stubs miss kubectl_provider_options on Cluster
             principal=self.role.role_arn,
             access_policies=[
                 eks.AccessPolicy.from_access_policy_name("AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER)

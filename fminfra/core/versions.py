@@ -70,7 +70,7 @@ NODE_KEYS: tuple[str, ...] = (
 )
 # Keys whose empty value has a meaning (the manifest's comments say which).
 MAY_BE_EMPTY: frozenset[str] = frozenset(
-    {"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT"}
+    {"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT", "ACCEPT_PYTORCH_IMAGE_DIGEST"}
     # enroot packages: empty until filled; the lifecycle then refuses to install enroot.
     | {f"ENROOT_{p}DEB_SHA256_{a}" for p in ("", "CAPS_") for a in ("AMD64", "ARM64")}
 )
@@ -80,6 +80,7 @@ _SHAPES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ("_COMMIT", re.compile(r"^([0-9a-f]{40})?$"), "empty or a 40-hex git commit"),
     ("_SHA256", re.compile(r"^([0-9a-f]{64})?$"), "empty or 64 lower-case hex digits"),
     ("NCCL_PACKAGE_CUDA", re.compile(r"^[0-9]+\.[0-9]+$"), "a CUDA MAJOR.MINOR version such as 13.2"),
+    ("_DIGEST", re.compile(r"^(sha256:[0-9a-f]{64})?$"), "empty or sha256: and 64 lower-case hex digits (an image digest)"),
 )
 
 

@@ -198,7 +198,8 @@ def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
     (key, effect), plus the CriticalAddonsOnly one the charts' defaults carry."""
     seen: dict[tuple[str, str], None] = {("CriticalAddonsOnly", ""): None}
     for g in cfg.compute.inference_node_groups:
-        for taint in [(t.key, t.effect) for t in g.taints] or [(DEFAULT_GPU_TAINT[0], DEFAULT_GPU_TAINT[2])]:
+        taints: list[tuple[str, str]] = [(t.key, t.effect) for t in g.taints] or [(DEFAULT_GPU_TAINT[0], DEFAULT_GPU_TAINT[2])]
+        for taint in taints:
             seen.setdefault(taint, None)
     return [{"key": k, "operator": "Exists", **({"effect": e} if e else {})} for k, e in seen]
 
