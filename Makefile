@@ -19,6 +19,8 @@ export AWS_EC2_METADATA_DISABLED := true
 export PYTHONDONTWRITEBYTECODE := 1
 CDK := npx --no-install cdk
 CONFIG_DIR ?= config
+# checkov lives in its own virtual environment: it pins boto3/botocore far below fminfra's and moto's.
+CHECKOV_VENV := .venv-checkov
 PIPELINE_FILE ?= pipeline.yaml
 # ENV=NAME for the per-environment CI targets: config/NAME.yaml, stacks NAME/*.
 ENV ?=
@@ -26,11 +28,16 @@ ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
 .PHONY: pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
-	github-target github-environment-check preflight guard-deployed diff deploy stack-status
+	github-target github-environment-check preflight guard-deployed diff deploy stack-status gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
 	touch $@
 
 node_modules/.installed: package.json package-lock.json | $(VENV)/.installed
@@ -53,7 +60,7 @@ promtool:
 # The Python packages and the CDK CLI, without promtool (the CI jobs that only synth, diff or deploy).
 deps: $(VENV)/.installed node_modules/.installed
 
-setup: deps promtool
+setup: deps $(CHECKOV_VENV)/.installed promtool
 
 # synth, lint, bench and deploy-local need only the Python packages and the CDK CLI, no root;
 # promtool (installed with apt) is for the rule tests of `make test` alone.
@@ -115,10 +122,16 @@ stack-status: deps
 	$(need_env)
 	$(PY) .ci/stack_status.py --app cdk.out --environment $(ENV)
 
+# FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest
+	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest
+
+# The gate figures docs/gates.md records: checkov checks/failed/skipped, cfn-lint, cdk-nag
+# acknowledgments by rule, with each tool's version, over every template the tests synthesize.
+gate-figures: $(VENV)/.installed $(CHECKOV_VENV)/.installed
+	$(PY) scripts/gate_figures.py
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -199,7 +199,9 @@ class PipelineStack(cdk.Stack):
         acknowledge(
             self.pipeline,
             "S1",
-            "the artifact bucket holds only build artifacts, KMS-encrypted and reachable by the pipeline roles alone; CloudTrail audits access",
+            "the artifact bucket holds only build artifacts, reachable by the pipeline roles alone and SSE-KMS encrypted with the pipeline's "
+            "key: each object read or write calls KMS, and CloudTrail records KMS calls as management events by default (S3 object-level "
+            "data events only where the account enables them)",
         )
         acknowledge(
             self.pipeline,

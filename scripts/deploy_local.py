@@ -9,7 +9,9 @@
    (`ACCEPTED_NOT_MATERIALIZED`), and every stack it depends on is picked too. The templates
    are deployed as synthesized, never altered;
 3. starts `moto_server` on a free localhost port with the config's account (`MOTO_ACCOUNT_ID`),
-   with one fix for a moto 5.2.5 bug (tagged KMS keys, see `patch_moto`);
+   with one fix for a moto 5.2.5 bug (tagged KMS keys, see `patch_moto`) and one emulated custom
+   resource type, `Custom::VpcRestrictDefaultSG` (`EMULATED_CUSTOM_TYPES`), carried out on moto's
+   EC2 state because moto runs custom-resource Lambda functions only with Docker;
 4. runs the real `cdk bootstrap` and `cdk deploy` with fake credentials and
    `AWS_ENDPOINT_URL=http://localhost:PORT` (the CLI needs `localhost`, not 127.0.0.1);
 5. checks with boto3 what moto materializes: stack resources and outputs, the VPC and its
@@ -47,6 +49,10 @@ sys.path.insert(0, str(ROOT))
 ACCEPTED_NOT_MATERIALIZED = frozenset({"AWS::CDK::Metadata", "AWS::EC2::SecurityGroupEgress", "AWS::S3::BucketPolicy"})
 # moto creates Lambda functions but runs them (custom resources) only with Docker.
 NEEDS_DOCKER_PREFIXES = ("Custom::", "AWS::CloudFormation::CustomResource")
+# Custom resources the emulator carries out itself (`patch_moto`): the VPC's default security
+# group restriction (two EC2 revoke calls through CDK's AwsCustomResource) is done on moto's EC2
+# state directly, without running the Lambda function.
+EMULATED_CUSTOM_TYPES = frozenset({"Custom::VpcRestrictDefaultSG"})
 
 
 def moto_supported_types() -> frozenset[str]:
@@ -109,7 +115,8 @@ def select_stacks(stacks: Sequence[Stack], supported: frozenset[str]) -> tuple[l
         unsupported = sorted(
             t
             for t in stack.resource_types
-            if (t not in supported and t not in ACCEPTED_NOT_MATERIALIZED) or t.startswith(NEEDS_DOCKER_PREFIXES)
+            if t not in EMULATED_CUSTOM_TYPES
+            and ((t not in supported and t not in ACCEPTED_NOT_MATERIALIZED) or t.startswith(NEEDS_DOCKER_PREFIXES))
         )
         if unsupported:
             skipped[stack.stack_name] = f"moto does not deploy {', '.join(unsupported)}"
@@ -192,6 +199,60 @@ def patch_moto() -> None:
         return original(cls, resource_name, {**cloudformation_json, "Properties": properties}, *args, **kwargs)
 
     Key.create_from_cloudformation_json = classmethod(create_from_cloudformation_json)  # type: ignore[method-assign,assignment]
+    _emulate_restrict_default_sg()
+
+
+def _emulate_restrict_default_sg() -> None:
+    """`Custom::VpcRestrictDefaultSG` (fminfra/constructs/vpc.py): moto would invoke the
+    AwsCustomResource Lambda, which needs Docker; instead the emulator does what the SDK call
+    does, on moto's EC2 state: `revokeSecurityGroupIngress` empties the group's inbound rules,
+    `revokeSecurityGroupEgress` its outbound ones (the call's `Create` property says which)."""
+    from moto.cloudformation import parsing
+    from moto.ec2.models import ec2_backends
+
+    class RestrictDefaultSecurityGroup:  # duck-typed like moto's models (its base class needs a moto module)
+        def __init__(self, physical_id: str) -> None:
+            self.physical_id = physical_id
+
+        @property
+        def physical_resource_id(self) -> str:
+            return self.physical_id
+
+        @staticmethod
+        def cloudformation_type() -> str:
+            return "Custom::VpcRestrictDefaultSG"
+
+        @staticmethod
+        def has_cfn_attr(attr: str) -> bool:
+            return False
+
+        def is_created(self) -> bool:
+            return True
+
+        @classmethod
+        def delete_from_cloudformation_json(cls, *args: Any, **kwargs: Any) -> None:
+            return None
+
+        @classmethod
+        def create_from_cloudformation_json(
+            cls, resource_name: str, cloudformation_json: Any, account_id: str, region_name: str, **kwargs: Any
+        ) -> RestrictDefaultSecurityGroup:
+            call = json.loads(cloudformation_json["Properties"]["Create"])
+            group = ec2_backends[account_id][region_name].get_security_group_from_id(call["parameters"]["GroupId"])
+            if call["action"] == "revokeSecurityGroupIngress":
+                group.ingress_rules.clear()
+            elif call["action"] == "revokeSecurityGroupEgress":
+                group.egress_rules.clear()
+            else:
+                raise ValueError(f"{resource_name}: unexpected call {call['action']}")
+            return cls(call["physicalResourceId"]["id"])
+
+    original = parsing.resource_class_from_type
+
+    def resource_class_from_type(resource_type: str) -> Any:
+        return RestrictDefaultSecurityGroup if resource_type in EMULATED_CUSTOM_TYPES else original(resource_type)
+
+    parsing.resource_class_from_type = resource_class_from_type
 
 
 def serve_moto(argv: Sequence[str]) -> int:

@@ -172,10 +172,20 @@ def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
 
 def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -> None:
     statements = _node_role_sids(synth, "staging")
-    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodes"]["Action"]
-    assert "ec2:CreateNetworkInterface" in statements["EksNodes"]["Action"]
-    assert statements["EksNodeEniTags"]["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
-    assert "EksNodes" not in _node_role_sids(synth, "dev")
+    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodesRead"]["Action"]
+    assert statements["EksNodesRead"]["Resource"] == "*"
+    assert all(a.startswith(("ec2:Describe", "ecr:", "eks-auth:")) for a in statements["EksNodesRead"]["Action"])
+    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), in this region only
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    cni = json.loads(aws_managed_policies_data)["AmazonEKS_CNI_Policy"]["Document"]["Statement"][0]["Action"]
+    enis = statements["EksNodeEnis"]
+    assert {a for a in cni if not a.startswith("ec2:Describe")} <= set(enis["Action"])
+    assert enis["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-west-2"}}
+    tags = statements["EksNodeEniTags"]
+    assert tags["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
+    assert "eks:eni:owner" in tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]
+    assert not {"EksNodesRead", "EksNodeEnis"} & set(_node_role_sids(synth, "dev"))
 
 
 def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth) -> None:
@@ -186,7 +196,8 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
     data = templates[reserved["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
     target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
     assert "CapacityReservationResourceGroupArn" in target
-    assert "Placement" in data and data["MetadataOptions"]["HttpPutResponseHopLimit"] == 2
+    # hop limit 1: only the node and host-network pods reach IMDS (docs/facts/eks.md#imds-host-network-pods)
+    assert "Placement" in data and data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
     assert "CapacityType" not in reserved
     block = groups["fminfra-cap-eks-serve-block"]
     assert block["CapacityType"] == "CAPACITY_BLOCK"

@@ -185,7 +185,11 @@ def test_guard_catches_a_real_subnet_cidr_change(synth: Synth) -> None:
     subnet_id, subnet = next((lid, r) for lid, r in changed["dev-Network"]["Resources"].items() if r["Type"] == "AWS::EC2::Subnet")
     subnet["Properties"]["CidrBlock"] = "10.0.250.0/24"
     findings = guard.compare_templates(after, changed)
-    assert [(f.logical_id, f.property) for f in findings] == [(subnet_id, "CidrBlock")]
+    direct = [(f.logical_id, f.property) for f in findings if not f.detail.startswith("references ")]
+    assert direct == [(subnet_id, "CidrBlock")]
+    # and what the subnet's replacement takes with it: the cluster and the file system created in it
+    spread = {f.resource_type for f in findings if f.detail.startswith("references ")}
+    assert {"AWS::SageMaker::Cluster", "AWS::FSx::FileSystem"} <= spread
 
 
 @pytest.mark.slow
@@ -308,3 +312,303 @@ def test_change_set_without_changes_and_new_stacks_pass() -> None:
         stub.add_response("delete_change_set", {}, cs)
         assert guard.change_set_findings(client, {"dev-Data": BEFORE, "dev-Storage": BEFORE}, poll_seconds=0) == []
         stub.assert_no_pending_responses()
+
+
+# --------------------------------------------------------------------------------------------
+# what a diff of one resource misses: policies, references, capacity, logs and alerting
+
+
+def _guarded_lines(before: dict[str, Any], after: dict[str, Any], **kwargs: Any) -> list[str]:
+    return [str(f) for f in guard.compare_templates(before, after, **kwargs)]
+
+
+def test_retain_turning_into_delete_fails_for_each_data_type() -> None:
+    """`removal_policy: retain` -> `destroy`: the policies go from Retain to Delete (or vanish)."""
+    after = _after(lambda r: r[FSX_ID].update(DeletionPolicy="Delete", UpdateReplacePolicy="Delete"))
+    assert _guarded_lines({"prod-Storage": BEFORE}, {"prod-Storage": after}) == [
+        f"prod-Storage: {FSX_ID} (AWS::FSx::FileSystem) would be unprotected: DeletionPolicy: changed from Retain to Delete: "
+        "a removal from the template would delete the data instead of keeping it; loses data: the file system's contents",
+        f"prod-Storage: {FSX_ID} (AWS::FSx::FileSystem) would be unprotected: UpdateReplacePolicy: changed from Retain to Delete: "
+        "a replacement would delete the data instead of keeping it; loses data: the file system's contents",
+    ]
+    dropped = _after(lambda r: [r[FSX_ID].pop(k) for k in ("DeletionPolicy", "UpdateReplacePolicy")])
+    assert len(guard.compare_templates({"s": BEFORE}, {"s": dropped})) == 2  # no policy: CloudFormation deletes
+    # Delete -> Retain is safe, and Delete staying Delete (dev) too
+    assert guard.compare_templates({"s": after}, {"s": BEFORE}) == []
+
+
+def test_retain_to_destroy_on_the_synthesized_prod_names_every_bucket_key_and_file_system(synth: Synth) -> None:
+    before = guard.read_templates(synth.outdir, "prod")
+    after = copy.deepcopy(before)
+    expected = set()
+    for stack, template in after.items():
+        for lid, res in template["Resources"].items():
+            if res["Type"] in guard.DATA_TYPES and res.get("DeletionPolicy") == "Retain":
+                res["DeletionPolicy"] = res["UpdateReplacePolicy"] = "Delete"
+                expected.add((stack, lid, res["Type"]))
+    findings = guard.compare_templates(before, after, region=synth.configs["prod"].region)
+    assert {(f.stack, f.logical_id, f.resource_type) for f in findings} == expected
+    assert {t for _, _, t in expected} >= {"AWS::S3::Bucket", "AWS::KMS::Key", "AWS::FSx::FileSystem", "AWS::Logs::LogGroup"}
+    assert all(f.action == "unprotected" for f in findings)
+
+
+def test_a_replaced_security_group_replaces_the_file_system_that_references_it() -> None:
+    after = _after(lambda r: r["LustreSecurityGroup"]["Properties"].update(GroupDescription="lustre clients"))
+    assert _guarded_lines({"dev-Storage": BEFORE}, {"dev-Storage": after}) == [
+        f"dev-Storage: {FSX_ID} (AWS::FSx::FileSystem) would be replaced: SecurityGroupIds: references LustreSecurityGroup "
+        "(AWS::EC2::SecurityGroup), which is replaced (GroupDescription), and SecurityGroupIds is create-only; "
+        "loses data: the file system's contents"
+    ]
+    # a change of a property that is not create-only replaces nothing
+    after = _after(lambda r: r["LustreSecurityGroup"]["Properties"].update(Tags=[{"Key": "a", "Value": "b"}]))
+    assert guard.compare_templates({"dev-Storage": BEFORE}, {"dev-Storage": after}) == []
+
+
+def _two_stacks(description: str, reference: Any) -> dict[str, dict[str, Any]]:
+    network = {
+        "Resources": {"EfaSg": {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": description, "VpcId": "vpc-1"}}},
+        "Outputs": {"ExportSg": {"Value": {"Fn::GetAtt": ["EfaSg", "GroupId"]}, "Export": {"Name": "dev-Network:EfaSg"}}},
+    }
+    storage = copy.deepcopy(BEFORE)
+    storage["Resources"][FSX_ID]["Properties"]["SecurityGroupIds"] = [reference]
+    return {"dev-Network": network, "dev-Storage": storage}
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [{"Fn::ImportValue": "dev-Network:EfaSg"}, {"Fn::Sub": "${EfaSg.GroupId}"}, {"Ref": "EfaSg"}],
+    ids=["import-value", "sub", "ref"],
+)
+def test_replacement_spreads_across_stacks_and_through_sub(reference: Any) -> None:
+    before = _two_stacks("efa", reference)
+    after = _two_stacks("efa v2", reference)
+    if "Fn::ImportValue" not in reference:  # Ref and Sub name a resource of their own stack
+        for templates in (before, after):
+            templates["dev-Storage"]["Resources"]["EfaSg"] = templates["dev-Network"]["Resources"]["EfaSg"]
+    findings = guard.compare_templates(before, after)
+    assert [(f.stack, f.logical_id, f.action, f.property) for f in findings] == [
+        ("dev-Storage", FSX_ID, "replaced", "SecurityGroupIds"),
+    ]
+    assert ("in stack dev-Network" in findings[0].detail) == ("Fn::ImportValue" in reference)
+
+
+def test_replacement_spreads_through_a_chain_of_resources() -> None:
+    """VPC CIDR changed -> VPC replaced -> subnet (VpcId create-only) replaced -> file system
+    (SubnetIds create-only) replaced."""
+    before = copy.deepcopy(BEFORE)
+    before["Resources"]["Subnet"] = {"Type": "AWS::EC2::Subnet", "Properties": {"VpcId": {"Ref": "Vpc"}, "CidrBlock": "10.0.0.0/24"}}
+    before["Resources"]["Vpc"] = {"Type": "AWS::EC2::VPC", "Properties": {"CidrBlock": "10.0.0.0/16"}}
+    before["Resources"][FSX_ID]["Properties"]["SubnetIds"] = [{"Ref": "Subnet"}]
+    after = copy.deepcopy(before)
+    after["Resources"]["Vpc"]["Properties"]["CidrBlock"] = "10.1.0.0/16"
+    findings = {(f.logical_id, f.property): f.detail for f in guard.compare_templates({"s": before}, {"s": after})}
+    assert set(findings) == {("Vpc", "CidrBlock"), ("Subnet", "VpcId"), (FSX_ID, "SubnetIds")}
+    assert findings[(FSX_ID, "SubnetIds")].startswith("references Subnet (AWS::EC2::Subnet), which is replaced (VpcId)")
+
+
+def test_real_efa_security_group_description_change_replaces_prod_file_system_and_cluster(synth: Synth) -> None:
+    before = guard.read_templates(synth.outdir, "prod")
+    after = copy.deepcopy(before)
+    sg = next(lid for lid in after["prod-Network"]["Resources"] if lid.startswith("EfaSecurityGroup"))
+    after["prod-Network"]["Resources"][sg]["Properties"]["GroupDescription"] = "changed"
+    findings = guard.compare_templates(before, after, region=synth.configs["prod"].region)
+    replaced = {(f.stack, f.resource_type) for f in findings if f.action == "replaced"}
+    assert ("prod-Storage", "AWS::FSx::FileSystem") in replaced
+    assert ("prod-Compute", "AWS::SageMaker::Cluster") in replaced
+    assert all(f.detail.startswith("references ") for f in findings)
+    assert sum(f"references {sg} (AWS::EC2::SecurityGroup) in stack prod-Network" in f.detail for f in findings) == 2
+
+
+CAPACITY_BEFORE: dict[str, Any] = {
+    "Resources": {
+        "Odcr": {
+            "Type": "AWS::EC2::CapacityReservation",
+            "Properties": {
+                "InstanceType": "p5.48xlarge",
+                "InstanceCount": 2,
+                "AvailabilityZoneId": "usw2-az4",
+                "InstancePlatform": "Linux/UNIX",
+            },
+        },
+        "NodeRole": {"Type": "AWS::IAM::Role", "Properties": {"RoleName": "fminfra-dev-nodes", "AssumeRolePolicyDocument": {}}},
+        "HyperPod": {
+            "Type": "AWS::SageMaker::Cluster",
+            "Properties": {
+                "ClusterName": "fminfra-dev",
+                "InstanceGroups": [
+                    {
+                        "InstanceGroupName": "workers",
+                        "InstanceType": "ml.p5.48xlarge",
+                        "InstanceCount": 2,
+                        "ExecutionRole": {"Fn::GetAtt": ["NodeRole", "Arn"]},
+                    }
+                ],
+            },
+        },
+        "Eks": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "fminfra-dev", "RoleArn": {"Fn::GetAtt": ["NodeRole", "Arn"]}}},
+    }
+}
+
+
+OBSERVABILITY_BEFORE: dict[str, Any] = {
+    "Resources": {
+        "Logs": {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"LogGroupName": "/fminfra/dev", "RetentionInDays": 90},
+            "DeletionPolicy": "Retain",
+        },
+        "Workspace": {"Type": "AWS::APS::Workspace", "Properties": {"Alias": "dev"}},
+        "Rules": {
+            "Type": "AWS::APS::RuleGroupsNamespace",
+            "Properties": {"Name": "alerts", "Workspace": {"Fn::GetAtt": ["Workspace", "Arn"]}, "Data": "groups: []"},
+        },
+    }
+}
+
+
+LOSSES = {"dev-Compute": CAPACITY_BEFORE, "dev-Observability": OBSERVABILITY_BEFORE}
+
+
+@pytest.mark.parametrize(
+    ("stack", "change", "expected"),
+    [
+        ("dev-Compute", lambda r: r.pop("Odcr"), "Odcr (AWS::EC2::CapacityReservation) would be deleted: (logical id): logical id Odcr"),
+        (
+            "dev-Compute",
+            lambda r: r["Odcr"]["Properties"].update(AvailabilityZoneId="usw2-az1"),
+            "Odcr (AWS::EC2::CapacityReservation) would be replaced: AvailabilityZoneId",
+        ),
+        (
+            "dev-Compute",
+            lambda r: r["HyperPod"]["Properties"].update(ClusterName="fminfra-dev2"),
+            "HyperPod (AWS::SageMaker::Cluster) would be replaced: ClusterName",
+        ),
+        ("dev-Compute", lambda r: r["Eks"]["Properties"].update(Name="x"), "Eks (AWS::EKS::Cluster) would be replaced: Name"),
+        (
+            "dev-Observability",
+            lambda r: r["Logs"]["Properties"].update(RetentionInDays=30),
+            "Logs (AWS::Logs::LogGroup) would be truncated: RetentionInDays: shortened from 90 to 30 days",
+        ),
+        (
+            "dev-Observability",
+            lambda r: r["Logs"]["Properties"].update(LogGroupName="/fminfra/dev2"),
+            "Logs (AWS::Logs::LogGroup) would be replaced: LogGroupName",
+        ),
+        ("dev-Observability", lambda r: r.pop("Workspace") and r.pop("Rules"), "Rules (AWS::APS::RuleGroupsNamespace) would be deleted"),
+        (
+            "dev-Observability",
+            lambda r: r["Rules"]["Properties"].update(Name="alerts2"),
+            "Rules (AWS::APS::RuleGroupsNamespace) would be replaced: Name",
+        ),
+    ],
+    ids=[
+        "odcr-deleted",
+        "odcr-moved-az",
+        "hyperpod-renamed",
+        "eks-renamed",
+        "retention-shortened",
+        "log-group-renamed",
+        "workspace-and-rules-deleted",
+        "rules-renamed",
+    ],
+)
+def test_capacity_logs_and_alerting_losses_are_named(stack: str, change: Any, expected: str) -> None:
+    after = copy.deepcopy(LOSSES[stack])
+    change(after["Resources"])
+    lines = _guarded_lines({stack: LOSSES[stack]}, {stack: after})
+    assert any(line.startswith(f"{stack}: {expected}") for line in lines), lines
+    assert all("; loses " in line for line in lines)
+
+
+def test_a_renamed_role_or_a_replaced_security_group_replaces_the_clusters() -> None:
+    after = copy.deepcopy(CAPACITY_BEFORE)
+    after["Resources"]["NodeRole"]["Properties"]["RoleName"] = "fminfra-dev-nodes2"
+    findings = guard.compare_templates({"dev-Compute": CAPACITY_BEFORE}, {"dev-Compute": after}, region="us-west-2")
+    # the EKS cluster's RoleArn is create-only; an instance group's ExecutionRole is not (cfn-lint's schema)
+    assert [(f.logical_id, f.property) for f in findings] == [("Eks", "RoleArn")]
+    assert "capacity and running work" in findings[0].detail
+    before = copy.deepcopy(CAPACITY_BEFORE)
+    before["Resources"]["Sg"] = {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": "efa", "VpcId": "vpc-1"}}
+    before["Resources"]["HyperPod"]["Properties"]["VpcConfig"] = {"SecurityGroupIds": [{"Ref": "Sg"}], "Subnets": ["subnet-1"]}
+    after = copy.deepcopy(before)
+    after["Resources"]["Sg"]["Properties"]["GroupDescription"] = "efa v2"
+    findings = guard.compare_templates({"dev-Compute": before}, {"dev-Compute": after}, region="us-west-2")
+    assert [(f.logical_id, f.property) for f in findings] == [("HyperPod", "VpcConfig")]
+
+
+def test_longer_retention_and_rule_edits_pass() -> None:
+    after = copy.deepcopy(OBSERVABILITY_BEFORE)
+    after["Resources"]["Logs"]["Properties"]["RetentionInDays"] = 365
+    after["Resources"]["Rules"]["Properties"]["Data"] = "groups: [{name: gpu, rules: []}]"
+    assert guard.compare_templates({"s": OBSERVABILITY_BEFORE}, {"s": after}) == []
+    del after["Resources"]["Logs"]["Properties"]["RetentionInDays"]  # never expire
+    assert guard.compare_templates({"s": OBSERVABILITY_BEFORE}, {"s": after}) == []
+
+
+def _assembly(tmp_path: Path, manifest: Any, files: dict[str, str] | None = None) -> Path:
+    out = tmp_path / "cdk.out"
+    out.mkdir(exist_ok=True)
+    (out / "manifest.json").write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    for name, text in (files or {}).items():
+        (out / name).write_text(text)
+    return out
+
+
+def _stack_manifest(template_file: Any = "s.template.json") -> dict[str, Any]:
+    return {"artifacts": {"s": {"type": "aws:cloudformation:stack", "properties": {"templateFile": template_file}}}}
+
+
+@pytest.mark.parametrize(
+    ("manifest", "files", "expected"),
+    [
+        ("{not json", None, "manifest.json: (file): not a cloud assembly manifest: Expecting property name"),
+        ("[]", None, "manifest.json: artifacts: must map artifact ids to objects"),
+        (
+            {"artifacts": {"s": {"type": "aws:cloudformation:stack", "properties": {}}}},
+            None,
+            "manifest.json: artifacts.s.properties.templateFile: must be",
+        ),
+        (_stack_manifest("../../etc/passwd"), None, "manifest.json: artifacts.s.properties.templateFile: must be a relative path inside"),
+        (_stack_manifest(), None, "s.template.json: (file): no such file"),
+        (_stack_manifest(), {"s.template.json": "[1]"}, "s.template.json: (template): must be a JSON object, got list"),
+        (_stack_manifest(), {"s.template.json": '{"Resources": {"A": 1}}'}, "s.template.json: Resources: must map logical ids to objects"),
+        (
+            _stack_manifest(),
+            {"s.template.json": '{"Resources": {"A": {"Properties": []}}}'},
+            "s.template.json: Resources.A: needs a string Type",
+        ),
+        (_stack_manifest(), {"s.template.json": "[" * 100_000}, "s.template.json: (file): cannot read a JSON template: RecursionError"),
+        (
+            _stack_manifest(),
+            {"s.template.json": '{"A": ' + "9" * 5001 + "}"},
+            "s.template.json: (file): not a JSON template: Exceeds the limit",
+        ),
+        (
+            {"artifacts": {"a": {"type": "cdk:cloud-assembly", "properties": {"directoryName": 3}}}},
+            None,
+            "artifacts.a.properties.directoryName: must be",
+        ),
+    ],
+    ids=[
+        "not-json",
+        "not-a-mapping",
+        "no-template-file",
+        "path-escape",
+        "missing-template",
+        "template-list",
+        "resource-not-object",
+        "no-type",
+        "deep",
+        "huge-int",
+        "bad-directory",
+    ],
+)
+def test_malformed_assembly_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], manifest: Any, files: dict[str, str] | None, expected: str
+) -> None:
+    out = _assembly(tmp_path, manifest, files)
+    before = _write(tmp_path / "before", {"s": BEFORE})
+    assert main(["guard", "--baseline", str(before), "--templates", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and expected in captured.err, captured.err

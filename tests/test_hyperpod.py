@@ -301,8 +301,13 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     assert lifecycle == ["s3:GetBucket*", "s3:GetObject*", "s3:List*"]
     logs = by_resource['"arn:aws:logs:us-west-2:111111111111:log-group:/aws/sagemaker/Clusters/fminfra-dev-hyperpod/*"']
     assert logs == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
-    data = by_resource['["arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2", "arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2/*"]']
-    assert "s3:PutObject" in data and "s3:GetObject*" in data
+    # the data bucket: read-write under checkpoints/ only; datasets/ read-only (CDK merges that read
+    # with the lifecycle prefix's, same actions)
+    data = by_resource[
+        '["arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2", "arn:aws:s3:::fminfra-dev-data-111111111111-us-west-2/checkpoints/*"]'
+    ]
+    assert "s3:PutObject" in data and "s3:GetObject*" in data and "s3:DeleteObject*" in data
+    assert "datasets/*" in next(k for k in by_resource if "/lifecycle/" in k)
     key = next(v for k, v in by_resource.items() if "DataKey" in k)
     assert key == ["kms:Decrypt", "kms:DescribeKey", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"]
     # ... plus the observability grant: aps:RemoteWrite on the environment's workspace only.

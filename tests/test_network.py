@@ -67,10 +67,16 @@ def test_endpoints_and_flow_logs(synth: Synth) -> None:
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 90})
 
 
-def test_no_lambda_backed_custom_resources_in_network(synth: Synth) -> None:
+def test_network_custom_resources_are_only_those_the_local_deploy_emulates(synth: Synth) -> None:
+    """The Network stack deploys on the local emulator: its one Lambda-backed custom resource type,
+    the default security group's restriction, is one `scripts/deploy_local.py` carries out itself."""
+    from tests.test_deploy_local import deploy_local
+
     for env in SHIPPED_NAMES:
-        types = {r["Type"] for r in synth.template(env, "Network")["Resources"].values()}
-        assert not any(t.startswith("Custom::") or t in ("AWS::Lambda::Function", "AWS::CloudFormation::CustomResource") for t in types)
+        types = [r["Type"] for r in synth.template(env, "Network")["Resources"].values()]
+        custom = {t for t in types if t.startswith("Custom::") or t == "AWS::CloudFormation::CustomResource"}
+        assert custom == set(deploy_local.EMULATED_CUSTOM_TYPES) == {"Custom::VpcRestrictDefaultSG"}
+        assert types.count("AWS::Lambda::Function") == 1  # AwsCustomResource's singleton handler
 
 
 def test_physical_names_carry_the_environment(synth: Synth) -> None:

@@ -100,6 +100,8 @@ def test_no_component_version_outside_the_manifest() -> None:
     skip_parts = {
         ".git",
         ".venv",
+        ".venv-checkov",
+        ".hypothesis",
         "node_modules",
         "cdk.out",
         "baselines",

@@ -18,6 +18,7 @@ lets a deliberate change through (it is still printed).
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -27,19 +28,37 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-# Resources whose replacement loses data or identity others depend on (the issue's list).
-STATEFUL_TYPES: tuple[str, ...] = (
+# What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
+# the same table with the reasons). Types not listed here are recreated from the template with
+# nothing lost, but their replacement still counts when it spreads to a guarded resource.
+GUARDED_TYPES: dict[str, str] = {
+    "AWS::S3::Bucket": "data: the objects",
+    "AWS::KMS::Key": "data: everything encrypted under the key becomes unreadable",
+    "AWS::FSx::FileSystem": "data: the file system's contents",
+    "AWS::FSx::DataRepositoryAssociation": "data: files not yet exported to S3",
+    "AWS::Logs::LogGroup": "data: the log events",
+    "AWS::APS::Workspace": "data: the stored metrics",
+    "AWS::APS::RuleGroupsNamespace": "alerting: the rules' pending and firing state, and alerts until it is recreated",
+    "AWS::SageMaker::Cluster": "capacity and running work: the HyperPod nodes and the jobs on them",
+    "AWS::EKS::Cluster": "capacity and running work: every workload and node of the cluster",
+    "AWS::EC2::CapacityReservation": "capacity: the reserved instances; a new reservation may not be granted",
+    "AWS::EC2::VPC": "identity: everything in the VPC must be recreated",
+    "AWS::EC2::Subnet": "identity: everything in the subnet must be recreated",
+}
+# Kept for callers of the earlier API: the guarded types, in table order.
+STATEFUL_TYPES: tuple[str, ...] = tuple(GUARDED_TYPES)
+
+# Types whose DeletionPolicy/UpdateReplacePolicy decides whether their data survives a removal or
+# a replacement: Retain (or Snapshot) turning into Delete (or no policy: CloudFormation's default
+# is Delete for these types) fails the guard.
+DATA_TYPES: tuple[str, ...] = (
     "AWS::S3::Bucket",
     "AWS::KMS::Key",
     "AWS::FSx::FileSystem",
-    "AWS::FSx::DataRepositoryAssociation",
-    "AWS::SageMaker::Cluster",
-    "AWS::EKS::Cluster",
+    "AWS::Logs::LogGroup",
     "AWS::APS::Workspace",
-    "AWS::EC2::CapacityReservation",
-    "AWS::EC2::VPC",
-    "AWS::EC2::Subnet",
 )
+_KEEPING_POLICIES = ("Retain", "RetainExceptOnCreate", "Snapshot")
 
 # Properties whose change replaces the resource but which the schemas do not mark create-only.
 # Paths are JSON pointers into the resource as in the schemas; each entry carries its source.
@@ -123,13 +142,13 @@ def _show(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Finding:
-    """One stateful resource that would be deleted or replaced."""
+    """One guarded resource that would be deleted, replaced, left unprotected or truncated."""
 
     stack: str
     logical_id: str
     resource_type: str
-    action: str  # "deleted" | "replaced"
-    property: str  # the property path, or "(logical id)" / "(type)" / "(stack)"
+    action: str  # "deleted" | "replaced" | "unprotected" | "truncated"
+    property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
     detail: str
     allowed: bool = False
 
@@ -145,23 +164,163 @@ def _resources(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return dict(template.get("Resources") or {})
 
 
+def _direct_replacement(old: Mapping[str, Any], new: Mapping[str, Any], region: str) -> list[tuple[str, str]]:
+    """(property path, why) for each change of one resource that CloudFormation answers with a replacement."""
+    rtype = old.get("Type", "")
+    if new.get("Type") != rtype:
+        return [("(type)", f"type changed from {rtype} to {new.get('Type')}")]
+    old_props, new_props = old.get("Properties") or {}, new.get("Properties") or {}
+    changes: list[tuple[str, str]] = []
+    for pointer, source in sorted(create_only_properties(rtype, region).items()):
+        old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
+        for path in sorted(set(old_values) | set(new_values)):
+            old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
+            if old_v != new_v:
+                changes.append((path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})"))
+    return changes
+
+
+_SUB_NAME = re.compile(r"\$\{([^!}][^}]*)\}")
+
+
+def _references(value: Any) -> Iterator[tuple[str, str]]:
+    """("resource", LOGICAL_ID) and ("import", EXPORT_NAME) for every reference inside a value:
+    Ref, Fn::GetAtt, names in Fn::Sub strings, and Fn::ImportValue of a literal export name."""
+    stack: list[Any] = [value]
+    while stack:  # iterative: a template can nest deeper than Python's recursion limit
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if len(item) == 1:
+                ((key, arg),) = item.items()
+                if key == "Ref" and isinstance(arg, str):
+                    yield "resource", arg
+                    continue
+                if key == "Fn::GetAtt":
+                    target = arg[0] if isinstance(arg, list) and arg else arg.split(".", 1)[0] if isinstance(arg, str) else None
+                    if isinstance(target, str):
+                        yield "resource", target
+                    continue
+                if key == "Fn::Sub":
+                    text = arg[0] if isinstance(arg, list) and arg else arg
+                    if isinstance(text, str):
+                        for name in _SUB_NAME.findall(text):
+                            yield "resource", name.split(".", 1)[0]
+                    if isinstance(arg, list):
+                        stack.extend(arg[1:])
+                    continue
+                if key == "Fn::ImportValue" and isinstance(arg, str):
+                    yield "import", arg
+                    continue
+            stack.extend(item.values())
+
+
+def _exports(after: Templates) -> dict[str, tuple[str, Any]]:
+    """Export name -> (stack, exported value) of every AFTER template's Outputs."""
+    exports: dict[str, tuple[str, Any]] = {}
+    for stack, template in after.items():
+        for output in (template.get("Outputs") or {}).values():
+            name = ((output or {}).get("Export") or {}).get("Name") if isinstance(output, dict) else None
+            if isinstance(name, str):
+                exports[name] = (stack, output.get("Value"))
+    return exports
+
+
+def _referenced_resources(value: Any, stack: str, exports: Mapping[str, tuple[str, Any]]) -> Iterator[tuple[str, str]]:
+    """(stack, logical id) of the resources a value depends on, following imports to the exporting stack."""
+    for kind, name in _references(value):
+        if kind == "resource":
+            yield stack, name
+        elif name in exports:
+            source_stack, exported = exports[name]
+            for inner_kind, inner in _references(exported):
+                if inner_kind == "resource":
+                    yield source_stack, inner
+
+
+def _replacements(before: Templates, after: Templates, region: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """Every resource (any type) that AFTER replaces -> (property path, why): directly (a create-only
+    property or the type changed) or because a create-only property references a replaced resource,
+    in the same stack or through an export; followed until nothing more changes."""
+    replaced: dict[tuple[str, str], tuple[str, str]] = {}
+    pairs: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
+    for stack, template in before.items():
+        after_resources = _resources(after.get(stack) or {})
+        for lid, old in _resources(template).items():
+            new = after_resources.get(lid)
+            if not isinstance(new, dict) or not isinstance(old, dict):
+                continue
+            pairs.append((stack, lid, old, new))
+            direct = _direct_replacement(old, new, region)
+            if direct:
+                replaced[(stack, lid)] = direct[0]
+    exports = _exports(after)
+    changed = True
+    while changed:
+        changed = False
+        for stack, lid, _old, new in pairs:
+            if (stack, lid) in replaced:
+                continue
+            props = new.get("Properties") or {}
+            for pointer in sorted(create_only_properties(new.get("Type", ""), region)):
+                for path, value in _values_at(props, pointer).items():
+                    cause = next(
+                        (ref for ref in _referenced_resources(value, stack, exports) if ref in replaced and ref != (stack, lid)), None
+                    )
+                    if cause is None:
+                        continue
+                    cause_type = (_resources(after.get(cause[0]) or {}).get(cause[1]) or {}).get("Type", "?")
+                    where = "" if cause[0] == stack else f" in stack {cause[0]}"
+                    why = f"{cause[1]} ({cause_type}){where}, which is replaced ({replaced[cause][0]}), and {path} is create-only"
+                    replaced[(stack, lid)] = (path, why)
+                    changed = True
+                    break
+                if (stack, lid) in replaced:
+                    break
+    return replaced
+
+
+def _policy_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    findings = []
+    for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
+        was, now = old.get(policy, "Delete"), new.get(policy, "Delete")
+        if was in _KEEPING_POLICIES and now not in _KEEPING_POLICIES:
+            when = "a removal from the template" if policy == "DeletionPolicy" else "a replacement"
+            findings.append((policy, f"changed from {was} to {now}: {when} would delete the data instead of keeping it"))
+    return findings
+
+
+def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str] | None:
+    """RetentionInDays shortened (no value: kept forever): CloudWatch Logs deletes the older events."""
+    was = (old.get("Properties") or {}).get("RetentionInDays")
+    now = (new.get("Properties") or {}).get("RetentionInDays")
+    if now is None or not isinstance(now, int) or (was is not None and (not isinstance(was, int) or now >= was)):
+        return None
+    return "RetentionInDays", f"shortened from {was if was is not None else 'never expire'} to {now} days: older log events are deleted"
+
+
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
-    """Findings for every stateful resource in BEFORE that AFTER deletes or replaces."""
+    """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
+    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened)."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
     for stack, template in after.items():
         for lid, res in _resources(template).items():
             after_index.setdefault(lid, (stack, res))
+    replaced = _replacements(before, after, region)
     findings: list[Finding] = []
     for stack, template in sorted(before.items()):
         after_resources = _resources(after[stack]) if stack in after else None
         for lid, res in sorted(_resources(template).items()):
             rtype = res.get("Type", "")
-            if rtype not in STATEFUL_TYPES:
+            if rtype not in GUARDED_TYPES:
                 continue
 
             def add(action: str, prop: str, detail: str, *, _stack: str = stack, _lid: str = lid, _rtype: str = rtype) -> None:
-                findings.append(Finding(_stack, _lid, _rtype, action, prop, detail, allowed=_lid in allowed))
+                findings.append(
+                    Finding(_stack, _lid, _rtype, action, prop, f"{detail}; loses {GUARDED_TYPES[_rtype]}", allowed=_lid in allowed)
+                )
 
             new = after_resources.get(lid) if after_resources is not None else None
             if new is None:
@@ -173,16 +332,19 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
                 else:
                     add("deleted", "(logical id)", f"logical id {lid} is no longer in stack {stack}")
                 continue
-            if new.get("Type") != rtype:
-                add("replaced", "(type)", f"type changed from {rtype} to {new.get('Type')}")
-                continue
-            old_props, new_props = res.get("Properties") or {}, new.get("Properties") or {}
-            for pointer, source in sorted(create_only_properties(rtype, region).items()):
-                old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
-                for path in sorted(set(old_values) | set(new_values)):
-                    old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
-                    if old_v != new_v:
-                        add("replaced", path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})")
+            direct = _direct_replacement(res, new, region)
+            for prop, detail in direct:
+                add("replaced", prop, detail)
+            if not direct and (stack, lid) in replaced:
+                prop, detail = replaced[(stack, lid)]
+                add("replaced", prop, f"references {detail}")
+            if rtype in DATA_TYPES:
+                for prop, detail in _policy_findings(res, new):
+                    add("unprotected", prop, detail)
+            if rtype == "AWS::Logs::LogGroup":
+                retention = _retention_finding(res, new)
+                if retention:
+                    add("truncated", *retention)
     return findings
 
 
@@ -284,31 +446,69 @@ def read_templates(directory: Path, environment: str | None = None) -> Templates
         return _read_assembly_dir(directory, environment)
     templates: Templates = {}
     for path in sorted(directory.glob("*.template.json")):
-        try:
-            templates[path.name.removesuffix(".template.json")] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise GuardInputError(f"{path}: (file): not a JSON template: {exc}") from None
+        templates[path.name.removesuffix(".template.json")] = _read_template(path)
     if not templates:
         raise GuardInputError(f"{directory}: (folder): no *.template.json files")
     return templates
 
 
-def _read_assembly_dir(directory: Path, environment: str | None) -> Templates:
-    manifest = json.loads((directory / "manifest.json").read_text())
-    artifacts = list((manifest.get("artifacts") or {}).values())
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise GuardInputError(f"{path}: (file): no such file") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
+        raise GuardInputError(f"{path}: (file): cannot read {what}: {type(exc).__name__}") from None
+    except ValueError as exc:  # json.JSONDecodeError, and integers over Python's digit limit
+        raise GuardInputError(f"{path}: (file): not {what}: {str(exc).splitlines()[0]}") from None
+
+
+def _read_template(path: Path) -> dict[str, Any]:
+    """One template, checked for the shape the guard reads: a mapping whose Resources and Outputs
+    are mappings of mappings, each resource with a string Type."""
+    template = _read_json(path, "a JSON template")
+    if not isinstance(template, dict):
+        raise GuardInputError(f"{path}: (template): must be a JSON object, got {type(template).__name__}")
+    for section in ("Resources", "Outputs"):
+        entries = template.get(section) or {}
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            raise GuardInputError(f"{path}: {section}: must map logical ids to objects")
+    for lid, res in (template.get("Resources") or {}).items():
+        if not isinstance(res.get("Type"), str) or not isinstance(res.get("Properties") or {}, dict):
+            raise GuardInputError(f"{path}: Resources.{lid}: needs a string Type and an object of Properties")
+    return template
+
+
+def _read_assembly_dir(directory: Path, environment: str | None, depth: int = 0) -> Templates:
+    manifest_path = directory / "manifest.json"
+    manifest = _read_json(manifest_path, "a cloud assembly manifest")
+    artifacts_map = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts_map, dict) or not all(isinstance(a, dict) for a in artifacts_map.values()):
+        raise GuardInputError(f"{manifest_path}: artifacts: must map artifact ids to objects (is this a cloud assembly?)")
+    artifacts = list(artifacts_map.values())
     # With nested stage assemblies and an environment, only that stage's stacks (not, say, the
     # pipeline stack beside them); a stage's own assembly folder is read whole.
     nested = any(a.get("type") == "cdk:cloud-assembly" for a in artifacts)
     templates: Templates = {}
-    for artifact in artifacts:
+    for artifact_id, artifact in artifacts_map.items():
         props = artifact.get("properties") or {}
-        if artifact.get("type") == "aws:cloudformation:stack" and not (nested and environment):
-            path = directory / props["templateFile"]
-            templates[props.get("stackName") or path.name.removesuffix(".template.json")] = json.loads(path.read_text())
-        elif artifact.get("type") == "cdk:cloud-assembly":
-            name = props.get("displayName", "")
+        kind = artifact.get("type")
+        if kind not in ("aws:cloudformation:stack", "cdk:cloud-assembly"):
+            continue
+        key = "templateFile" if kind == "aws:cloudformation:stack" else "directoryName"
+        target = props.get(key) if isinstance(props, dict) else None
+        if not isinstance(target, str) or not target or Path(target).is_absolute() or ".." in Path(target).parts:
+            raise GuardInputError(f"{manifest_path}: artifacts.{artifact_id}.properties.{key}: must be a relative path inside the assembly")
+        if kind == "aws:cloudformation:stack" and not (nested and environment):
+            path = directory / target
+            name = props.get("stackName")
+            templates[name if isinstance(name, str) and name else path.name.removesuffix(".template.json")] = _read_template(path)
+        elif kind == "cdk:cloud-assembly":
+            name = str(props.get("displayName", ""))
             if environment is None or name == environment or name.endswith(f"/{environment}"):
-                templates.update(_read_assembly_dir(directory / props["directoryName"], None))
+                if depth >= 8:
+                    raise GuardInputError(f"{manifest_path}: artifacts.{artifact_id}: cloud assemblies nested more than 8 deep")
+                templates.update(_read_assembly_dir(directory / target, None, depth + 1))
     if not templates:
         raise GuardInputError(f"{directory}: (assembly): no stacks{f' of environment {environment}' if environment else ''}")
     return templates
@@ -331,12 +531,14 @@ def synthesize(config_path: Path) -> tuple[str, str, Templates]:
     """Synthesize one config in-process (no AWS calls): (environment, region, templates)."""
     import tempfile
 
+    from fminfra.config import load_config
+
+    cfg = load_config(config_path)  # before importing the CDK: bad input is one line, without jsii's start-up notices
+
     import aws_cdk as cdk
 
-    from fminfra.config import load_config
     from fminfra.synth import build_app
 
-    cfg = load_config(config_path)
     context = _cdk_json_context()
     with tempfile.TemporaryDirectory(prefix="fminfra-guard-") as out:
         app = cdk.App(outdir=out, context=context)

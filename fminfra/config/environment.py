@@ -17,6 +17,11 @@ from fminfra.core.regional import SERVICE_NAMES, hyperpod_types_anywhere, hyperp
 from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
+# docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags
+# need a value), no aws: prefix, the characters every tagging service accepts, 50 tags a resource,
+# less the two fminfra adds (fminfra:environment; SageMaker on the HyperPod cluster).
+TAG_KEY_MAX, TAG_VALUE_MAX, TAG_COUNT_MAX = 128, 256, 48
+TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$")
 
 
 class EnvironmentConfig(Model):
@@ -38,6 +43,27 @@ class EnvironmentConfig(Model):
     def _name(cls, value: str) -> str:
         if not NAME_RULE.match(value) or value.endswith("-"):
             raise ValueError(f"must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got {value!r}")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str]) -> dict[str, str]:
+        # docs/facts/pipeline.md#aws-tag-restrictions
+        problems: list[tuple[str, str]] = []
+        for key, tag_value in value.items():
+            if not 1 <= len(key) <= TAG_KEY_MAX:
+                problems.append((f"[{key[:40]!r}]", f"a tag key has 1 to {TAG_KEY_MAX} characters, got {len(key)}"))
+            elif key.lower().startswith("aws:"):
+                problems.append((f"[{key!r}]", "tag keys starting with aws: are reserved for AWS"))
+            elif not TAG_CHARS.match(key):
+                problems.append((f"[{key!r}]", "a tag key may hold letters, digits, spaces and _ . : / = + - @"))
+            if not 1 <= len(tag_value) <= TAG_VALUE_MAX:
+                problems.append((f"[{key[:40]!r}]", f"a tag value has 1 to {TAG_VALUE_MAX} characters, got {len(tag_value)}"))
+            elif not TAG_CHARS.match(tag_value):
+                problems.append((f"[{key[:40]!r}]", "a tag value may hold letters, digits, spaces and _ . : / = + - @"))
+        if len(value) > TAG_COUNT_MAX:
+            problems.append(("", f"at most {TAG_COUNT_MAX} tags, got {len(value)}"))
+        _raise_problems(problems)
         return value
 
     _account = field_validator("account", mode="before")(check_account)

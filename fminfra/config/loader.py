@@ -15,14 +15,45 @@ from fminfra.config.base import Problems
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.core.errors import ConfigError
 
+# Limits on what the one YAML reader accepts: an environment file is a few KB, nests about six
+# levels and holds small numbers; anything far past these is a mistake or an attack, and gets one
+# line instead of a MemoryError, a RecursionError or Python's integer-digits ValueError.
+MAX_CONFIG_BYTES = 1024 * 1024
+MAX_NESTING = 64
+MAX_INT_DIGITS = 64
+_NO_REUSE = "anchors, aliases and merge keys (&name, *name, <<) are not supported: write the values out"
+
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last)."""
+    """SafeLoader that rejects a key given twice in one mapping (PyYAML keeps the last), keys that
+    are not plain values, merge keys, aliases, deep nesting and huge integers, each with a line."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):  # type: ignore[no-untyped-call]
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(None, None, _NO_REUSE, event.start_mark)
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                event = self.peek_event()  # type: ignore[no-untyped-call]
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_NESTING} levels", event.start_mark)
+            return super().compose_node(parent, index)  # type: ignore[no-untyped-call,no-any-return]
+        finally:
+            self._depth -= 1
 
 
 def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            raise yaml.constructor.ConstructorError(None, None, _NO_REUSE, key_node.start_mark)
+        if not isinstance(key_node, yaml.ScalarNode):
+            kind = "a list" if isinstance(key_node, yaml.SequenceNode) else "a mapping"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a mapping key must be a plain value such as a name, got {kind}", key_node.start_mark
+            )
         key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
@@ -30,7 +61,17 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     return loader.construct_mapping(node, deep=deep)
 
 
+def _construct_int(loader: _UniqueKeyLoader, node: yaml.ScalarNode) -> int:
+    digits = sum(c.isalnum() for c in str(node.value))
+    if digits > MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits} digits; at most {MAX_INT_DIGITS} are accepted", node.start_mark
+        )
+    return loader.construct_yaml_int(node)  # type: ignore[no-untyped-call,no-any-return]
+
+
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+_UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def resolve_config_path(arg: str, config_dir: Path | None = None) -> Path:
@@ -111,6 +152,12 @@ def _format_pydantic_errors(file: str, exc: PydanticValidationError) -> list[str
     return lines
 
 
+def _one_line(text: str) -> str:
+    """A problem as one line: the first line of a multi-line message (PyYAML's reader errors and
+    messages that quote a value with a line break have several)."""
+    return text.splitlines()[0] if text else text
+
+
 def parse_config(data: Any, file: str = "<config>") -> EnvironmentConfig:
     """Validate already-parsed YAML data; ConfigError with one line per problem."""
     if not isinstance(data, dict):
@@ -118,7 +165,7 @@ def parse_config(data: Any, file: str = "<config>") -> EnvironmentConfig:
     try:
         return EnvironmentConfig.model_validate(data)
     except PydanticValidationError as exc:
-        raise ConfigError(_format_pydantic_errors(file, exc)) from None
+        raise ConfigError([_one_line(line) for line in _format_pydantic_errors(file, exc)]) from None
 
 
 def load_config(path: str | Path) -> EnvironmentConfig:
@@ -130,10 +177,13 @@ def read_yaml(path: str | Path) -> Any:
     """Parse one YAML file (duplicate keys rejected); ConfigError with one line if it cannot be read."""
     file = str(path)
     try:
+        size = Path(path).stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError([f"{file}: (file): {size:,} bytes; a config file may have at most {MAX_CONFIG_BYTES:,}"])
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError([f"{file}: (file): no such file"]) from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError, OSError) as exc:
         raise ConfigError([f"{file}: (file): cannot read: {exc}"]) from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
@@ -141,7 +191,9 @@ def read_yaml(path: str | Path) -> Any:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark else "(yaml)"
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError([f"{file}: {where}: invalid YAML: {problem}"]) from None
+        raise ConfigError([_one_line(f"{file}: {where}: invalid YAML: {problem}")]) from None
+    except (ValueError, TypeError, RecursionError) as exc:  # what PyYAML's constructors let through
+        raise ConfigError([_one_line(f"{file}: (yaml): invalid YAML: {type(exc).__name__}: {exc}")]) from None
 
 
 def format_warnings(file: str | Path, cfg: EnvironmentConfig) -> list[str]:

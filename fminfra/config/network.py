@@ -13,6 +13,7 @@ from fminfra.core.errors import ValidationError
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
 from fminfra.core.subnets import SubnetPlan, plan_subnets
 
+RFC1918_NETWORKS = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 # The AZ ID form (usw2-az4) for editors; the validator also checks the region's prefix.
 AZ_ID_PATTERN = r"^[a-z]+[0-9]+-az[0-9]+$"
 AZ_NAME_RULE = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-[0-9])[a-z]$")
@@ -61,6 +62,11 @@ class NetworkConfig(Model):
             raise ValueError(f"must be an IPv4 network such as 10.0.0.0/16, got {value!r} ({exc})") from None
         if not 16 <= network.prefixlen <= 24:
             raise ValueError(f"prefix must be /16 to /24 (the VPC limits), got /{network.prefixlen}")
+        # docs/facts/network.md#vpc-cidr-private-ranges: AWS recommends RFC 1918; a public range
+        # would shadow those addresses on the internet for everything in the VPC.
+        if not any(network.subnet_of(private) for private in RFC1918_NETWORKS):
+            allowed = ", ".join(map(str, RFC1918_NETWORKS))
+            raise ValueError(f"must lie in a private (RFC 1918) range: {allowed}; got {value}, which is publicly routable or reserved")
         return value
 
     @field_validator("az_ids")

@@ -287,6 +287,15 @@ class BucketConfig(Model):
 
     name: str | None = Field(default=None, description="Bucket name; default fminfra-ENV-data-ACCOUNT-REGION. Required with existing.")
     existing: bool = Field(default=False, description="true: use the existing bucket `name` instead of creating one.")
+    read_only_prefixes: list[str] = Field(
+        default_factory=lambda: ["datasets/"],
+        description="Prefixes GPU nodes may only read (e.g. datasets/); each ends in '/'. Default [datasets/].",
+    )
+    read_write_prefixes: list[str] = Field(
+        default_factory=lambda: ["checkpoints/"],
+        description="Prefixes GPU nodes may read, write and delete in (e.g. checkpoints/). Default [checkpoints/]. "
+        "Nothing else in the bucket is reachable from the nodes.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -296,6 +305,27 @@ class BucketConfig(Model):
                 f"must be an S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, got {value!r}"
             )
         return value
+
+    @field_validator("read_only_prefixes", "read_write_prefixes")
+    @classmethod
+    def _prefixes(cls, value: list[str]) -> list[str]:
+        bad = [(i, p) for i, p in enumerate(value) if not S3_PREFIX_RULE.match(p)]
+        rule = "must be a prefix of the data bucket ending in '/' without a leading '/' or s3://, e.g. datasets/"
+        _raise_problems([(f"[{i}]", f"{rule}, got {p!r}") for i, p in bad])
+        return value
+
+    @model_validator(mode="after")
+    def _prefixes_apart(self) -> BucketConfig:
+        named = [("read_only_prefixes", i, p) for i, p in enumerate(self.read_only_prefixes)]
+        named += [("read_write_prefixes", i, p) for i, p in enumerate(self.read_write_prefixes)]
+        problems = [
+            (f"{field}[{i}]", f"{prefix!r} overlaps {other!r} ({other_field}[{j}]): give each part of the bucket one access level")
+            for n, (field, i, prefix) in enumerate(named)
+            for other_field, j, other in named[n + 1 :]
+            if prefix.startswith(other) or other.startswith(prefix)
+        ]
+        _raise_problems(problems)
+        return self
 
     @model_validator(mode="after")
     def _existing(self) -> BucketConfig:

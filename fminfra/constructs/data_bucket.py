@@ -37,7 +37,7 @@ class DataBucketProps:
 class DataBucket(Construct):
     """Creates the data bucket (versioned, TLS-only, public access blocked, SSE-KMS or SSE-S3,
     server access logs) and the bucket its access logs go to (SSE-S3, which S3 requires of log
-    targets, TLS-only, public access blocked).
+    targets, versioned, TLS-only, public access blocked).
 
     Versioning keeps overwritten and deleted objects, so the bucket is the durable copy of what a
     linked file system exports. Attributes: `bucket`, `access_log_bucket`; `grant_read`,
@@ -55,7 +55,8 @@ class DataBucket(Construct):
             encryption=s3.BucketEncryption.S3_MANAGED,
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
-            versioned=False,
+            # Versioned like the data bucket: an overwritten or deleted access log stays recoverable.
+            versioned=True,
             removal_policy=props.removal_policy,
         )
         self.bucket = s3.Bucket(
@@ -79,10 +80,10 @@ class DataBucket(Construct):
             removal_policy=props.removal_policy,
         )
 
-    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read objects (and decrypt with the key)."""
-        return self.bucket.grant_read(grantee)
+    def grant_read(self, grantee: iam.IGrantable, prefix: str | None = None) -> iam.Grant:
+        """Read objects, only under `prefix` when given (and decrypt with the key)."""
+        return self.bucket.grant_read(grantee, f"{prefix}*" if prefix else None)
 
-    def grant_read_write(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Read, write and delete objects (and use the key)."""
-        return self.bucket.grant_read_write(grantee)
+    def grant_read_write(self, grantee: iam.IGrantable, prefix: str | None = None) -> iam.Grant:
+        """Read, write and delete objects, only under `prefix` when given (and use the key)."""
+        return self.bucket.grant_read_write(grantee, f"{prefix}*" if prefix else None)

@@ -20,8 +20,15 @@ from fminfra import catalog
 from fminfra.core.errors import ValidationError
 
 # Pods reach the instance metadata service through one more network hop than the node (the pod
-# network namespace), so with a hop limit of 1 IMDSv2 token responses never reach them. EKS node
-# groups whose pods use the node's identity (VPC CNI, device plugins, agents) need 2.
+# network namespace), so with a hop limit of 1 IMDSv2 token responses never reach them
+# (docs/facts/network.md#imds-hop-limit-for-pods) and they cannot take the node role.
+# EKS nodes use 1 (docs/facts/eks.md#imds-host-network-pods): every component fminfra puts on
+# them that reads IMDS or uses the node role runs with host networking (the VPC CNI's aws-node,
+# kube-proxy, the EKS Pod Identity agent, the node exporter), the device plugins and the DCGM
+# exporter call no AWS API, and workloads get their own role through EKS Pod Identity. A chart
+# added later whose pods need the node role or IMDS (without hostNetwork) needs 2:
+# `IMDS_HOP_LIMIT_FOR_PODS`.
+IMDS_HOP_LIMIT_EKS_NODES = 1
 IMDS_HOP_LIMIT_FOR_PODS = 2
 
 # The root device of the AMI: Amazon Linux 2023 (the EKS-optimized AMIs) uses /dev/xvda, the
@@ -70,7 +77,7 @@ class EfaLaunchTemplateProps:
       Default: /dev/xvda (Amazon Linux 2023, the EKS AMIs).
     root_volume_kms_key: key of the root volume. Default: the account's EBS default key.
     imds_hop_limit: IMDSv2 PUT response hop limit, 1-64; IMDSv2 is always required. Default: 1
-      (the node only); EKS node groups pass `IMDS_HOP_LIMIT_FOR_PODS`.
+      (the node and host-network pods only; EKS node groups pass `IMDS_HOP_LIMIT_EKS_NODES`).
     capacity: reserved capacity to launch into. Default: none (On-Demand, no reservation).
     placement_group: a cluster placement group. Default: none. Not with a Capacity Block (the
       block brings its own placement).

@@ -111,7 +111,9 @@ class LifecycleScripts(Construct):
         acknowledge(
             self.bucket,
             "S1",
-            "Holds only the lifecycle scripts, written solely by the CloudFormation deployment (recorded in CloudTrail); no data lands here",
+            "Holds only the lifecycle scripts (public in fminfra's source) and their parameters (names and ARNs, no secrets), written "
+            "solely by the CDK BucketDeployment and read by the HyperPod nodes' role; object reads and writes are CloudTrail data "
+            "events, recorded only where the account enables them, so no per-object log exists unless it does",
         )
         sources = [s3deploy.Source.asset(str(staging))]
         if props.parameters is not None:

@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from fminfra.constructs.log_group_key import logs_key_statement
 from fminfra.core.errors import ValidationError
 from fminfra.observability import workspace_urls
 
@@ -57,11 +58,15 @@ class PrometheusWorkspace(Construct):
             enable_key_rotation=True,
             removal_policy=props.removal_policy,
         )
+        # The workspace's rule and alert-manager logs are encrypted with the workspace's key too.
+        log_group_name = f"/aws/vendedlogs/prometheus/{props.alias}"
+        self.key.add_to_resource_policy(logs_key_statement(cdk.Stack.of(self), log_group_name))
         self.log_group = logs.LogGroup(
             self,
             "Logs",
-            log_group_name=f"/aws/vendedlogs/prometheus/{props.alias}",
+            log_group_name=log_group_name,
             retention=logs.RetentionDays.INFINITE,
+            encryption_key=self.key,
             removal_policy=props.removal_policy,
         )
         cfn_log_group = self.log_group.node.default_child

@@ -13,9 +13,13 @@ from dataclasses import dataclass, field
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from fminfra.constructs.acknowledge import acknowledge, drop_redundant_role_dependency
+from fminfra.constructs.log_group_key import logs_key_statement
 from fminfra.core.errors import ValidationError
 from fminfra.core.subnets import SubnetPlan
 
@@ -58,6 +62,12 @@ class AzIdVpcProps:
     name_prefix: str = field(default="fminfra")
 
 
+# The custom-resource type of the default security group's restriction (the one CDK's L2 Vpc uses).
+RESTRICT_DEFAULT_SG_TYPE = "Custom::VpcRestrictDefaultSG"
+# The construct id aws-cdk-lib gives AwsCustomResource's singleton function.
+PROVIDER_ID = "AWS679f53fac002430cb0da5b7982bd2287"
+
+
 class AzIdVpc(Construct):
     """Creates a VPC, subnets by AZ ID, an internet gateway, NAT gateway(s), route tables, an S3
     gateway endpoint, interface endpoints and flow logs to CloudWatch Logs.
@@ -83,6 +93,7 @@ class AzIdVpc(Construct):
             tags=[cdk.CfnTag(key="Name", value=props.name_prefix)],
         )
         self.vpc_id = self.cfn_vpc.ref
+        self._restrict_default_security_group()
         igw = ec2.CfnInternetGateway(self, "InternetGateway", tags=[cdk.CfnTag(key="Name", value=props.name_prefix)])
         attachment = ec2.CfnVPCGatewayAttachment(self, "InternetGatewayAttachment", vpc_id=self.vpc_id, internet_gateway_id=igw.ref)
 
@@ -199,7 +210,23 @@ class AzIdVpc(Construct):
                 open=False,
             )
 
-        flow_log_group = logs.CfnLogGroup(self, "FlowLogGroup", retention_in_days=props.flow_log_retention_days)
+        # Flow logs name every address that talks in the VPC: encrypted with a key of the account
+        # (docs/facts/observability.md#cloudwatch-logs-kms-key-policy). The group's name is
+        # CloudFormation's, so the key policy names the account's and region's log groups.
+        self.flow_log_key = kms.Key(
+            self,
+            "FlowLogKey",
+            description=f"{props.name_prefix} VPC flow logs",
+            enable_key_rotation=True,
+            removal_policy=props.removal_policy,
+        )
+        self.flow_log_key.add_to_resource_policy(logs_key_statement(cdk.Stack.of(self), "*"))
+        flow_log_group = logs.CfnLogGroup(
+            self,
+            "FlowLogGroup",
+            retention_in_days=props.flow_log_retention_days,
+            kms_key_id=self.flow_log_key.key_arn,
+        )
         flow_log_group.apply_removal_policy(props.removal_policy)
         flow_log_role = iam.Role(self, "FlowLogRole", assumed_by=iam.ServicePrincipal("vpc-flow-logs.amazonaws.com"))
         flow_log_role.add_to_policy(
@@ -218,3 +245,46 @@ class AzIdVpc(Construct):
             log_group_name=flow_log_group.ref,
             deliver_logs_permission_arn=flow_log_role.role_arn,
         )
+
+    def _restrict_default_security_group(self) -> None:
+        """Removes the default security group's rules (AWS adds all traffic from itself and all
+        outbound: docs/facts/network.md#vpc-default-security-group-rules), so that anything launched
+        without a group reaches nothing. CloudFormation cannot remove rules, so two SDK calls run
+        as a custom resource (`Custom::VpcRestrictDefaultSG`, the type CDK's own feature uses), one
+        for each direction; `scripts/deploy_local.py` emulates the type on moto."""
+        stack = cdk.Stack.of(self)
+        group_id = self.cfn_vpc.attr_default_security_group
+        group_arn = stack.format_arn(service="ec2", resource="security-group", resource_name=group_id)
+        calls = {
+            "Ingress": ("revokeSecurityGroupIngress", {"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group_id}]}),
+            "Egress": ("revokeSecurityGroupEgress", {"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}),
+        }
+        for direction, (action, permission) in calls.items():
+            call = cr.AwsSdkCall(
+                service="EC2",
+                action=action,
+                parameters={"GroupId": group_id, "IpPermissions": [permission]},
+                physical_resource_id=cr.PhysicalResourceId.of(f"{direction.lower()}-rules-removed"),
+            )
+            cr.AwsCustomResource(
+                self,
+                f"RestrictDefaultSecurityGroup{direction}",
+                resource_type=RESTRICT_DEFAULT_SG_TYPE,
+                on_create=call,
+                on_update=call,
+                policy=cr.AwsCustomResourcePolicy.from_statements(
+                    [iam.PolicyStatement(actions=[f"ec2:{action[0].upper()}{action[1:]}"], resources=[group_arn])]
+                ),
+                install_latest_aws_sdk=False,
+            )
+        # AwsCustomResource's one Lambda function per stack (a CDK singleton), made by aws-cdk-lib.
+        provider = stack.node.try_find_child(PROVIDER_ID)
+        assert isinstance(provider, Construct)
+        role = provider.node.try_find_child("ServiceRole")
+        assert role is not None
+        acknowledge(
+            role,
+            "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+            "CDK's AwsCustomResource handler role; this AWS managed policy only lets it write its own CloudWatch logs",
+        )
+        drop_redundant_role_dependency(provider)

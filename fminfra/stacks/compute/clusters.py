@@ -7,6 +7,7 @@ separate stack would turn every reference between them into a CloudFormation exp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -28,7 +29,12 @@ from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChar
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.constructs.hyperpod_dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
-from fminfra.constructs.launch_template import IMDS_HOP_LIMIT_FOR_PODS, CapacityReservationTarget, EfaLaunchTemplate, EfaLaunchTemplateProps
+from fminfra.constructs.launch_template import (
+    IMDS_HOP_LIMIT_EKS_NODES,
+    CapacityReservationTarget,
+    EfaLaunchTemplate,
+    EfaLaunchTemplateProps,
+)
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
@@ -421,7 +427,10 @@ def add_eks_and_hyperpod(
                 "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
             )
         if data_bucket is not None and cfg.storage is not None:
-            _grant_data_bucket(stack, role, data_bucket, cfg.storage.bucket_name(cfg))
+            bucket_cfg = cfg.storage.bucket
+            _grant_data_bucket(
+                stack, role, data_bucket, cfg.storage.bucket_name(cfg), bucket_cfg.read_only_prefixes, bucket_cfg.read_write_prefixes
+            )
         if compute.orchestrator == "eks":
             _grant_eks_node_permissions(role)
         security_groups: list[ec2.ISecurityGroup] = [network.efa_security_group]
@@ -591,30 +600,65 @@ def _order_hyperpod_eks(out: Orchestration) -> None:
     out.eks.addons["amazon-sagemaker-hyperpod-training-operator"].node.add_dependency(out.hyperpod.cluster)
 
 
-def _grant_data_bucket(stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str) -> None:
-    """Nodes read datasets and write checkpoints. The grant goes through a view of the bucket by
-    its (config-derived) name, so the statement names the bucket literally rather than through a
+def _grant_data_bucket(
+    stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str, read_only: Sequence[str], read_write: Sequence[str]
+) -> None:
+    """Nodes read the read-only prefixes (datasets) and read, write and delete in the read-write ones
+    (checkpoints); nothing else of the bucket. The grant goes through a view of the bucket by its
+    (config-derived) name, so the statement names the bucket literally rather than through a
     cross-stack export, and the encryption key through the bucket's key."""
     view = s3.Bucket.from_bucket_attributes(stack, "DataBucketView", bucket_name=bucket_name, encryption_key=bucket.encryption_key)
-    view.grant_read_write(role)
+    for prefix in read_only:
+        view.grant_read(role, f"{prefix}*")
+    for prefix in read_write:
+        view.grant_read_write(role, f"{prefix}*")
     policy = role.node.try_find_child("DefaultPolicy")
-    assert policy is not None
-    reason = "CDK grant_read_write's action groups on the environment's data bucket and its KMS key only: nodes read datasets and write checkpoints"
-    actions = ["s3:GetObject*", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*", "s3:Abort*"]
+    if policy is None:  # no prefixes: no grant
+        return
+    reason = (
+        "CDK grant_read/grant_read_write action groups on the environment's data bucket and its KMS key only, each on the prefixes "
+        "storage.bucket.read_only_prefixes / read_write_prefixes name: nodes read datasets and write checkpoints"
+    )
+    actions = ["s3:GetObject*", "s3:GetBucket*", "s3:List*"]
+    if read_write:
+        actions += ["s3:DeleteObject*", "s3:Abort*"]
     if bucket.encryption_key is not None:
-        actions += ["kms:GenerateDataKey*", "kms:ReEncrypt*"]
+        actions += ["kms:GenerateDataKey*", "kms:ReEncrypt*"] if read_write else []
     for action in actions:
         acknowledge(policy, f"IAM5[Action::{action}]", reason)
-    acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects('*'))}]", reason)
+    for prefix in [*read_only, *read_write]:
+        acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects(f'{prefix}*'))}]", reason)
 
 
 def _grant_eks_node_permissions(role: iam.IRole) -> None:
-    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodes", actions=list(EKS_NODE_ACTIONS), resources=["*"]))
+    """The VPC CNI's, image pulls' and Pod Identity's permissions on HyperPod EKS nodes, as narrow as
+    EC2 allows: reads and ecr:GetAuthorizationToken take no resource (docs/facts/iam.md#eks-cni-policy-actions);
+    ENI changes are limited to the stack's region; ENI tags to the keys the VPC CNI writes
+    (docs/facts/eks.md#vpc-cni-eni-tag-keys)."""
+    stack = cdk.Stack.of(role)
+    cni_tag_keys = [
+        "node.k8s.amazonaws.com/instance_id",
+        "node.k8s.amazonaws.com/createdAt",
+        "cluster.k8s.amazonaws.com/name",
+        "eks:eni:owner",
+    ]
+    mutating = tuple(a for a in EKS_NODE_ACTIONS if a.startswith("ec2:") and not a.startswith("ec2:Describe"))
+    reads = tuple(a for a in EKS_NODE_ACTIONS if a not in mutating)
+    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodesRead", actions=list(reads), resources=["*"]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="EksNodeEnis",
+            actions=list(mutating),
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+        )
+    )
     role.add_to_principal_policy(
         iam.PolicyStatement(
             sid="EksNodeEniTags",
             actions=["ec2:CreateTags"],
-            resources=[cdk.Stack.of(role).format_arn(service="ec2", resource="network-interface", resource_name="*")],
+            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
+            conditions={"ForAllValues:StringEquals": {"aws:TagKeys": cni_tag_keys}},
         )
     )
     policy = role.node.try_find_child("DefaultPolicy")
@@ -622,13 +666,14 @@ def _grant_eks_node_permissions(role: iam.IRole) -> None:
     acknowledge(
         policy,
         "IAM5[Resource::*]",
-        "The VPC CNI on HyperPod EKS nodes creates and attaches ENIs that do not exist yet, EC2 Describe* and ecr:GetAuthorizationToken take no resource, "
-        "and eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod identity associations: the same statement as AmazonEKS_CNI_Policy",
+        "EC2 Describe* and ecr:GetAuthorizationToken take no resource, eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod "
+        "identity associations, and the VPC CNI creates and attaches ENIs whose ids do not exist yet (AmazonEKS_CNI_Policy grants them on *): "
+        "ENI changes are limited to this region by aws:RequestedRegion",
     )
     acknowledge(
         policy,
-        "IAM5[Resource::arn:aws:ec2:" + f"{cdk.Stack.of(role).region}:{cdk.Stack.of(role).account}:network-interface/*]",
-        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so only the resource type is fixed",
+        "IAM5[Resource::arn:aws:ec2:" + f"{stack.region}:{stack.account}:network-interface/*]",
+        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so the resource type is fixed and aws:TagKeys allows only the CNI's keys",
     )
 
 
@@ -645,7 +690,7 @@ def _inference_launch_template(
 ) -> eks.LaunchTemplateSpec:
     """An `EfaLaunchTemplate` for an EKS managed node group: every EFA interface of the type, the
     EKS cluster security group beside the EFA group (EKS stops adding it once a template names
-    groups), IMDSv2 reachable from pods, the placement group and the reserved capacity."""
+    groups), IMDSv2 for the node and host-network pods only, the placement group and the reserved capacity."""
     template = EfaLaunchTemplate(
         stack,
         f"InferenceLaunchTemplate-{name}",
@@ -654,7 +699,7 @@ def _inference_launch_template(
             efa_security_group=network.efa_security_group,
             additional_security_groups=[eks_cluster.cluster.cluster_security_group],
             root_volume_gib=root_volume_gib,
-            imds_hop_limit=IMDS_HOP_LIMIT_FOR_PODS,
+            imds_hop_limit=IMDS_HOP_LIMIT_EKS_NODES,
             capacity=capacity,
             placement_group=placement.placement_group if placement else None,
             launch_template_name=cfg.physical_name(name),
