@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,3 +99,19 @@ def launch_template_instance_type(template: dict[str, Any], reference: Any) -> s
     data = (resource.get("Properties") or {}).get("LaunchTemplateData") or {}
     value = data.get("InstanceType")
     return value if isinstance(value, str) else None
+
+
+def environment_stacks(outdir: Path, environment: str) -> list[StackTemplate]:
+    """One environment's stacks from a cloud assembly; AssemblyError (one line) when it holds none."""
+    stacks = read_assembly(outdir).get(environment)
+    if not stacks:
+        raise AssemblyError(
+            f"{outdir}: (assembly): no stacks of environment {environment}; run `make synth` (or cdk synth -c config=...) first"
+        )
+    return stacks
+
+
+def auto_scaling_group_name(logical_id: str, group_names: Iterable[str]) -> str | None:
+    """The config group an Auto Scaling group belongs to: GpuAutoScalingGroup's logical id starts with
+    AutoScalingGroup<group name without punctuation>."""
+    return next((n for n in group_names if logical_id.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", n))), None)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
-from fminfra.commands.assembly import StackTemplate, launch_template_instance_type, read_assembly
+from fminfra.commands.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.commands.common import EXIT_OK, UsageError, load_configs
 from fminfra.commands.plan import format_table
 from fminfra.config import EnvironmentConfig
@@ -160,8 +160,7 @@ def items_from_templates(
                 )
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
             itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
-            # GpuAutoScalingGroup's logical id starts with AutoScalingGroup<group name without punctuation>.
-            group = next((g for g in groups.values() if lid.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", g.name))), None)
+            group = groups.get(auto_scaling_group_name(lid, groups) or "")
             count = group.count if group else int(props.get("MaxSize") or 0)
             capacity = group.capacity.type if group else "on-demand"
             if capacity in ("odcr", "capacity-block", "reservation"):
@@ -318,12 +317,7 @@ def items_from_templates(
 def stacks_of(cfg: EnvironmentConfig, folder: Path) -> list[StackTemplate]:
     """The environment's stacks from a cloud assembly (cdk.out) or a folder of templates (baselines/ENV)."""
     if (folder / "manifest.json").exists():
-        stacks = read_assembly(folder).get(cfg.name)
-        if not stacks:
-            raise UsageError(
-                f"{folder}: (assembly): no stacks of environment {cfg.name}; run `make synth` (or cdk synth -c config=...) first"
-            )
-        return stacks
+        return environment_stacks(folder, cfg.name)
     if not folder.is_dir() or not any(folder.glob("*.template.json")):
         raise UsageError(
             f"{folder}: (folder): no cloud assembly (manifest.json) or templates (*.template.json) here; run `make synth` first"

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fminfra.commands.assembly import StackTemplate, launch_template_instance_type, read_assembly
+from fminfra.commands.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.commands.common import EXIT_OK, UsageError, load_configs
 from fminfra.config import EnvironmentConfig
 
@@ -111,7 +111,7 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
                     pic.add(Box(plan, "SageMaker training plan", "region"))
                     pic.edges.append((plan, gid, "capacity"))
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
-            name = next((n for n in groups_by_name if lid.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", n))), lid)
+            name = auto_scaling_group_name(lid, groups_by_name) or lid
             group = groups_by_name.get(name)
             gid = f"group_{_id(name)}"
             count = group.count if group else props.get("MaxSize")
@@ -351,10 +351,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def picture_of(cfg: EnvironmentConfig, outdir: Path) -> Picture:
-    stacks = read_assembly(outdir).get(cfg.name)
-    if not stacks:
-        raise UsageError(f"{outdir}: (assembly): no stacks of environment {cfg.name}; run `make synth` (or cdk synth -c config=...) first")
-    return build(cfg, stacks)
+    return build(cfg, environment_stacks(outdir, cfg.name))
 
 
 def main(ns: argparse.Namespace) -> int:
