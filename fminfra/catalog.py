@@ -91,7 +91,11 @@ def _p(
     )
 
 
-def _g(name: str, gpu_model: str, gpus: int, gpu_memory_gib: int, vcpus: int, gbps: int) -> GpuInstanceType:
+def _g(
+    name: str, gpu_model: str, gpus: int, gpu_memory_gib: int, vcpus: int, gbps: int, *, cards: int = 1, efa: int = 0
+) -> GpuInstanceType:
+    """An inference (G) type. `cards` and `efa` are the type's own figures; fminfra attaches no
+    EFA to G types (`efa_network_interfaces` gives them the primary ENA interface only)."""
     return GpuInstanceType(
         name=name,
         gpu_model=gpu_model,
@@ -99,8 +103,8 @@ def _g(name: str, gpu_model: str, gpus: int, gpu_memory_gib: int, vcpus: int, gb
         gpu_memory_gib=gpu_memory_gib,
         vcpus=vcpus,
         architecture="x86_64",
-        network_cards=1,
-        max_efa_interfaces=0,
+        network_cards=cards,
+        max_efa_interfaces=efa,
         network_gbps=gbps,
         card0_efa=False,
         efa_generation=None,
@@ -132,31 +136,33 @@ _TYPES: tuple[GpuInstanceType, ...] = (
         architecture="arm64",
         verified=False,
     ),
-    # Inference (G family): single network card, no EFA attached by fminfra.
+    # Inference (G family): the types' own cards and EFA maximum (docs/facts/instances.md#gpu-g5-family,
+    # docs/facts/instances.md#gpu-g6-family,
+    # docs/facts/instances.md#gpu-g6e-family); fminfra attaches no EFA to them.
     _g("g5.xlarge", "A10G", 1, 22, 4, 10),
     _g("g5.2xlarge", "A10G", 1, 22, 8, 10),
     _g("g5.4xlarge", "A10G", 1, 22, 16, 25),
-    _g("g5.8xlarge", "A10G", 1, 22, 32, 25),
-    _g("g5.12xlarge", "A10G", 4, 22, 48, 40),
-    _g("g5.16xlarge", "A10G", 1, 22, 64, 25),
-    _g("g5.24xlarge", "A10G", 4, 22, 96, 50),
-    _g("g5.48xlarge", "A10G", 8, 22, 192, 100),
+    _g("g5.8xlarge", "A10G", 1, 22, 32, 25, efa=1),
+    _g("g5.12xlarge", "A10G", 4, 22, 48, 40, efa=1),
+    _g("g5.16xlarge", "A10G", 1, 22, 64, 25, efa=1),
+    _g("g5.24xlarge", "A10G", 4, 22, 96, 50, efa=1),
+    _g("g5.48xlarge", "A10G", 8, 22, 192, 100, efa=1),
     _g("g6.xlarge", "L4", 1, 22, 4, 10),
     _g("g6.2xlarge", "L4", 1, 22, 8, 10),
     _g("g6.4xlarge", "L4", 1, 22, 16, 25),
-    _g("g6.8xlarge", "L4", 1, 22, 32, 25),
-    _g("g6.12xlarge", "L4", 4, 22, 48, 40),
-    _g("g6.16xlarge", "L4", 1, 22, 64, 25),
-    _g("g6.24xlarge", "L4", 4, 22, 96, 50),
-    _g("g6.48xlarge", "L4", 8, 22, 192, 100),
-    _g("g6e.xlarge", "L40S", 1, 44, 4, 20),
-    _g("g6e.2xlarge", "L40S", 1, 44, 8, 20),
-    _g("g6e.4xlarge", "L40S", 1, 44, 16, 20),
-    _g("g6e.8xlarge", "L40S", 1, 44, 32, 25),
-    _g("g6e.12xlarge", "L40S", 4, 44, 48, 100),
-    _g("g6e.16xlarge", "L40S", 1, 44, 64, 35),
-    _g("g6e.24xlarge", "L40S", 4, 44, 96, 200),
-    _g("g6e.48xlarge", "L40S", 8, 44, 192, 400),
+    _g("g6.8xlarge", "L4", 1, 22, 32, 25, efa=1),
+    _g("g6.12xlarge", "L4", 4, 22, 48, 40, efa=1),
+    _g("g6.16xlarge", "L4", 1, 22, 64, 25, efa=1),
+    _g("g6.24xlarge", "L4", 4, 22, 96, 50, efa=1),
+    _g("g6.48xlarge", "L4", 8, 22, 192, 100, efa=1),
+    _g("g6e.xlarge", "L40S", 1, 45, 4, 20),
+    _g("g6e.2xlarge", "L40S", 1, 45, 8, 20),
+    _g("g6e.4xlarge", "L40S", 1, 45, 16, 20),
+    _g("g6e.8xlarge", "L40S", 1, 45, 32, 25, efa=1),
+    _g("g6e.12xlarge", "L40S", 4, 45, 48, 100, efa=1),
+    _g("g6e.16xlarge", "L40S", 1, 45, 64, 35, efa=1),
+    _g("g6e.24xlarge", "L40S", 4, 45, 96, 200, cards=2, efa=2),
+    _g("g6e.48xlarge", "L40S", 8, 45, 192, 400, cards=4, efa=4),
 )
 
 CATALOG: dict[str, GpuInstanceType] = {t.name: t for t in _TYPES}

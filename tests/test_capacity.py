@@ -436,7 +436,9 @@ def test_plan_reports_every_efa_interface_attached(path: Path) -> None:
     assert rows
     for row in rows:
         spec = catalog.get(row.instance_type)
-        assert (row.efa_attached, row.efa_max) == (spec.max_efa_interfaces, spec.max_efa_interfaces)
+        # training types get every EFA interface they have; inference (G) types none (catalog.efa_network_interfaces)
+        attached = spec.max_efa_interfaces if spec.training else 0
+        assert (row.efa_attached, row.efa_max) == (attached, spec.max_efa_interfaces)
         assert row.efa_text in render_plan(cfg)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from fminfra import catalog
@@ -65,3 +67,76 @@ def test_gpu_figures() -> None:
     assert (catalog.get("p5.48xlarge").gpus, catalog.get("p5.48xlarge").network_gbps) == (8, 3200)
     assert catalog.get("p6-b300.48xlarge").network_gbps == 6400
     assert catalog.get("p5en.48xlarge").hyperpod_name == "ml.p5en.48xlarge"
+
+
+def _moto_instance_types() -> dict[str, dict]:
+    """EC2's DescribeInstanceTypes data as moto ships it (docs/facts/instances.md: the gpu-* entries' source)."""
+    import gzip
+    import json
+    from pathlib import Path
+
+    import moto
+
+    path = Path(moto.__file__).parent / "ec2" / "resources" / "instance_types.json.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _published_row(data: dict) -> tuple:
+    gpu = data["GpuInfo"]["Gpus"][0]
+    network = data["NetworkInfo"]
+    return (
+        gpu["Name"],
+        gpu["Count"],
+        round(gpu["MemoryInfo"]["SizeInMiB"] / 1024),
+        data["VCpuInfo"]["DefaultVCpus"],
+        data["ProcessorInfo"]["SupportedArchitectures"][0],
+        network["MaximumNetworkCards"],
+        (network.get("EfaInfo") or {}).get("MaximumEfaInterfaces", 0),
+        int(network["NetworkPerformance"].split()[-2].removeprefix("Up to ")) if "x " not in network["NetworkPerformance"] else None,
+    )
+
+
+def _catalog_row(spec: catalog.GpuInstanceType) -> tuple:
+    return (
+        spec.gpu_model,
+        spec.gpus,
+        spec.gpu_memory_gib,
+        spec.vcpus,
+        spec.architecture,
+        spec.network_cards,
+        spec.max_efa_interfaces,
+        spec.network_gbps,
+    )
+
+
+def catalog_differences(published: dict[str, dict]) -> list[str]:
+    differences = []
+    for name, spec in catalog.CATALOG.items():
+        if name not in published:
+            if spec.verified:
+                differences.append(f"{name}: not in EC2's data but marked verified")
+            continue
+        theirs = _published_row(published[name])
+        ours = _catalog_row(spec)
+        if theirs[-1] is None:  # "4x 100 Gigabit" (p4d): compare the sum
+            cards, gbps = published[name]["NetworkInfo"]["NetworkPerformance"].split("x ")
+            theirs = (*theirs[:-1], int(cards) * int(gbps.split()[0]))
+        if theirs != ours:
+            differences.append(f"{name}: catalog {ours} != EC2 {theirs}")
+    return differences
+
+
+def test_every_catalog_row_equals_ec2s_published_figures() -> None:
+    """GPU model, count, memory (GiB, rounded), vCPUs, architecture, network cards, EFA maximum and
+    bandwidth of every type, against DescribeInstanceTypes as moto ships it."""
+    assert catalog_differences(_moto_instance_types()) == []
+
+
+def test_the_catalog_comparison_catches_a_wrong_row() -> None:
+    published = _moto_instance_types()
+    broken = json.loads(json.dumps(published["g6e.48xlarge"]))
+    broken["NetworkInfo"]["MaximumNetworkCards"] = 1
+    assert catalog_differences({**published, "g6e.48xlarge": broken}) == [
+        "g6e.48xlarge: catalog ('L40S', 8, 45, 192, 'x86_64', 4, 4, 400) != EC2 ('L40S', 8, 45, 192, 'x86_64', 1, 4, 400)"
+    ]

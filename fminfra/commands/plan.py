@@ -30,7 +30,9 @@ class GroupPlan:
 
     @property
     def efa_text(self) -> str:
-        return f"{self.efa_attached}/{self.efa_max}"
+        """attached/maximum; an inference (G) type that supports EFA gets none from fminfra."""
+        text = f"{self.efa_attached}/{self.efa_max}"
+        return f"{text} (none attached: inference)" if self.efa_attached == 0 and self.efa_max else text
 
 
 def _capacity_text(group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:
