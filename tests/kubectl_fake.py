@@ -15,6 +15,9 @@ What it models, and from where:
   v0.5.0 `pkg/apis/kubeflow/v2beta1/types.go`); HyperPodPyTorchJob Created, Running, Completed|Failed
   (aws/sagemaker-hyperpod-cli's status model and CLI); batch Job Complete|Failed (Kubernetes Job
   conditions). A missing object is `Error from server (NotFound)`, exit 1.
+- `get namespace NAME -o name` and `get localqueues.kueue.x-k8s.io NAME -n NS -o name` answer from the
+  state's `existing` list (`namespace/x`, `localqueue.kueue.x-k8s.io/x`), else NotFound, exit 1
+  (the namespace and LocalQueue task governance creates; docs/facts/jobs.md#kueue-local-queue).
 - `get pods -n NS -l K=V[,K=V] -o json` returns a List whose items carry the labels the operators
   put on their pods (docs/facts/jobs.md#acceptance-pod-labels): MPIJob launcher
   `training.kubeflow.org/job-name` + `job-role=launcher`; HyperPodPyTorchJob `HPJob=<name>`;
@@ -77,6 +80,11 @@ def main(argv: list[str]) -> None:
             resource = RESOURCES[(doc["apiVersion"], doc["kind"])]
             objects[f"{resource}/{meta['name']}"] = {"object": doc, "polls": 0}
             print(f"{resource}/{meta['name']} created")
+    elif args[:2] == ["get", "namespace"] or args[:2] == ["get", "localqueues.kueue.x-k8s.io"]:
+        kind = "namespace" if args[1] == "namespace" else "localqueue.kueue.x-k8s.io"
+        if f"{kind}/{args[2]}" not in state.get("existing", []):
+            fail(f'Error from server (NotFound): {args[1]} "{args[2]}" not found')
+        print(f"{kind}/{args[2]}")
     elif args[:2] == ["get", "pods"]:
         selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
         items = [p for p in pods(state) if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

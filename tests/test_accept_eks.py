@@ -189,7 +189,10 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     state = tmp_path / "state.json"
-    state.write_text(json.dumps({"endpoint": CLUSTER["endpoint"], "scenario": {}, "logs": _logs("nccl-all-reduce-2x-p5-mpijob.txt")}))
+    queue = team_queue("hyperpod-eks")
+    existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]
+    logs = _logs("nccl-all-reduce-2x-p5-mpijob.txt")
+    state.write_text(json.dumps({"endpoint": CLUSTER["endpoint"], "scenario": {}, "logs": logs, "existing": existing}))
     monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state))
     _stub(monkeypatch, {"cluster": CLUSTER})
     return state
@@ -265,13 +268,44 @@ def test_end_to_end_failed_job(cluster: Path, tmp_path: Path) -> None:
 
 def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> None:
     state = json.loads(cluster.read_text())
-    state["scenario"] = {"fsx": "hang"}
+    state["scenario"] = {"nccl": "hang"}
     cluster.write_text(json.dumps(state))
     assert _accept(tmp_path, "--timeout-minutes", "0.001") == 1
-    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "fsx workers")
-    assert check["status"] == "FAIL" and "did not finish in time" in check["detail"]
+    checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
+    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time" in checks["nccl workers"]["detail"]
+    assert checks["ddp workers"]["status"] == "FAIL" and "not submitted" in checks["ddp workers"]["detail"]
     calls = json.loads(cluster.read_text())["calls"]
-    assert ["delete", "jobs.batch", "accept-e2e-fsx-workers", "-n", "hyperpod-ns-training", "--ignore-not-found", "--wait=false"] in calls
+    assert [
+        "delete",
+        "mpijobs.kubeflow.org",
+        "accept-e2e-nccl-workers",
+        "-n",
+        "hyperpod-ns-training",
+        "--ignore-not-found",
+        "--wait=false",
+    ] in calls
+
+
+def test_jobs_run_one_at_a_time(cluster: Path, tmp_path: Path) -> None:
+    """Each job is applied only after the one before it ended (two jobs wanting every GPU of the same nodes)."""
+    assert _accept(tmp_path) == 0
+    calls = json.loads(cluster.read_text())["calls"]
+    order = [c[1] if c[0] == "get" and c[1] != "pods" else c[0] for c in calls if c[0] in ("apply", "get")]
+    applies = [i for i, c in enumerate(order) if c == "apply"]
+    assert len(applies) == 4  # the ConfigMap, then nccl, ddp, fsx
+    between = [order[applies[i] + 1 : applies[i + 1]] for i in range(1, 3)]
+    assert "mpijobs.kubeflow.org" in between[0] and "hyperpodpytorchjobs.sagemaker.amazonaws.com" in between[1]
+
+
+def test_missing_queue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without task governance's LocalQueue the jobs would wait forever: refuse before applying anything."""
+    state = json.loads(cluster.read_text())
+    state["existing"] = state["existing"][:1]
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "localqueues.kueue.x-k8s.io hyperpod-ns-training-localqueue not found on fminfra-staging-eks" in err
+    assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
 
 
 def test_missing_cluster_is_one_line(

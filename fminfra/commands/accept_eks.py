@@ -39,6 +39,8 @@ from fminfra.config import EnvironmentConfig
 # (docs/facts/jobs.md#acceptance-job-conditions).
 SUCCESS = {"mpijobs.kubeflow.org": "Succeeded", "hyperpodpytorchjobs.sagemaker.amazonaws.com": "Completed", "jobs.batch": "Complete"}
 FAILED = "Failed"
+NOT_SUBMITTED = "NotSubmitted"
+LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
 
 
 def eks_client(region: str) -> Any:
@@ -107,6 +109,16 @@ class Kubectl:
             raise UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {(result.stderr or result.stdout).strip()}")
         return result.stdout
 
+    def exists(self, *args: str) -> bool:
+        """False when the API server answers NotFound (kubectl's `Error from server (NotFound)`); other errors raise."""
+        cmd = ["kubectl", "--kubeconfig", str(self.config_file), *args, "-o", "name"]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            return True
+        if "NotFound" in result.stderr:
+            return False
+        raise UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {(result.stderr or result.stdout).strip()}")
+
     def json(self, *args: str) -> Any:
         out = self(*args, "-o", "json")
         try:
@@ -136,6 +148,10 @@ def manifests_yaml(plan: EksPlan) -> str:
     return yaml.dump_all(plan.manifests, Dumper=_Dumper, sort_keys=False, width=1000)
 
 
+def _yaml(obj: dict[str, Any]) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
 def job_state(resource: str, obj: dict[str, Any]) -> str:
     """The type of the last condition whose status is True (the state HyperPod's CLI shows), else Pending."""
     state = "Pending"
@@ -150,21 +166,28 @@ def done(resource: str, state: str) -> bool:
 
 
 def wait_for(
-    kubectl: Kubectl, plan: EksPlan, timeout_s: float, poll_s: float, clock: Callable[[], float] = time.monotonic
-) -> dict[str, str]:
-    states = {j.name: "Submitted" for j in plan.jobs}
-    deadline = clock() + timeout_s
+    kubectl: Kubectl, namespace: str, job: EksJob, deadline: float, poll_s: float, clock: Callable[[], float] = time.monotonic
+) -> str:
+    """Poll one job until it ends or the deadline passes; print each change of state; return the last state."""
+    state = "Submitted"
     while True:
-        for job in plan.jobs:
-            if done(job.resource, states[job.name]):
-                continue
-            state = job_state(job.resource, kubectl.json("get", job.resource, job.name, "-n", plan.namespace))
-            if state != states[job.name]:
-                print(f"{datetime.now(UTC):%H:%M:%S} {job.kind} {job.group} ({job.name}): {state}", flush=True)
-                states[job.name] = state
-        if all(done(j.resource, states[j.name]) for j in plan.jobs) or clock() >= deadline:
-            return states
+        new = job_state(job.resource, kubectl.json("get", job.resource, job.name, "-n", namespace))
+        if new != state:
+            print(f"{datetime.now(UTC):%H:%M:%S} {job.kind} {job.group} ({job.name}): {new}", flush=True)
+            state = new
+        if done(job.resource, state) or clock() >= deadline:
+            return state
         time.sleep(poll_s)
+
+
+def check_queue(kubectl: Kubectl, plan: EksPlan, cluster: str) -> None:
+    """The team's namespace and Kueue LocalQueue must exist: a job labelled for a missing queue would wait forever."""
+    for args in (("namespace", plan.namespace), (LOCAL_QUEUE, plan.queue, "-n", plan.namespace)):
+        if not kubectl.exists("get", *args):
+            raise UsageError(
+                f"accept: {args[0]} {args[1]} not found on {cluster}: task governance creates the team's namespace and "
+                "LocalQueue with its compute quota (docs/first-job.md, EKS)"
+            )
 
 
 def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
@@ -194,6 +217,9 @@ def evaluate(
         name = f"{job.kind} {job.group}"
         state = states.get(job.name, "?")
         folder = results / job.group / job.kind
+        if state == NOT_SUBMITTED:
+            checks.append(accept.Check(name, "FAIL", "-", f"{job.name} not submitted: the time ran out before its turn"))
+            continue
         if not done(job.resource, state):
             checks.append(accept.Check(name, "FAIL", "-", f"{job.name} did not finish in time (last state {state}); deleted"))
             continue
@@ -234,13 +260,22 @@ def run(
         config_file.write_text(yaml.safe_dump(kubeconfig(cluster, cfg.region)), encoding="utf-8")
         os.chmod(config_file, 0o600)
         kubectl = Kubectl(config_file)
-        print(kubectl("apply", "-f", "-", stdin=manifests_yaml(plan)).rstrip(), flush=True)
-        states = wait_for(kubectl, plan, timeout_s, poll_s)
+        check_queue(kubectl, plan, cluster["name"])
+        # One job at a time, in the dry run's order: two jobs that each want every GPU of the same
+        # nodes must not each start on part of them (docs/first-job.md, EKS).
+        print(kubectl("apply", "-f", "-", stdin=_yaml(plan.scripts)).rstrip(), flush=True)
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, str] = {}
         for job in plan.jobs:
-            if not done(job.resource, states[job.name]):
-                kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
-            else:
+            if time.monotonic() >= deadline:
+                states[job.name] = NOT_SUBMITTED
+                continue
+            print(kubectl("apply", "-f", "-", stdin=_yaml(job.manifest)).rstrip(), flush=True)
+            states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s)
+            if done(job.resource, states[job.name]):
                 collect(kubectl, plan, job, results / job.group / job.kind)
+            else:
+                kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
     checks = evaluate(plan, thresholds, baseline, results, states)
     width = max(len(c.name) for c in checks) if checks else 5
     for c in checks:
@@ -292,7 +327,7 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
     passable = all(t.fail_gbps is not None for t in thresholds.values()) and image is None
     if dry_run:
         print(
-            f"# fminfra accept {cfg.name} (dry run): HyperPod EKS; `kubectl apply -f -` of the YAML below, namespace {plan.namespace}, queue {plan.queue}"
+            f"# fminfra accept {cfg.name} (dry run): HyperPod EKS; `kubectl apply -f -` of each object below, one job at a time in this order, namespace {plan.namespace}, queue {plan.queue}"
         )
         for group, t in thresholds.items():
             limits = (
