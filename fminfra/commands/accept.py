@@ -5,6 +5,8 @@ and /fsx is mounted: it copies the scripts to the shared file system, submits wi
 training group an nccl-tests job on two nodes, the PyTorch DDP smoke job and the FSx fio probe on
 the whole group, waits (`sacct`) while printing each job's state, then reads the results, prints
 a table and writes a JSON report. `--dry-run` prints what would be submitted, offline, anywhere.
+On HyperPod EKS (and inference-only EKS, which has nothing to accept) main hands over to
+accept_eks.py: the same jobs as Kubernetes objects (accept_manifests.py), through kubectl.
 
 Thresholds (docs/first-job.md explains each):
 - all_reduce bus bandwidth at 1-2 GiB on two nodes against the instance type's row of
