@@ -108,8 +108,9 @@ def main(argv: list[str]) -> None:
         pod = next(p for p in pods(state) if p["metadata"]["name"] == args[1])
         print(state["logs"][pod["metadata"]["annotations"]["log"]], end="")
     elif args[0] == "delete":
-        objects.pop(f"{PLURAL[args[1]]}/{args[2]}", None)
-        print(f'{PLURAL[args[1]]} "{args[2]}" deleted')
+        resource = PLURAL.get(args[1], args[1])
+        objects.pop(f"{resource}/{args[2]}", None)
+        print(f'{resource} "{args[2]}" deleted')
     else:
         fail(f"fake kubectl: unmodelled command {args}")
     path.write_text(json.dumps(state))

@@ -246,6 +246,10 @@ def test_end_to_end_pass(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert by_name["ddp workers"]["status"] == "PASS"
     assert by_name["fsx read workers"]["status"] == "WARN"  # a laptop SSD's fio output is below FSx's 2.34 GB/s
     assert (tmp_path / "out" / "accept-e2e" / "workers" / "nccl" / "nccl-all_reduce.log").is_file()
+    # every job and the scripts are deleted once their logs are saved
+    calls = json.loads(cluster.read_text())["calls"]
+    deleted = [c[1] for c in calls if c[0] == "delete"]
+    assert deleted == ["mpijobs.kubeflow.org", "hyperpodpytorchjobs.sagemaker.amazonaws.com", "jobs.batch", "configmap"]
 
 
 def test_end_to_end_fails_on_low_bandwidth(cluster: Path, tmp_path: Path) -> None:

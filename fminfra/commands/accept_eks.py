@@ -274,8 +274,9 @@ def run(
             states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s)
             if done(job.resource, states[job.name]):
                 collect(kubectl, plan, job, results / job.group / job.kind)
-            else:
-                kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
+            # Ended or not, the job goes (its logs are saved): nothing of it holds GPUs for the next one.
+            kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
+        kubectl("delete", "configmap", plan.scripts["metadata"]["name"], "-n", plan.namespace, "--ignore-not-found", "--wait=false")
     checks = evaluate(plan, thresholds, baseline, results, states)
     width = max(len(c.name) for c in checks) if checks else 5
     for c in checks:

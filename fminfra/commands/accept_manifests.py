@@ -146,7 +146,9 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
         "spec": {
             "slotsPerWorker": spec.gpus,
             "launcherCreationPolicy": "WaitForWorkersReady",
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 2},
+            # Running: the workers (sshd) stop when the launcher ends and free the GPUs for the next job;
+            # the launcher's pod stays for its log (AWS's nccl-tests MPIJob uses the same policy).
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 2},
             "mpiReplicaSpecs": {
                 "Launcher": {
                     "replicas": 1,
@@ -197,6 +199,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
         "metadata": _meta(name, plan, "ddp", group),
         "spec": {
             "nprocPerNode": str(spec.gpus),
+            # None keeps the ended pods for their logs (docs/facts/jobs.md#hyperpod-pytorch-job-shape); accept deletes the job after reading them.
             "runPolicy": {"cleanPodPolicy": "None", "jobMaxRetryCount": 0},
             "replicaSpecs": [
                 {
