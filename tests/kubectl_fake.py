@@ -66,8 +66,12 @@ def main(argv: list[str]) -> None:
     if argv[:1] != ["--kubeconfig"]:
         fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
     config = yaml.safe_load(Path(argv[1]).read_text())
-    user = config["users"][0]["user"]["exec"]
-    if user["command"] != "aws" or "get-token" not in user["args"] or config["clusters"][0]["cluster"]["server"] != state["endpoint"]:
+    user = config["users"][0]["user"].get("exec") or {}
+    if (
+        user.get("command") != "aws"
+        or "get-token" not in user.get("args", [])
+        or config["clusters"][0]["cluster"]["server"] != state["endpoint"]
+    ):
         fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
     args = argv[2:]
     state.setdefault("calls", []).append(args)

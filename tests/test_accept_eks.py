@@ -327,3 +327,22 @@ def test_without_kubectl_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PATH", str(tmp_path))
     assert _accept(tmp_path) == 2
     assert "kubectl not found on PATH" in capsys.readouterr().err
+
+
+def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Path, tmp_path: Path) -> None:
+    """The test of the fake: only the kubeconfig `aws eks update-kubeconfig` would write gets through."""
+    import subprocess
+
+    good = accept_eks.kubeconfig(CLUSTER, "us-west-2")
+    bad = copy.deepcopy(good)
+    bad["users"][0]["user"] = {"token": "static"}
+    for config, code in ((good, 0), (bad, 1)):
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(path), "get", "namespace", "hyperpod-ns-training", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == code, result.stderr
