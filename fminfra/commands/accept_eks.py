@@ -34,6 +34,7 @@ from fminfra.commands.accept_manifests import COLLECTIVES, EksJob, EksPlan, eks_
 from fminfra.commands.accept_results import ResultError
 from fminfra.commands.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from fminfra.config import EnvironmentConfig
+from fminfra.config.storage import lustre_throughput_gb_per_s
 
 # The condition types that end a job, per resource, and the one that means success
 # (docs/facts/jobs.md#acceptance-job-conditions).
@@ -321,8 +322,6 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
     table = accept.read_instance_thresholds()
     thresholds = {j.group: accept.nccl_threshold(catalog_name(cfg, j.group), overrides, table) for j in plan.jobs if j.kind == "nccl"}
     lustre = cfg.storage.lustre if cfg.storage is not None else None
-    from fminfra.config.storage import lustre_throughput_gb_per_s
-
     baseline = lustre_throughput_gb_per_s(lustre.capacity_gib, lustre.mb_per_tib) if lustre is not None else None
     image = accept.unpinned_image()
     passable = all(t.fail_gbps is not None for t in thresholds.values()) and image is None
