@@ -132,7 +132,10 @@ def test_bad_pipeline_threshold_is_one_line(capsys: pytest.CaptureFixture[str], 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["accept", "staging", "--dry-run"], "compute.orchestrator: accept runs on slurm environments today; eks is not supported yet"),
+        (
+            ["accept", "examples/ec2-odcr.yaml", "--dry-run"],
+            "compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; ec2 is not supported yet",
+        ),
         (["accept", "nosuch", "--dry-run"], "config/nosuch.yaml"),
         (["accept", "dev", "--dry-run", "--run-id", "a/b"], "--run-id: letters, digits, '-' and '_' only"),
         (["accept", "dev", "--dry-run", "--pipeline", "missing.yaml"], "missing.yaml: no such pipeline file"),

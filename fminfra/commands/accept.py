@@ -5,6 +5,8 @@ and /fsx is mounted: it copies the scripts to the shared file system, submits wi
 training group an nccl-tests job on two nodes, the PyTorch DDP smoke job and the FSx fio probe on
 the whole group, waits (`sacct`) while printing each job's state, then reads the results, prints
 a table and writes a JSON report. `--dry-run` prints what would be submitted, offline, anywhere.
+On HyperPod EKS (and inference-only EKS, which has nothing to accept) main hands over to
+accept_eks.py: the same jobs as Kubernetes objects (accept_manifests.py), through kubectl.
 
 Thresholds (docs/first-job.md explains each):
 - all_reduce bus bandwidth at 1-2 GiB on two nodes against the instance type's row of
@@ -412,15 +414,22 @@ def main(ns: argparse.Namespace) -> int:
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
     orchestrator = cfg.compute.orchestrator
-    if orchestrator != "slurm":
+    if orchestrator not in ("slurm", "eks", "none"):
         print(
-            f"{ns.config}: compute.orchestrator: accept runs on slurm environments today; {orchestrator} is not supported yet (docs/first-job.md)",
+            f"{ns.config}: compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; {orchestrator} is not supported yet (docs/first-job.md)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
     run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept: --run-id: letters, digits, '-' and '_' only, got {run_id!r}")
+    if orchestrator != "slurm":  # HyperPod EKS, or inference-only EKS (orchestrator none)
+        from fminfra.commands import accept_eks
+
+        if orchestrator == "none":
+            return accept_eks.inference_only(cfg)
+        overrides = _overrides(ns.pipeline, cfg.name)
+        return accept_eks.main(cfg, run_id, ns.dry_run, overrides, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)
     plan = slurm_plan(cfg, run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
     if ns.dry_run:
         print_plan(plan)
