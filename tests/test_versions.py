@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
+from datetime import date
 from pathlib import Path
 
 import pytest
 
+from fminfra.config.compute import default_kubernetes_version
 from fminfra.core.errors import ValidationError
 from fminfra.core.resources import versions_manifest
 from fminfra.core.versions import NODE_KEYS, load_versions, manifest_problems, parse_manifest, unpinned_commits, version
@@ -108,3 +111,58 @@ def test_bash_and_python_parsers_agree(tmp_path: Path) -> None:
     assert "line 2: expected KEY=VALUE (no quotes, spaces or expansions), got 'B='2''" in result.stderr
     with pytest.raises(ValidationError, match="line 2: expected KEY=VALUE"):
         parse_manifest(bad.read_text())
+
+
+# EKS add-on builds are named v<major>.<minor>.<patch>-eksbuild.<n> (the EKS User Guide's version
+# tables: docs/facts/eks.md#eks-addon-coredns, #eks-addon-kube-proxy); kube-proxy's build carries the
+# Kubernetes minor version it is for (v1.34.x for 1.34: #eks-addon-kube-proxy).
+EKS_ADDON_BUILD = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
+
+
+def eks_version_problems(versions: dict[str, str]) -> list[str]:
+    """The EKS part of the manifest: each supported Kubernetes version has a standard-support end
+    date, each add-on key an add-on build, and kube-proxy the default version's minor."""
+    problems = []
+    supported = [v for v in versions.get("EKS_SUPPORTED_KUBERNETES_VERSIONS", "").split(",") if v]
+    if not supported:
+        problems.append("EKS_SUPPORTED_KUBERNETES_VERSIONS: empty")
+    for minor in supported:
+        key = f"EKS_KUBERNETES_{minor.replace('.', '_')}_STANDARD_SUPPORT_END"
+        try:
+            date.fromisoformat(versions.get(key, ""))
+        except ValueError:
+            problems.append(f"{key}: must be the YYYY-MM-DD day EKS standard support of {minor} ends, got {versions.get(key)!r}")
+    for key, value in sorted(versions.items()):
+        if key.startswith("EKS_ADDON_") and not EKS_ADDON_BUILD.match(value):
+            problems.append(f"{key}: must be an EKS add-on build such as v1.12.4-eksbuild.1, got {value!r}")
+    if supported:
+        default = max(supported, key=lambda v: tuple(int(x) for x in v.split(".")))
+        if not versions.get("EKS_ADDON_KUBE_PROXY_VERSION", "").startswith(f"v{default}."):
+            problems.append(
+                f"EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes {default} (v{default}.x), got {versions.get('EKS_ADDON_KUBE_PROXY_VERSION')!r}"
+            )
+    return problems
+
+
+def test_eks_part_of_the_manifest() -> None:
+    versions = load_versions()
+    assert eks_version_problems(versions) == []
+    assert default_kubernetes_version() == "1.34"  # docs/facts/hyperpod.md#hyperpod-eks-kubernetes-versions
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"EKS_SUPPORTED_KUBERNETES_VERSIONS": "1.34,1.35"}, "EKS_KUBERNETES_1_35_STANDARD_SUPPORT_END: must be the YYYY-MM-DD day"),
+        ({"EKS_KUBERNETES_1_34_STANDARD_SUPPORT_END": "December 2, 2026"}, "EKS_KUBERNETES_1_34_STANDARD_SUPPORT_END: must be"),
+        ({"EKS_ADDON_COREDNS_VERSION": "1.12.4"}, "EKS_ADDON_COREDNS_VERSION: must be an EKS add-on build"),
+        ({"EKS_ADDON_KUBE_PROXY_VERSION": "v1.33.10-eksbuild.2"}, "EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes 1.34"),
+        (
+            {"EKS_SUPPORTED_KUBERNETES_VERSIONS": "1.34,1.35", "EKS_KUBERNETES_1_35_STANDARD_SUPPORT_END": "2027-03-27"},
+            "EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes 1.35",
+        ),
+    ],
+)
+def test_eks_part_broken(change: dict[str, str], message: str) -> None:
+    problems = eks_version_problems({**load_versions(), **change})
+    assert any(p.startswith(message) for p in problems), problems

@@ -1,0 +1,139 @@
+"""README.md's EKS section names every Kubernetes component the synthesized templates install.
+
+The components are read from the templates of every EKS-based config (shipped, examples and test
+configs): EKS add-ons (name, version), Helm charts (chart, version), the HyperPod dependency chart
+release (commit), the manifests' objects (names), the kubectl/helm layer (its bundled versions) and
+the system node group (instance type). Each must have a row in the README table that names it in
+backquotes and shows its version, so a component added to the code without a README row (or a
+version bump without the README) fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, Synth
+
+SECTION = "## EKS: what gets installed"
+# The layer's description, as aws-cdk.lambda-layer-kubectl-vNN writes it.
+KUBECTL_LAYER = re.compile(r"/opt/kubectl/kubectl (\S+); /opt/helm/helm (\S+)")
+SYSTEM_NODES_LABEL = ("fminfra/role", "system")
+SYSTEM_NODE_GROUP = "<cluster>-system"
+
+
+def eks_components(template: dict[str, Any]) -> dict[str, str]:
+    """Component name -> the version its row must show ("" when it has none)."""
+    found: dict[str, str] = {}
+    for resource in (template.get("Resources") or {}).values():
+        kind, props = resource.get("Type"), resource.get("Properties") or {}
+        if kind == "AWS::EKS::Addon":
+            found[props["AddonName"]] = props.get("AddonVersion", "")
+        elif kind == "Custom::AWSCDK-EKS-HelmChart":
+            found[props["Chart"]] = props.get("Version", "")
+        elif kind == "Custom::HyperPodDependencies":
+            found[props["Release"]] = props["Commit"][:12]
+        elif kind == "Custom::AWSCDK-EKS-KubernetesResource":
+            manifest = props["Manifest"]
+            assert isinstance(manifest, str), f"a manifest with tokens: {manifest!r:.200}"
+            for obj in json.loads(manifest):
+                found[obj["metadata"]["name"]] = ""
+        elif kind == "AWS::Lambda::LayerVersion":
+            bundled = KUBECTL_LAYER.search(props.get("Description", ""))
+            if bundled:
+                found["kubectl"], found["helm"] = bundled.group(1), bundled.group(2)
+        elif kind == "AWS::EKS::Nodegroup" and (props.get("Labels") or {}).get(SYSTEM_NODES_LABEL[0]) == SYSTEM_NODES_LABEL[1]:
+            found[SYSTEM_NODE_GROUP] = ", ".join(props.get("InstanceTypes") or [])
+    return found
+
+
+def readme_rows(readme: str) -> list[str]:
+    """The table rows of README.md's EKS section (none when the section is missing)."""
+    if SECTION not in readme:
+        return []
+    start = readme.index(SECTION)
+    end = readme.find("\n## ", start + len(SECTION))
+    section = readme[start : end if end != -1 else len(readme)]
+    return [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+
+
+def missing_rows(rows: list[str], components: dict[str, tuple[str, str]]) -> list[str]:
+    """One line per component (name -> (version, where installed)) with no row naming it and showing its version."""
+    problems = []
+    for name, (version, where) in sorted(components.items()):
+        named = [row for row in rows if f"`{name}`" in row]
+        if not named:
+            problems.append(f"README.md, {SECTION[3:]}: no row names `{name}` (installed by {where})")
+        elif version and not any(version in row for row in named):
+            problems.append(f"README.md, {SECTION[3:]}: the row of `{name}` does not show {version} (installed by {where})")
+    return problems
+
+
+@pytest.fixture(scope="module")
+def installed(synth: Synth) -> dict[str, tuple[str, str]]:
+    """Every component of every EKS template: name -> (version, first stack that installs it)."""
+    components: dict[str, tuple[str, str]] = {}
+    for stack in synth.all_templates():
+        resources = (stack.template.get("Resources") or {}).values()
+        if not any(r.get("Type") == "AWS::EKS::Cluster" for r in resources):
+            continue
+        for name, version in eks_components(stack.template).items():
+            components.setdefault(name, (version, stack.display_name))
+    return components
+
+
+def test_readme_names_every_installed_component(installed: dict[str, tuple[str, str]]) -> None:
+    # The shipped HyperPod EKS config and the inference-only test configs are all read.
+    assert {"amazon-sagemaker-hyperpod-training-operator", "hyperpod-dependencies", "nvidia-device-plugin", SYSTEM_NODE_GROUP} <= set(
+        installed
+    )
+    rows = readme_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert missing_rows(rows, installed) == []
+
+
+def test_a_component_without_a_row_fails(installed: dict[str, tuple[str, str]]) -> None:
+    rows = readme_rows((ROOT / "README.md").read_text(encoding="utf-8"))
+    # A row deleted.
+    without = [r for r in rows if "`cert-manager`" not in r]
+    assert missing_rows(without, installed) == [
+        f"README.md, {SECTION[3:]}: no row names `cert-manager` (installed by {installed['cert-manager'][1]})"
+    ]
+    # An add-on added to the code (as the task governance add-on will be) without a row.
+    added = {**installed, "amazon-sagemaker-hyperpod-taskgovernance": ("v1.3.0-eksbuild.1", "staging/Compute")}
+    assert missing_rows(rows, added) == [
+        f"README.md, {SECTION[3:]}: no row names `amazon-sagemaker-hyperpod-taskgovernance` (installed by staging/Compute)"
+    ]
+    # A version bumped without the README.
+    bumped = {**installed, "coredns": ("v1.13.2-eksbuild.4", "staging/Compute")}
+    assert missing_rows(rows, bumped) == [
+        f"README.md, {SECTION[3:]}: the row of `coredns` does not show v1.13.2-eksbuild.4 (installed by staging/Compute)"
+    ]
+
+
+def test_components_are_read_from_each_kind_of_resource() -> None:
+    template = {
+        "Resources": {
+            "A": {"Type": "AWS::EKS::Addon", "Properties": {"AddonName": "kueue-addon", "AddonVersion": "v1"}},
+            "C": {"Type": "Custom::AWSCDK-EKS-HelmChart", "Properties": {"Chart": "kueue", "Version": "0.13.4"}},
+            "H": {"Type": "Custom::HyperPodDependencies", "Properties": {"Release": "hp", "Commit": "0123456789abcdef" * 2}},
+            "M": {
+                "Type": "Custom::AWSCDK-EKS-KubernetesResource",
+                "Properties": {"Manifest": '[{"kind":"ClusterQueue","metadata":{"name":"cq"}}]'},
+            },
+            "L": {"Type": "AWS::Lambda::LayerVersion", "Properties": {"Description": "/opt/kubectl/kubectl 1.34.5; /opt/helm/helm 4.1.3"}},
+            "N": {"Type": "AWS::EKS::Nodegroup", "Properties": {"Labels": {"fminfra/role": "system"}, "InstanceTypes": ["m7g.large"]}},
+            "G": {"Type": "AWS::EKS::Nodegroup", "Properties": {"Labels": {"workload": "inference"}, "InstanceTypes": ["g6e.12xlarge"]}},
+        }
+    }
+    assert eks_components(template) == {
+        "kueue-addon": "v1",
+        "kueue": "0.13.4",
+        "hp": "0123456789ab",
+        "cq": "",
+        "kubectl": "1.34.5",
+        "helm": "4.1.3",
+        SYSTEM_NODE_GROUP: "m7g.large",
+    }
