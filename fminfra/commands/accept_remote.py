@@ -149,7 +149,7 @@ def start_script(cfg: EnvironmentConfig, config_text: str, pipeline: dict[str, A
         lines.append(_ship(yaml.safe_dump(pipeline, sort_keys=False), "pipeline.yaml"))
     lines += [
         f"if ! {python} -c {shlex.quote(f'import sys, fminfra; sys.exit(fminfra.__version__ != {version!r})')}; then",
-        f"  echo 'fminfra {version} is not installed for {ns.remote_python} on this node'; echo {EXIT}2; echo {END}; exit 0",
+        f"  echo {EXIT}2; echo 'fminfra {version} is not installed for {ns.remote_python} on this node'; echo {END}; exit 0",
         "fi",
         f"setsid nohup bash -c {shlex.quote(background)} < /dev/null > /dev/null 2>&1 &",
         f"echo started; echo {END}",
