@@ -286,6 +286,11 @@ def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     report = runs_d.index('make stack-status ENV="$ENVIRONMENT"')
     assert steps[report]["if"] == "failure() && steps.deploy.outcome == 'failure'"
     assert steps[deploy_i]["id"] == "deploy"
+    # the acceptance gate: after the deploy, with the acceptance role, in the same job (no second approval)
+    gate = runs_d.index('make accept-gate ENV="$ENVIRONMENT"')
+    gate_creds = [w for i, w in _creds(steps) if deploy_i < i < gate]
+    assert gate > deploy_i and gate_creds[-1]["role-to-assume"].endswith(":role/fminfra-${{ inputs.environment }}-accept")
+    assert gate_creds[-1]["unset-current-credentials"] is True and "if" not in steps[gate]
     assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
 
 
@@ -610,6 +615,7 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         "make diff",
         "make deploy",
         "make stack-status",
+        "make accept-gate",
     }
     assert (ci.root / "cdk.out" / "manifest.json").is_file()
     assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"

@@ -86,7 +86,7 @@ def node_group(cfg: EnvironmentConfig) -> str:
 
 def find_node(sagemaker: Any, name: str, group: str) -> Node:
     """The first Running node of `group` (sagemaker:DescribeCluster, sagemaker:ListClusterNodes)."""
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         cluster = sagemaker.describe_cluster(ClusterName=name)
@@ -104,6 +104,8 @@ def find_node(sagemaker: Any, name: str, group: str) -> Node:
     except ClientError as exc:
         error = exc.response.get("Error", {})
         raise UsageError(f"accept-remote: cluster {name}: {error.get('Code', '?')}: {error.get('Message', exc)}") from None
+    except BotoCoreError as exc:  # no credentials, no endpoint: one line
+        raise UsageError(f"accept-remote: cluster {name}: {exc}") from None
     found = ", ".join(states) if states else "no nodes"
     raise UsageError(f"accept-remote: cluster {name}: no Running node in group {group} ({found})")
 
@@ -354,9 +356,16 @@ def main(ns: argparse.Namespace) -> int:
         plan = accept.slurm_plan(cfg, ns.run_id, accept._overrides(ns.pipeline, cfg.name), accept.read_instance_thresholds())
         accept.print_plan(plan)
         return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
-    if shutil.which("aws") is None:
-        raise UsageError("accept-remote: the AWS CLI (aws) is not on PATH; it and the Session Manager plugin run the session")
     import boto3
+    from botocore.exceptions import BotoCoreError
 
-    node = find_node(boto3.client("sagemaker", region_name=cfg.region), cluster_name(cfg), group)
+    try:
+        client = boto3.client("sagemaker", region_name=cfg.region)
+    except BotoCoreError as exc:  # credentials that cannot be loaded: one line
+        raise UsageError(f"accept-remote: {cluster_name(cfg)}: {exc}") from None
+    node = find_node(client, cluster_name(cfg), group)
+    if shutil.which("aws") is None or shutil.which("session-manager-plugin") is None:
+        raise UsageError(
+            "accept-remote: the AWS CLI (aws) and the Session Manager plugin (session-manager-plugin) must be on PATH: they run the session"
+        )
     return run_remote(node, cfg, start, ns)
