@@ -12,6 +12,7 @@ start-session limit, session timeouts."""
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import subprocess
 from pathlib import Path
@@ -86,6 +87,14 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
         " --document-name AWS-StartNonInteractiveCommand --parameters file://command.json"
     ) in out
     assert "fminfra accept /fsx/fminfra-accept/r1/dev.yaml --run-id r1" in out
+    # what is printed is what is sent: the parameters decode to the script printed below them
+    lines = out.splitlines()
+    params = json.loads(lines[lines.index("# command.json, exactly:") + 1])
+    encoded = params["command"][0].split()[1]
+    script = base64.b64decode(encoded).decode()
+    start = lines.index("# which runs this script as ubuntu:") + 1
+    assert "\n".join(lines[start : start + script.count("\n")]) + "\n" == script
+    assert params["command"][0].endswith("| base64 -d | sudo -u ubuntu -H bash")
     assert "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2" in out
 
 
