@@ -308,15 +308,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _as_accept_namespace(ns: argparse.Namespace) -> argparse.Namespace:
-    return argparse.Namespace(
-        config=ns.config,
-        dry_run=ns.dry_run,
-        pipeline=ns.pipeline,
-        run_id=ns.run_id,
-        timeout_minutes=ns.timeout_minutes,
-        poll_seconds=ns.poll_seconds,
-        report=None,
-    )
+    """accept's own arguments, parsed by accept's own parser (its defaults for whatever it adds)."""
+    parser = argparse.ArgumentParser(prog="fminfra accept")
+    accept.add_arguments(parser)
+    argv = [ns.config, "--timeout-minutes", f"{ns.timeout_minutes:g}", "--poll-seconds", f"{ns.poll_seconds:g}"]
+    argv += ["--dry-run"] if ns.dry_run else []
+    argv += ["--pipeline", str(ns.pipeline)] if ns.pipeline else []
+    argv += ["--run-id", ns.run_id] if ns.run_id else []
+    return parser.parse_args(argv)
 
 
 def main(ns: argparse.Namespace) -> int:
