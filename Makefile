@@ -28,7 +28,7 @@ ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
 .PHONY: pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
-	github-target github-environment-check preflight guard-deployed diff deploy stack-status gate-figures
+	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -121,6 +121,13 @@ deploy: deps
 stack-status: deps
 	$(need_env)
 	$(PY) .ci/stack_status.py --app cdk.out --environment $(ENV)
+
+# The acceptance gate after a deploy (docs/promotion.md, "The acceptance gate"): `fminfra accept`
+# on the environment's cluster, reached from here (HyperPod Slurm: SSM session on the login node;
+# EKS: accept itself); exit 0 without doing anything when pipeline.yaml turns the gate off for ENV.
+accept-gate: deps
+	$(need_env)
+	$(PY) -m fminfra accept-remote $(CONFIG_DIR)/$(ENV).yaml --pipeline $(PIPELINE_FILE) --if-gated
 
 # FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
 test: setup

@@ -32,6 +32,7 @@ COMMANDS = {
     "cost": "cost",
     "diagram": "diagram",
     "accept": "accept",
+    "accept-remote": "accept_remote",
 }
 
 

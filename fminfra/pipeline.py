@@ -6,7 +6,10 @@ config/). Source: a CodeConnections repository. A synth step runs `make test` an
 `EnvironmentStage` with that environment's config. Before each deploy, a check step runs
 `make preflight` and `make guard-deployed` against the target account; a failing command fails
 the step and stops the pipeline there. An environment with `approval: true` gets a manual
-approval after its checks (reviewers see the guard's result first) and before its deploy.
+approval after its checks (reviewers see the guard's result first) and before its deploy. After an
+environment deploys, where its acceptance gate is on (pipeline.yaml `accept.gate`, default: on with
+training GPUs), an acceptance step runs `make accept-gate` (`fminfra accept` on the cluster, with the
+target's `fminfra-ENV-accept` role); a failing figure fails the step, and the next wave does not start.
 
 Every command is a `make` target: CodeBuild starts each build in a fresh shell, and the
 Makefile's exported PATH is what puts the project's .venv (Python, Node.js) and CDK CLI first
@@ -30,9 +33,10 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import PipelineConfig, load_pipeline
+from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline
 from fminfra.constructs.acknowledge import acknowledge
 from fminfra.core.errors import ValidationError
+from fminfra.stacks.github_oidc import ACCEPT_SESSION_SECONDS, accept_role_name, accept_step_role_name
 from fminfra.stage import EnvironmentStage
 
 # The bootstrap qualifier every target account uses (CDK's default).
@@ -113,6 +117,7 @@ class PipelineStack(cdk.Stack):
         self.waves: dict[str, pipelines.Wave] = {}
         self.check_steps: dict[str, pipelines.CodeBuildStep] = {}
         self.approval_steps: dict[str, pipelines.ManualApprovalStep] = {}
+        self.accept_steps: dict[str, pipelines.CodeBuildStep] = {}
         for env, cfg in zip(pc.environments, environments, strict=True):
             check = pipelines.CodeBuildStep(
                 f"Check-{cfg.name}",
@@ -146,6 +151,9 @@ class PipelineStack(cdk.Stack):
             # onto the pipeline changes none of its templates.
             stage = EnvironmentStage(scope, cfg)
             wave.add_stage(stage)
+            if gate_enabled(env, cfg):
+                self.accept_steps[cfg.name] = self._accept_step(pc, cfg, env.config, source)
+                wave.add_post(self.accept_steps[cfg.name])
             self.waves[cfg.name] = wave
             self.stages[cfg.name] = stage
             self.check_steps[cfg.name] = check
@@ -154,6 +162,31 @@ class PipelineStack(cdk.Stack):
         self.pipeline.build_pipeline()
         self._grant_codeconnections(pc.source.connection_arn)
         self._acknowledge_generated_grants()
+
+    def _accept_step(
+        self, pc: PipelineConfig, cfg: EnvironmentConfig, config: str, source: pipelines.CodePipelineSource
+    ) -> pipelines.CodeBuildStep:
+        """`make accept-gate` with the target's acceptance role (created by the account-level stack,
+        fminfra/stacks/github_oidc.py, with `-c pipeline_account=`), which trusts this step's role by
+        name; the step's own role may assume that one role only."""
+        target_role = f"arn:aws:iam::{cfg.account}:role/{accept_role_name(cfg.name)}"
+        role = iam.Role(
+            self.pipeline,  # beside the roles CDK Pipelines generates: the same acknowledged log and report grants
+            f"AcceptStepRole-{cfg.name}",
+            role_name=accept_step_role_name(pc.name, cfg.name),
+            assumed_by=iam.ServicePrincipal("codebuild.amazonaws.com"),
+            description=f"{pc.name} pipeline: acceptance gate of {cfg.name} (assumes {accept_role_name(cfg.name)} there)",
+        )
+        return pipelines.CodeBuildStep(
+            f"Accept-{cfg.name}",
+            input=source,
+            env={"TARGET_ROLE_ARN": target_role, "TARGET_REGION": cfg.region},
+            commands=["make deps", *_ASSUME_ROLE_PROFILE, make_command("accept-gate", config)],
+            role=role,
+            role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[target_role])],
+            # accept's 60 minutes, the remote margin and set-up; within what the target role allows
+            timeout=cdk.Duration.seconds(ACCEPT_SESSION_SECONDS - 30 * 60),
+        )
 
     def _grant_codeconnections(self, connection_arn: str) -> None:
         """`codeconnections:UseConnection` for a `codeconnections` ARN.

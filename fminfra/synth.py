@@ -81,7 +81,15 @@ def main() -> int:
             from fminfra.stacks.github_oidc import github_oidc_stacks
 
             existing = str(app.node.try_get_context("github_existing_provider")).lower() == "true"
-            github_oidc_stacks(app, configs, repository=str(github_repository), existing_provider=existing)
+            # `-c pipeline_account=ACCOUNT`: the CDK pipeline's acceptance steps may assume the acceptance roles too.
+            pipeline_account = app.node.try_get_context("pipeline_account")
+            github_oidc_stacks(
+                app,
+                configs,
+                repository=str(github_repository),
+                existing_provider=existing,
+                pipeline_account=str(pipeline_account) if pipeline_account else None,
+            )
         app.synth()
         record_policy_packs(app)
     except ConfigError as exc:

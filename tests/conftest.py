@@ -67,6 +67,8 @@ ALL_CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
 SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
 # The repository the GitHub OIDC stacks trust in tests.
 GITHUB_REPOSITORY = "example-org/fminfra"
+# The tooling account of pipeline.yaml: its acceptance steps may assume the acceptance roles.
+PIPELINE_ACCOUNT = "444444444444"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -145,7 +147,7 @@ def oidc_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     outdir = tmp_path_factory.mktemp("oidc.out")
     app = cdk.App(outdir=str(outdir), context=json.loads((ROOT / "cdk.json").read_text())["context"])
     configs = [synth.configs[n] for n in SHIPPED_NAMES]
-    stacks = github_oidc_stacks(app, configs, repository=GITHUB_REPOSITORY)
+    stacks = github_oidc_stacks(app, configs, repository=GITHUB_REPOSITORY, pipeline_account=PIPELINE_ACCOUNT)
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     app.synth()
     return stacks, outdir

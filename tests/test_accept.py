@@ -85,9 +85,19 @@ def test_dry_run_fails_while_the_image_is_unpinned(capsys: pytest.CaptureFixture
     assert "ddp: FAIL, image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in capsys.readouterr().out
 
 
-def test_dry_run_prod_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def _pipeline_without_thresholds() -> str:
+    """The shipped pipeline.yaml less its accept thresholds (staging's and prod's p5en policy)."""
+    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
+    return "\n".join(line for line in text.splitlines() if "accept: {nccl_fail_gbps" not in line) + "\n"
+
+
+def test_dry_run_prod_without_a_threshold_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
-    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1"]) == 1
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(_pipeline_without_thresholds())
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
     out = capsys.readouterr().out
     assert "--partition=workers --nodes=16" in out
     assert (
@@ -101,7 +111,7 @@ def test_dry_run_prod_with_a_pipeline_threshold(
 ) -> None:
     monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
     pipeline = tmp_path / "pipeline.yaml"
-    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
+    text = _pipeline_without_thresholds()
     text = text.replace("    approval: true", "    approval: true\n    accept: {nccl_fail_gbps: 300, nccl_warn_gbps: 420}")
     pipeline.write_text(text)
     assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 0
@@ -122,7 +132,7 @@ def test_dry_run_one_node_group_has_no_nccl_job(
 
 def test_bad_pipeline_threshold_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     pipeline = tmp_path / "pipeline.yaml"
-    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
+    text = _pipeline_without_thresholds()
     pipeline.write_text(text.replace("    approval: true", "    approval: true\n    accept: {nccl_fail_gbps: 300, nccl_warn_gbps: 100}"))
     assert cli_main(["accept", "prod", "--dry-run", "--pipeline", str(pipeline)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

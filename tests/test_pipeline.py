@@ -102,6 +102,77 @@ def test_checks_assume_only_the_target_accounts_lookup_role(pipeline: tuple[Pipe
         assert len(assume) == 1
 
 
+def acceptance_step_problems(template: dict[str, Any], env: str, cfg: Any) -> list[str]:
+    """Where the gate must be: an Accept-ENV action after every deploy of the wave, running
+    `make accept-gate`, whose role may assume the target's acceptance role and nothing else of the kind."""
+    stage = next(s for s in _stages(template) if s["Name"] == env)
+    action = next((a for a in stage["Actions"] if a["Name"] == f"Accept-{env}"), None)
+    if action is None:
+        return [f"{env}: no Accept-{env} action"]
+    problems = []
+    deploys = [a["RunOrder"] for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Deploy"]
+    if action["RunOrder"] <= max(deploys):
+        problems.append(f"{env}: Accept-{env} runs before the deploy ends")
+    project = _projects(template)[action["Configuration"]["ProjectName"]["Ref"]]
+    commands = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    if f"make accept-gate ENV={env} CONFIG_DIR=config" not in commands:
+        problems.append(f"{env}: commands {commands}")
+    target = f"arn:aws:iam::{cfg.account}:role/fminfra-{env}-accept"
+    role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
+    grants = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if "sts:AssumeRole" in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+    ]
+    if [s["Resource"] for s in grants] != [target]:
+        problems.append(f"{env}: assumes {[s['Resource'] for s in grants]}")
+    if template["Resources"][role_id]["Properties"].get("RoleName") != f"fminfra-{env}-accept-step":
+        problems.append(f"{env}: the step's role is not named as the acceptance role's trust expects")
+    return problems
+
+
+@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+def test_the_acceptance_gate_runs_after_each_deploy(pipeline: tuple[PipelineStack, Path, dict[str, Any]], synth: Synth, env: str) -> None:
+    """Every shipped environment has training GPUs: the gate is on (pipeline.yaml accept.gate default)."""
+    _, _, template = pipeline
+    assert acceptance_step_problems(template, env, synth.configs[env]) == []
+
+
+def test_acceptance_step_check_can_fail(pipeline: tuple[PipelineStack, Path, dict[str, Any]], synth: Synth) -> None:
+    _, _, template = pipeline
+    broken = json.loads(json.dumps(template))
+    stage = next(s for s in _stages(broken) if s["Name"] == "dev")
+    stage["Actions"] = [a for a in stage["Actions"] if a["Name"] != "Accept-dev"]
+    assert acceptance_step_problems(broken, "dev", synth.configs["dev"]) == ["dev: no Accept-dev action"]
+    early = json.loads(json.dumps(template))
+    stage = next(s for s in _stages(early) if s["Name"] == "prod")
+    next(a for a in stage["Actions"] if a["Name"] == "Accept-prod")["RunOrder"] = 1
+    assert "prod: Accept-prod runs before the deploy ends" in acceptance_step_problems(early, "prod", synth.configs["prod"])
+
+
+def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path: Path) -> None:
+    from fminfra.config.pipeline import gate_enabled
+
+    pipeline_config, configs = load_pipeline(ROOT / "pipeline.yaml")
+    assert [gate_enabled(e, c) for e, c in zip(pipeline_config.environments, configs, strict=True)] == [True, True, True]
+    inference = str(ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    path = _pipeline_file(tmp_path, environments=[{"config": inference}])
+    loaded, [cfg] = load_pipeline(path)
+    assert gate_enabled(loaded.environments[0], cfg) is False  # no training GPUs: off by default
+    path = _pipeline_file(tmp_path, environments=[{"config": inference, "accept": {"gate": True}}])
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert info.value.problems == [
+        f"{path}: environments[0].accept.gate: true, but {inference} has no training group with GPUs and nodes:"
+        " the acceptance jobs need GPUs; set gate: false or leave it out"
+    ]
+    path = _pipeline_file(tmp_path, environments=[{"config": str(ROOT / "config" / "dev.yaml"), "accept": {"gate": False}}])
+    loaded, [cfg] = load_pipeline(path)
+    assert gate_enabled(loaded.environments[0], cfg) is False
+
+
 def test_synth_step_runs_make_test(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
     _, _, template = pipeline
     build = next(s for s in _stages(template) if s["Name"] == "Build")
@@ -178,7 +249,11 @@ def test_every_build_command_runs_in_the_projects_environment(pipeline: tuple[Pi
     check_project = _projects(template)[check["Configuration"]["ProjectName"]["Ref"]]
     check_commands = json.loads(check_project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
     check_env = {v["Name"]: v["Value"] for v in check_project["Properties"]["Environment"]["EnvironmentVariables"]}
-    for command in [*synth_commands, *check_commands]:
+    accept_action = next(a for a in dev["Actions"] if a["Name"] == "Accept-dev")
+    accept_project = _projects(template)[accept_action["Configuration"]["ProjectName"]["Ref"]]
+    accept_commands = json.loads(accept_project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    accept_env = {v["Name"]: v["Value"] for v in accept_project["Properties"]["Environment"]["EnvironmentVariables"]}
+    for command in [*synth_commands, *check_commands, *accept_commands]:
         assert unmanaged_commands(command) == [], command
     ci = make_ci_sandbox(tmp_path)
     result = ci.run("\n".join(c for c in synth_commands if c != "make test"))
@@ -189,6 +264,10 @@ def test_every_build_command_runs_in_the_projects_environment(pipeline: tuple[Pi
     output = result.stdout + result.stderr
     assert not ENVIRONMENT_FAILURES.search(output), output[-3000:]
     assert result.returncode != 0 and "credentials" in output, output[-3000:]  # the dead endpoint
+    result = ci.run("\n".join(accept_commands), **accept_env)  # the acceptance gate, the same way
+    output = result.stdout + result.stderr
+    assert not ENVIRONMENT_FAILURES.search(output), output[-3000:]
+    assert result.returncode != 0 and "credentials" in output and "accept-remote: " in output, output[-3000:]
 
 
 def test_pipeline_deploys_the_same_templates_as_the_standalone_app(

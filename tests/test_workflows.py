@@ -20,7 +20,7 @@ import yaml
 from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ValidationError
 from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS, GithubOidcStack, github_oidc_stacks
-from tests.conftest import GITHUB_REPOSITORY, ROOT, SHIPPED_NAMES, Synth
+from tests.conftest import GITHUB_REPOSITORY, PIPELINE_ACCOUNT, ROOT, SHIPPED_NAMES, Synth
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 REPO = GITHUB_REPOSITORY
@@ -286,6 +286,11 @@ def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     report = runs_d.index('make stack-status ENV="$ENVIRONMENT"')
     assert steps[report]["if"] == "failure() && steps.deploy.outcome == 'failure'"
     assert steps[deploy_i]["id"] == "deploy"
+    # the acceptance gate: after the deploy, with the acceptance role, in the same job (no second approval)
+    gate = runs_d.index('make accept-gate ENV="$ENVIRONMENT"')
+    gate_creds = [w for i, w in _creds(steps) if deploy_i < i < gate]
+    assert gate > deploy_i and gate_creds[-1]["role-to-assume"].endswith(":role/fminfra-${{ inputs.environment }}-accept")
+    assert gate_creds[-1]["unset-current-credentials"] is True and "if" not in steps[gate]
     assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
 
 
@@ -359,6 +364,74 @@ def test_deploy_roles_trust_only_their_github_environment_and_only_assume_cdk_ro
         grants = [grant["Resource"]] if isinstance(grant["Resource"], str) else grant["Resource"]
         assert all(":role/cdk-hnb659fds-lookup-role-" in r for r in grants), grants
     assert sorted(seen) == sorted(SHIPPED_NAMES)
+
+
+def accept_role_problems(role: dict[str, Any], policies: list[dict[str, Any]], role_id: str, cfg: Any) -> list[str]:
+    """What the acceptance role of an environment must be: trusted by its GitHub environment and
+    the pipeline's acceptance step only; on Slurm, find the node and start a session with the
+    non-interactive document; on EKS, describe its cluster; nothing else."""
+    problems = []
+    statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    subjects = [
+        s["Condition"]["StringEquals"].get("token.actions.githubusercontent.com:sub") for s in statements if "Federated" in s["Principal"]
+    ]
+    if subjects != [f"repo:{REPO}:environment:{cfg.name}"]:
+        problems.append(f"GitHub subjects {subjects}")
+    step = f"arn:aws:iam::{PIPELINE_ACCOUNT}:role/fminfra-{cfg.name}-accept-step"
+    others = [s for s in statements if "Federated" not in s["Principal"]]
+    if [s.get("Condition") for s in others] != [{"ArnEquals": {"aws:PrincipalArn": step}}]:
+        problems.append(f"other principals {others}")
+    grants = [s for p in policies if {"Ref": role_id} in p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    actions = sorted(a for s in grants for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
+    clusters = f"arn:aws:sagemaker:{cfg.region}:{cfg.account}:cluster/*"
+    if cfg.compute.orchestrator == "slurm":
+        if actions != ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession"]:
+            problems.append(f"actions {actions}")
+        session = next((s for s in grants if s["Action"] == "ssm:StartSession"), {"Resource": []})
+        if sorted(session["Resource"]) != sorted([clusters, f"arn:aws:ssm:{cfg.region}::document/AWS-StartNonInteractiveCommand"]):
+            problems.append(f"session resources {session['Resource']}")
+    elif (
+        actions != ["eks:DescribeCluster"]
+        or grants[0]["Resource"] != f"arn:aws:eks:{cfg.region}:{cfg.account}:cluster/fminfra-{cfg.name}-eks"
+    ):
+        problems.append(f"eks grants {grants}")
+    return problems
+
+
+def _accept_roles(outdir: Path, stacks: list[GithubOidcStack], synth: Synth) -> list[tuple[dict[str, Any], list[dict[str, Any]], str, Any]]:
+    found = []
+    for stack in stacks:
+        template = _template(outdir, stack)
+        policies = [r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy"]
+        for lid, r in template["Resources"].items():
+            if r["Type"] == "AWS::IAM::Role" and r["Properties"]["RoleName"].endswith("-accept"):
+                found.append((r, policies, lid, synth.configs[r["Properties"]["RoleName"].split("-")[1]]))
+    return found
+
+
+def test_acceptance_roles_reach_their_cluster_only(oidc: tuple[list[GithubOidcStack], Path], synth: Synth) -> None:
+    stacks, outdir = oidc
+    roles = _accept_roles(outdir, stacks, synth)
+    assert sorted(cfg.name for *_, cfg in roles) == sorted(SHIPPED_NAMES)
+    for role, policies, lid, cfg in roles:
+        assert accept_role_problems(role, policies, lid, cfg) == [], cfg.name
+        assert role["Properties"]["MaxSessionDuration"] == 3 * 3600
+
+
+def test_acceptance_role_check_can_fail(oidc: tuple[list[GithubOidcStack], Path], synth: Synth) -> None:
+    stacks, outdir = oidc
+    role, policies, lid, cfg = next(r for r in _accept_roles(outdir, stacks, synth) if r[3].name == "dev")
+    wide = copy.deepcopy(policies)
+    for p in wide:
+        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Action"] == "ssm:StartSession":
+                s["Resource"] = "*"
+    assert any("session resources" in p for p in accept_role_problems(role, wide, lid, cfg))
+    open_trust = copy.deepcopy(role)
+    open_trust["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"][
+        "token.actions.githubusercontent.com:sub"
+    ] = f"repo:{REPO}:*"
+    assert any("GitHub subjects" in p for p in accept_role_problems(open_trust, policies, lid, cfg))
 
 
 def test_oidc_stacks_pass_the_policy_gates(oidc: tuple[list[GithubOidcStack], Path]) -> None:
@@ -542,6 +615,7 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         "make diff",
         "make deploy",
         "make stack-status",
+        "make accept-gate",
     }
     assert (ci.root / "cdk.out" / "manifest.json").is_file()
     assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"

@@ -50,8 +50,14 @@ class SourceConfig(_Model):
 class AcceptThresholds(_Model):
     """`fminfra accept` for one environment: thresholds that replace (or stand in for) the per-type
     ones of scripts/node/instance_types.tsv. A type without a sourced threshold fails the gate
-    unless nccl_fail_gbps is set here. See docs/first-job.md."""
+    unless nccl_fail_gbps is set here. `gate`: whether the promotion pipelines run `fminfra accept`
+    after this environment deploys and before the next is promoted. See docs/first-job.md and
+    docs/promotion.md."""
 
+    gate: bool | None = Field(
+        default=None,
+        description="Run the acceptance jobs after this environment deploys, before the next is promoted; default: on when the environment has training GPUs.",
+    )
     nccl_fail_gbps: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="all_reduce busbw at 1-2 GiB on two nodes below which accept fails (GB/s)."
     )
@@ -113,6 +119,16 @@ class PipelineConfig(_Model):
         return value
 
 
+def has_training_gpus(cfg: EnvironmentConfig) -> bool:
+    """Training groups with nodes and GPUs: what the acceptance jobs need to run."""
+    return any(group.count > 0 and group.spec.gpus > 0 for group in cfg.compute.instance_groups)
+
+
+def gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
+    """The acceptance gate of one environment: `accept.gate` if set, else on with training GPUs."""
+    return has_training_gpus(cfg) if env.accept.gate is None else env.accept.gate
+
+
 def _format_errors(file: str, exc: PydanticValidationError) -> list[str]:
     lines = []
     for err in exc.errors():
@@ -148,6 +164,13 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
             configs.append(load_config(config_path))
         except ConfigError as exc:
             problems.extend(exc.problems)
+    if not problems:
+        for i, (env, cfg) in enumerate(zip(pipeline.environments, configs, strict=True)):
+            if env.accept.gate and not has_training_gpus(cfg):
+                problems.append(
+                    f"{file}: environments[{i}].accept.gate: true, but {env.config} has no training group with GPUs and nodes:"
+                    " the acceptance jobs need GPUs; set gate: false or leave it out"
+                )
     names = [c.name for c in configs]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

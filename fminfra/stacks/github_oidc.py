@@ -8,7 +8,10 @@ deploy role that only a workflow job running in the GitHub environment of that n
 do one thing: assume that environment's CDK bootstrap roles (deploy, file publishing, lookup),
 which hold the actual permissions. Two read-only roles complete it: one for pull-request diffs and
 one for the checks that run on the pipeline's branch before an environment's approval (so its
-reviewers see preflight and the guard first). No IAM users, no access keys.
+reviewers see preflight and the guard first). Per environment, an acceptance role
+(`fminfra-ENV-accept`) lets the deploy job (same subject) and, with `pipeline_account`, the CDK
+pipeline's acceptance step reach the environment's cluster for the promotion gate
+(docs/promotion.md, "The acceptance gate"). No IAM users, no access keys.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
+from fminfra.constructs.acknowledge import acknowledge
 from fminfra.core.errors import ValidationError
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
@@ -34,6 +38,21 @@ def deploy_role_name(env: str) -> str:
     """Name of the role the deploy workflow assumes for an environment (the workflows use it)."""
     return f"fminfra-{env}-github-deploy"
 
+
+def accept_role_name(env: str) -> str:
+    """The role the acceptance gate assumes in an environment's account (workflow and pipeline)."""
+    return f"fminfra-{env}-accept"
+
+
+def accept_step_role_name(pipeline_name: str, env: str) -> str:
+    """Name of the CDK pipeline's acceptance-step role (fminfra/pipeline.py) in the pipeline account."""
+    return f"{pipeline_name}-{env}-accept-step"
+
+
+# accept-remote waits for `fminfra accept` (60 minutes by default) plus 10 minutes.
+ACCEPT_SESSION_SECONDS = 3 * 3600
+# The Session Manager document of a non-interactive command (docs/facts/jobs.md#hyperpod-ssm-target).
+SSM_NONINTERACTIVE_DOCUMENT = "AWS-StartNonInteractiveCommand"
 
 DIFF_ROLE_NAME = "fminfra-github-diff"
 CHECK_ROLE_NAME = "fminfra-github-check"
@@ -65,6 +84,8 @@ class GithubOidcStack(cdk.Stack):
         environments: Sequence[EnvironmentConfig],
         existing_provider: bool = False,
         branch: str = "main",
+        pipeline_account: str | None = None,
+        pipeline_name: str = "fminfra",
         **kwargs: object,
     ) -> None:
         if not REPOSITORY_RULE.match(repository):
@@ -103,6 +124,7 @@ class GithubOidcStack(cdk.Stack):
             cdk.CfnOutput(
                 self, f"DeployRoleArn{env.name.replace('-', '')}", value=role.role_arn, description=f"role-to-assume for {env.name}"
             )
+        self.accept_roles = {env.name: self._accept_role(env, repository, pipeline_account, pipeline_name) for env in environments}
         lookup_roles = [bootstrap_role_arn(account, r, "lookup") for r in sorted({e.region for e in environments})]
         self.diff_role = self._lookup_only_role(
             "DiffRole",
@@ -123,6 +145,56 @@ class GithubOidcStack(cdk.Stack):
             ["sts:AssumeRole"],
         )
         cdk.CfnOutput(self, "CheckRoleArn", value=self.check_role.role_arn, description="role-to-assume for the checks before approval")
+
+    def _accept_role(self, env: EnvironmentConfig, repository: str, pipeline_account: str | None, pipeline_name: str) -> iam.Role:
+        """Reach the environment's cluster and nothing else: on HyperPod Slurm, find the login node
+        (DescribeCluster, ListClusterNodes) and open a non-interactive SSM session on it; on EKS,
+        describe the EKS cluster (the EKS path of `fminfra accept` builds its token from that)."""
+        principals: list[iam.IPrincipal] = [self._github_principal(repository, f"repo:{repository}:environment:{env.name}")]
+        if pipeline_account:
+            step_role = f"arn:aws:iam::{pipeline_account}:role/{accept_step_role_name(pipeline_name, env.name)}"
+            principals.append(iam.AccountPrincipal(pipeline_account).with_conditions({"ArnEquals": {"aws:PrincipalArn": step_role}}))
+        role = iam.Role(
+            self,
+            f"AcceptRole-{env.name}",
+            role_name=accept_role_name(env.name),
+            description=f"fminfra {env.name} acceptance gate: reach the environment's cluster to run fminfra accept",
+            assumed_by=iam.CompositePrincipal(*principals),
+            max_session_duration=cdk.Duration.seconds(ACCEPT_SESSION_SECONDS),
+        )
+        orchestrator = env.compute.orchestrator
+        clusters = f"arn:aws:sagemaker:{env.region}:{env.account}:cluster/*"
+        if orchestrator == "slurm":
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="FindTheLoginNode", actions=["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"], resources=[clusters]
+                )
+            )
+            # The target's resource form for sagemaker-cluster: targets is unverified
+            # (docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="NonInteractiveSessionOnTheNode",
+                    actions=["ssm:StartSession"],
+                    resources=[clusters, f"arn:aws:ssm:{env.region}::document/{SSM_NONINTERACTIVE_DOCUMENT}"],
+                )
+            )
+            acknowledge(
+                role,
+                f"IAM5[Resource::{clusters}]",
+                "a HyperPod cluster's ARN ends in an id SageMaker assigns at creation, unknown when this account-level stack is "
+                "synthesized: read-only Describe/List and session start on this account's and region's clusters only",
+            )
+        elif orchestrator == "eks":
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="DescribeTheEksCluster",
+                    actions=["eks:DescribeCluster"],
+                    resources=[f"arn:aws:eks:{env.region}:{env.account}:cluster/{env.physical_name('eks')}"],
+                )
+            )
+        cdk.CfnOutput(self, f"AcceptRoleArn{env.name.replace('-', '')}", value=role.role_arn, description=f"acceptance gate of {env.name}")
+        return role
 
     def _lookup_only_role(
         self, construct_id: str, role_name: str, description: str, principal: iam.IPrincipal, lookup_roles: list[str], actions: list[str]
@@ -150,7 +222,14 @@ class GithubOidcStack(cdk.Stack):
 
 
 def github_oidc_stacks(
-    scope: Construct, configs: Sequence[EnvironmentConfig], *, repository: str, existing_provider: bool = False, branch: str = "main"
+    scope: Construct,
+    configs: Sequence[EnvironmentConfig],
+    *,
+    repository: str,
+    existing_provider: bool = False,
+    branch: str = "main",
+    pipeline_account: str | None = None,
+    pipeline_name: str = "fminfra",
 ) -> list[GithubOidcStack]:
     """One `GithubOidcStack` per AWS account of the configs, named `fminfra-github-oidc-ACCOUNT`."""
     by_account: dict[str, list[EnvironmentConfig]] = {}
@@ -165,6 +244,8 @@ def github_oidc_stacks(
             environments=envs,
             existing_provider=existing_provider,
             branch=branch,
+            pipeline_account=pipeline_account,
+            pipeline_name=pipeline_name,
             description=f"fminfra: GitHub Actions OIDC provider and deploy roles for {', '.join(e.name for e in envs)}",
         )
         for account, envs in sorted(by_account.items())

@@ -1,0 +1,291 @@
+"""`fminfra accept-remote`: the HyperPod node found through botocore's Stubber (response shapes from
+botocore's SageMaker model), and the SSM sessions run against a fake `aws ssm start-session` that
+executes the session's command in a local folder standing in for the login node.
+
+What the fake session models (docs/facts/jobs.md#hyperpod-ssm-target,
+docs/facts/hyperpod.md#hyperpod-node-ssm-session): `--parameters file://...` holds
+`{"command": ["..."]}`, the command runs in a shell on the node (as root: here, as this user) and
+its output comes back with the plugin's own session lines around it; a session may also come back
+empty (the plugin racing to close), which the polling tolerates. Not modelled: IAM, the 3 TPS
+start-session limit, session timeouts."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from fminfra.cli import main as cli_main
+from fminfra.commands import accept, accept_remote
+from fminfra.commands.accept_remote import Node, find_node, parse_reply, run_remote, start_script
+from fminfra.commands.common import UsageError, load_configs
+from fminfra.config.pipeline import load_pipeline
+from tests.conftest import ROOT, SHIPPED_NAMES
+
+CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111111111111:cluster/aa11bbbbb222"
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("FMINFRA_ALLOW_UNPINNED", raising=False)
+
+
+# --- every shipped config passes its dry run ------------------------------------------------------------
+
+
+def _training_thresholds(name: str, pipeline: Path) -> dict[str, float | None]:
+    [(_, cfg)] = load_configs([name])
+    overrides = accept._overrides(pipeline, cfg.name)
+    table = accept.read_instance_thresholds()
+    return {g.name: accept.nccl_threshold(g.spec.name, overrides, table).fail_gbps for g in cfg.compute.instance_groups}
+
+
+@pytest.mark.parametrize("name", SHIPPED_NAMES)
+def test_every_shipped_config_has_an_nccl_threshold(name: str) -> None:
+    thresholds = _training_thresholds(name, ROOT / "pipeline.yaml")
+    assert thresholds and None not in thresholds.values(), thresholds
+
+
+@pytest.mark.parametrize("name", ["dev", "prod"])
+def test_every_shipped_slurm_config_dry_run_exits_0(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The EKS config (staging) gets its dry run with the EKS path of `accept` (branch eksjobs)."""
+    assert cli_main(["accept", name, "--dry-run", "--run-id", "r1"]) == 0, capsys.readouterr().out
+    assert cli_main(["accept-remote", name, "--dry-run", "--run-id", "r1"]) == 0
+
+
+def test_the_threshold_check_fails_without_pipeline_thresholds(tmp_path: Path) -> None:
+    """The test of the two tests above: pipeline.yaml without the p5en policy leaves prod and staging none."""
+    bare = tmp_path / "pipeline.yaml"
+    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
+    bare.write_text("\n".join(line for line in text.splitlines() if "accept: {nccl_fail_gbps" not in line) + "\n")
+    assert _training_thresholds("prod", bare) == {"workers": None}
+    assert _training_thresholds("staging", bare) == {"workers": None}
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(bare)]) == 1
+
+
+def test_the_shipped_p5en_threshold_says_it_is_policy() -> None:
+    """Never presented as measured: the pipeline.yaml comment names it a policy and cites both types."""
+    text = (ROOT / "pipeline.yaml").read_text()
+    assert "POLICY, NOT A MEASUREMENT" in text
+    for anchor in ("gpu-p5-48xlarge", "gpu-p5en-48xlarge", "nccl-allreduce-p5-two-node"):
+        assert f"docs/facts/instances.md#{anchor}" in text
+
+
+def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["accept-remote", "dev", "--dry-run", "--run-id", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "aws ssm start-session --region us-west-2 --target 'sagemaker-cluster:<cluster-id>_login-<instance-id>'"
+        " --document-name AWS-StartNonInteractiveCommand --parameters file://command.json"
+    ) in out
+    assert "fminfra accept /fsx/fminfra-accept/r1/dev.yaml --run-id r1" in out
+    # what is printed is what is sent: the parameters decode to the script printed below them
+    lines = out.splitlines()
+    params = json.loads(lines[lines.index("# command.json, exactly:") + 1])
+    encoded = params["command"][0].split()[1]
+    script = base64.b64decode(encoded).decode()
+    start = lines.index("# which runs this script as ubuntu:") + 1
+    assert "\n".join(lines[start : start + script.count("\n")]) + "\n" == script
+    assert params["command"][0].endswith("| base64 -d | sudo -u ubuntu -H bash")
+    assert "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2" in out
+
+
+def test_eks_environments_are_handed_to_accept(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hook for the EKS path: accept-remote calls `accept` with the same arguments, from here."""
+    seen: list[argparse.Namespace] = []
+    monkeypatch.setattr(accept, "main", lambda ns: seen.append(ns) or 7)
+    assert cli_main(["accept-remote", "staging", "--dry-run", "--run-id", "r1"]) == 7
+    assert (seen[0].config, seen[0].dry_run, seen[0].run_id) == ("staging", True, "r1")
+
+
+# --- the node, through botocore's Stubber ---------------------------------------------------------------
+
+
+def _node(group: str, instance_id: str, status: str = "Running") -> dict[str, Any]:
+    # The members botocore's ClusterNodeSummary marks required.
+    return {
+        "InstanceGroupName": group,
+        "InstanceId": instance_id,
+        "InstanceType": "ml.m5.4xlarge",
+        "LaunchTime": "2026-11-30T10:00:00Z",
+        "InstanceStatus": {"Status": status, "Message": ""},
+    }
+
+
+def _describe(status: str = "InService") -> dict[str, Any]:
+    return {"ClusterArn": CLUSTER_ARN, "ClusterStatus": status, "InstanceGroups": []}
+
+
+def test_the_login_node_is_found_across_pages() -> None:
+    client = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_response("describe_cluster", _describe(), {"ClusterName": "fminfra-dev-hyperpod"})
+        request = {"ClusterName": "fminfra-dev-hyperpod", "InstanceGroupNameContains": "login"}
+        stub.add_response(
+            "list_cluster_nodes",
+            {"ClusterNodeSummaries": [_node("login", "i-0aaa", "Pending"), _node("login-extra", "i-0bbb")], "NextToken": "t1"},
+            request,
+        )
+        stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": [_node("login", "i-0ccc")]}, {**request, "NextToken": "t1"})
+        node = find_node(client, "fminfra-dev-hyperpod", "login")
+    assert node == Node("aa11bbbbb222", "login", "i-0ccc")
+    assert node.target == "sagemaker-cluster:aa11bbbbb222_login-i-0ccc"
+
+
+@pytest.mark.parametrize(
+    ("describe", "nodes", "message"),
+    [
+        (None, [], "cluster fminfra-dev-hyperpod: ResourceNotFound: Cluster not found"),
+        (_describe("Creating"), [], "cluster fminfra-dev-hyperpod is Creating, not InService"),
+        (_describe(), [_node("login", "i-0aaa", "Failure")], "no Running node in group login (i-0aaa Failure)"),
+        (_describe(), [], "no Running node in group login (no nodes)"),
+    ],
+)
+def test_no_usable_node_is_one_line(describe: dict[str, Any] | None, nodes: list[dict[str, Any]], message: str) -> None:
+    client = boto3.client("sagemaker", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        if describe is None:
+            stub.add_client_error("describe_cluster", "ResourceNotFound", "Cluster not found", 400)
+        else:
+            stub.add_response("describe_cluster", describe)
+            if describe["ClusterStatus"] == "InService":
+                stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": nodes})
+        with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            find_node(client, "fminfra-dev-hyperpod", "login")
+
+
+def test_a_cluster_without_login_group_uses_the_controller(tmp_path: Path) -> None:
+    config = tmp_path / "nologin.yaml"
+    config.write_text((ROOT / "config" / "dev.yaml").read_text().replace("count: 1}", "count: 0}"))
+    [(_, cfg)] = load_configs([str(config)])
+    assert accept_remote.node_group(cfg) == "controller"
+
+
+# --- the sessions, against a fake node ------------------------------------------------------------------
+
+
+class FakeNode:
+    """`aws ssm start-session` stand-in: runs the command of `--parameters file://...` with bash in
+    this process's environment and wraps its output in the plugin's session lines."""
+
+    def __init__(self, tmp_path: Path, accept_rc: int = 0, version_ok: bool = True, empty_sessions: int = 0) -> None:
+        self.calls: list[list[str]] = []
+        self.empty_sessions = empty_sessions
+        self.python = tmp_path / "python"
+        # a Python with fminfra installed, as far as the scripts can tell
+        self.python.write_text(
+            "#!/bin/bash\n"
+            f'if [ "$1" = -c ]; then exit {0 if version_ok else 1}; fi\n'
+            'echo "accept $*"; echo "PASS nccl all_reduce workers 436.95 GB/s"\n'
+            f"exit {accept_rc}\n"
+        )
+        self.python.chmod(0o755)
+
+    def __call__(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(argv)
+        assert argv[:3] == ["aws", "ssm", "start-session"] and argv[argv.index("--document-name") + 1] == "AWS-StartNonInteractiveCommand"
+        params = json.loads(Path(argv[argv.index("--parameters") + 1].removeprefix("file://")).read_text())
+        (command,) = params["command"]
+        if self.empty_sessions:
+            self.empty_sessions -= 1
+            return subprocess.CompletedProcess(argv, 0, "\r\nStarting session with SessionId: s1\r\n\r\n", "")
+        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False, timeout=60)
+        out = f"\r\nStarting session with SessionId: s1\r\n{result.stdout}\r\nExiting session with sessionId: s1.\r\n"
+        return subprocess.CompletedProcess(argv, 0, out, result.stderr)
+
+
+def _ns(fake: FakeNode, **extra: Any) -> argparse.Namespace:
+    return argparse.Namespace(run_id="r1", timeout_minutes=1.0, poll_seconds=0.01, remote_python=str(fake.python), remote_user="", **extra)
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeNode, clock: Any = None, runner: Any = None) -> int:
+    import time
+
+    monkeypatch.setattr(accept_remote, "REMOTE_ROOT", str(tmp_path / "fsx"))
+    [(path, cfg)] = load_configs(["dev"])
+    entry = accept_remote.pipeline_entry(ROOT / "pipeline.yaml", cfg)
+    ns = _ns(fake)
+    start = start_script(cfg, Path(path).read_text(), entry, ns)
+    node = Node("aa11bbbbb222", "login", "i-0ccc")
+    return run_remote(node, cfg, start, ns, runner=runner or fake, sleep=lambda s: time.sleep(0.05), clock=clock or time.monotonic)
+
+
+def test_remote_accept_passes_and_streams_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeNode(tmp_path, accept_rc=0, empty_sessions=0)
+    assert _run(tmp_path, monkeypatch, fake) == 0
+    out = capsys.readouterr().out
+    assert "PASS nccl all_reduce workers 436.95 GB/s" in out and "fminfra accept exited 0" in out
+    run = tmp_path / "fsx" / "r1"
+    # what travelled: the config and a one-environment pipeline.yaml that fminfra itself loads
+    pipeline, configs = load_pipeline(run / "pipeline.yaml")
+    assert [c.name for c in configs] == ["dev"] and pipeline.environments[0].config == "dev.yaml"
+    assert "accept " + str(run / "dev.yaml") + " --run-id r1" in (run / "gate.log").read_text()
+    assert all(c[c.index("--target") + 1] == "sagemaker-cluster:aa11bbbbb222_login-i-0ccc" for c in fake.calls)
+
+
+def test_remote_accept_failure_is_the_exit_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _run(tmp_path, monkeypatch, FakeNode(tmp_path, accept_rc=1)) == 1
+
+
+def test_empty_sessions_are_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNode(tmp_path, accept_rc=0)
+    monkeypatch.setattr(accept_remote, "session", _empty_after_start(accept_remote.session, 2))
+    assert _run(tmp_path, monkeypatch, fake) == 0
+
+
+def _empty_after_start(real: Any, count: int) -> Any:
+    state = {"calls": 0}
+
+    def wrapped(*args: Any) -> Any:
+        state["calls"] += 1
+        if 1 < state["calls"] <= 1 + count:
+            return None
+        return real(*args)
+
+    return wrapped
+
+
+def test_a_node_without_fminfra_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(tmp_path, monkeypatch, FakeNode(tmp_path, version_ok=False)) == 2
+    assert "fminfra 0.2.0 is not installed for" in capsys.readouterr().out
+
+
+def test_a_silent_node_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(UsageError, match="the starting session brought nothing back"):
+        _run(tmp_path, monkeypatch, FakeNode(tmp_path, empty_sessions=99))
+
+
+def test_timeout_fails_the_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNode(tmp_path)
+    fake.python.write_text('#!/bin/bash\n[ "$1" = -c ] && exit 0\nsleep 3\n')  # accept never ends
+    ticks = iter(range(0, 10_000, 400))
+    assert _run(tmp_path, monkeypatch, fake, clock=lambda: float(next(ticks))) == 1
+    assert "no result from the node after 1 + 10 minutes" in capsys.readouterr().err
+
+
+def test_a_failing_session_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.CompletedProcess(
+            argv, 255, "", "\nAn error occurred (AccessDeniedException) when calling the StartSession operation: denied\n"
+        )
+
+    with pytest.raises(UsageError, match=r"exit 255: An error occurred \(AccessDeniedException\)"):
+        _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=refused)
+
+
+def test_reply_parser_ignores_the_plugin_lines() -> None:
+    reply = parse_reply(
+        "Starting session with SessionId: s\r\nFMINFRA-BEGIN\r\nFMINFRA-EXIT=1\r\nFMINFRA-LOG-BYTES=12\r\nFAIL x\r\n\r\nFMINFRA-END\r\nExiting"
+    )
+    assert reply is not None and (reply.exit_code, reply.log_bytes, reply.text.strip()) == (1, 12, "FAIL x")
+    assert parse_reply("Starting session with SessionId: s\r\n") is None
