@@ -60,6 +60,11 @@ def readme_rows(readme: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
 
 
+def shows(row: str, version: str) -> bool:
+    """Whether the row shows the version as a whole token (v1.13.2-eksbuild.1 is not in v1.13.2-eksbuild.11)."""
+    return re.search(rf"(?<![\w.-]){re.escape(version)}(?![\w.-])", row) is not None
+
+
 def missing_rows(rows: list[str], components: dict[str, tuple[str, str]]) -> list[str]:
     """One line per component (name -> (version, where installed)) with no row naming it and showing its version."""
     problems = []
@@ -67,7 +72,7 @@ def missing_rows(rows: list[str], components: dict[str, tuple[str, str]]) -> lis
         named = [row for row in rows if f"`{name}`" in row]
         if not named:
             problems.append(f"README.md, {SECTION[3:]}: no row names `{name}` (installed by {where})")
-        elif version and not any(version in row for row in named):
+        elif version and not any(shows(row, version) for row in named):
             problems.append(f"README.md, {SECTION[3:]}: the row of `{name}` does not show {version} (installed by {where})")
     return problems
 
@@ -110,6 +115,11 @@ def test_a_component_without_a_row_fails(installed: dict[str, tuple[str, str]]) 
     bumped = {**installed, "coredns": ("v1.13.2-eksbuild.4", "staging/Compute")}
     assert missing_rows(rows, bumped) == [
         f"README.md, {SECTION[3:]}: the row of `coredns` does not show v1.13.2-eksbuild.4 (installed by staging/Compute)"
+    ]
+    # A build whose string is a prefix of the one the README shows (the row says v1.13.2-eksbuild.11).
+    prefix = {**installed, "coredns": ("v1.13.2-eksbuild.1", "staging/Compute")}
+    assert missing_rows(rows, prefix) == [
+        f"README.md, {SECTION[3:]}: the row of `coredns` does not show v1.13.2-eksbuild.1 (installed by staging/Compute)"
     ]
 
 
