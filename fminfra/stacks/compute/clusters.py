@@ -38,6 +38,9 @@ from fminfra.constructs.launch_template import (
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
+from fminfra.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.stacks.network import NetworkStack, removal_policy
@@ -79,6 +82,7 @@ class Orchestration:
     eks: EksCluster | None = None
     dependencies: HyperPodDependencies | None = None
     scraper: AmpScraper | None = None
+    task_governance: TaskGovernance | None = None
     inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
 
 
@@ -342,6 +346,8 @@ def add_eks_and_hyperpod(
         addons = {name: version(key) for name, key in ADDONS.items()}
         if compute.orchestrator == "eks":
             addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+        if compute.scheduling_teams():
+            addons[TASK_GOVERNANCE_ADDON] = version(TASK_GOVERNANCE_VERSION_KEY)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         kubectl_layer = layer_class(stack, "KubectlLayer")
         out.eks = EksCluster(
@@ -455,6 +461,7 @@ def add_eks_and_hyperpod(
         cdk.Tags.of(out.hyperpod.cluster).add("SageMaker", "true")
         if out.eks is not None and compute.orchestrator == "eks":
             _order_hyperpod_eks(out)
+            out.task_governance = _task_governance(stack, cfg, out)
         cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(
@@ -598,6 +605,31 @@ def _order_hyperpod_eks(out: Orchestration) -> None:
         out.hyperpod.node.add_dependency(out.eks.addons[name])
     out.hyperpod.node.add_dependency(out.dependencies.resource)
     out.eks.addons["amazon-sagemaker-hyperpod-training-operator"].node.add_dependency(out.hyperpod.cluster)
+
+
+def _task_governance(stack: cdk.Stack, cfg: EnvironmentConfig, out: Orchestration) -> TaskGovernance | None:
+    """HyperPod task governance: its add-on after the HyperPod cluster (AWS installs it on an existing
+    HyperPod EKS cluster), and the teams' quotas and the cluster policy after the add-on, which
+    runs the Kueue they configure (docs/facts/hyperpod.md#hyperpod-task-governance-addon)."""
+    assert out.eks is not None and out.hyperpod is not None
+    quotas = cfg.compute.team_quotas()
+    if not quotas:
+        return None
+    addon = out.eks.addons[TASK_GOVERNANCE_ADDON]
+    addon.node.add_dependency(out.hyperpod.cluster)
+    assert cfg.compute.eks is not None
+    governance = TaskGovernance(
+        stack,
+        "TaskGovernance",
+        TaskGovernanceProps(
+            cluster_arn=out.hyperpod.cluster_arn,
+            name_prefix=cfg.name,
+            teams=[TeamQuota(team=team, instances=instances) for team, instances in quotas.items()],
+            priority_classes=cfg.compute.eks.scheduling.priority_classes,
+        ),
+    )
+    governance.node.add_dependency(addon)
+    return governance
 
 
 def _grant_data_bucket(
