@@ -382,5 +382,5 @@ def test_plan_lists_the_teams_their_quotas_and_queues() -> None:
     from fminfra.commands.plan import render_plan
 
     text = render_plan(parse_config(STAGING, "f.yaml"))
-    assert "  team training: 2 x ml.p5en.48xlarge (16 GPUs); queue hyperpod-ns-training-localqueue in hyperpod-ns-training" in text
+    assert "  team training: 16 GPUs (2 x ml.p5en.48xlarge); queue hyperpod-ns-training-localqueue in hyperpod-ns-training" in text
     assert "scheduling:" not in render_plan(parse_config(_with_scheduling({"task_governance": False}), "f.yaml"))

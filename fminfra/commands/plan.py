@@ -187,7 +187,7 @@ def scheduling_lines(cfg: EnvironmentConfig) -> list[str]:
     gpus = {g.spec.hyperpod_name: g.spec.gpus for g in cfg.compute.instance_groups}
     lines = ["scheduling: HyperPod task governance (Kueue; gang scheduling is a console step, see docs/compute.md)"]
     for team, by_type in quotas.items():
-        held = ", ".join(f"{n} x {t} ({n * gpus[t]} GPUs)" for t, n in by_type.items()) or "no instances"
+        held = ", ".join(f"{n * gpus[t]} GPUs ({n} x {t})" for t, n in by_type.items()) or "no instances"
         lines.append(f"  team {team}: {held}; queue {team_queue('hyperpod-eks', team).local_queue} in hyperpod-ns-{team}")
     return lines
 

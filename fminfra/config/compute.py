@@ -673,7 +673,7 @@ class ComputeConfig(Model):
         scheduling = self.eks.scheduling
         base = "eks.scheduling"
         if self.orchestrator != "eks":
-            if "scheduling" in self.eks.model_fields_set:
+            if scheduling != SchedulingConfig():
                 return [(base, f"only with orchestrator eks (HyperPod task governance), got orchestrator {self.orchestrator}")]
             return []
         problems: list[tuple[str, str]] = []

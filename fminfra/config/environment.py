@@ -117,10 +117,11 @@ class EnvironmentConfig(Model):
             scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
             if (
                 scheduling is not None
+                and self.compute.orchestrator == "eks"
                 and scheduling.task_governance is None
                 and not {"teams", "priority_classes"} & scheduling.model_fields_set
             ):
-                scheduling.task_governance = "AWS::SageMaker::ComputeQuota" in available or not self.compute.scheduling_teams()
+                scheduling.task_governance = "AWS::SageMaker::ComputeQuota" in available
             governed = {
                 "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.scheduling_teams())),
                 "AWS::SageMaker::ClusterSchedulerConfig": (
