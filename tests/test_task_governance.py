@@ -306,7 +306,7 @@ def _error(data: dict[str, Any]) -> str:
         ({"teams": [{"name": "r" * 41}]}, "compute.eks.scheduling.teams[0].name: must be 1-40"),
         (
             {"teams": [{"name": "a", "instances": {"workers": 2}}, {"name": "b", "instances": {"workers": 1}}]},
-            "compute.eks.scheduling.teams: the teams hold 3 instances of group 'workers', which has 2; allowed: at most 2 in all",
+            "compute.eks.scheduling.teams: the teams hold 3 instances of group 'workers', whose count is 2; allowed: at most 2 in all",
         ),
         (
             {"teams": [{"name": "a", "instances": {"wrokers": 1}}]},
@@ -350,7 +350,7 @@ def test_validate_prints_one_line_and_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if "warning" not in line]
     assert errors == [
-        f"{path}: compute.eks.scheduling.teams: the teams hold 3 instances of group 'workers', which has 2; allowed: at most 2 in all"
+        f"{path}: compute.eks.scheduling.teams: the teams hold 3 instances of group 'workers', whose count is 2; allowed: at most 2 in all"
     ]
     assert "Traceback" not in result.stderr
 

@@ -14,7 +14,7 @@ from fminfra import catalog
 from fminfra.config.base import Model, Problems, _raise_problems
 from fminfra.core.capacity_blocks import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.hyperpod_types import hyperpod_instance_types
-from fminfra.core.queues import DEFAULT_TEAM
+from fminfra.core.queues import DEFAULT_TEAM, RESERVED_NAMESPACES
 from fminfra.core.versions import version
 
 # HyperPod's rule for cluster and instance group names.
@@ -429,6 +429,11 @@ class SchedulingConfig(Model):
         default_factory=dict,
         description="Cluster policy: priority class name -> weight 0-100 (at most 10); none: no cluster policy (tasks rank 0, FIFO).",
     )
+    kueue: bool = Field(
+        default=False,
+        description="EKS without HyperPod: install a pinned Kueue (waitForPodsReady on) and a queue per team over the "
+        "inference node groups' GPUs. Default: off (no Kueue).",
+    )
 
     @field_validator("teams")
     @classmethod
@@ -650,16 +655,39 @@ class ComputeConfig(Model):
         return self
 
     def scheduling_teams(self) -> list[TeamConfig]:
-        """The teams of a HyperPod EKS cluster with task governance: the config's, or one team
-        (`DEFAULT_TEAM`) holding every instance of every instance group; none otherwise."""
-        if self.orchestrator != "eks" or self.eks is None or self.eks.scheduling.task_governance is False:
+        """The teams of the cluster's Kueue: on HyperPod EKS with task governance, the config's or one
+        team (`DEFAULT_TEAM`) holding every instance of every instance group; on EKS without HyperPod
+        with `kueue`, the config's or one team holding every inference group at its max_size; none otherwise."""
+        if self.eks is None:
             return []
-        if self.eks.scheduling.teams is not None:
-            return list(self.eks.scheduling.teams)
-        return [TeamConfig(name=DEFAULT_TEAM, instances={g.name: g.count for g in self.instance_groups})]
+        scheduling = self.eks.scheduling
+        if self.orchestrator == "eks":
+            if scheduling.task_governance is False:
+                return []
+            default = {g.name: g.count for g in self.instance_groups}
+        elif scheduling.kueue:
+            default = {g.name: g.max_size for g in self.inference_node_groups}
+        else:
+            return []
+        return list(scheduling.teams) if scheduling.teams is not None else [TeamConfig(name=DEFAULT_TEAM, instances=default)]
+
+    def kueue_quotas(self) -> dict[str, dict[str, int]]:
+        """EKS without HyperPod, with `kueue`: team -> EC2 instance type -> GPUs."""
+        if self.orchestrator == "eks":
+            return {}
+        groups = {g.name: g for g in self.inference_node_groups}
+        quotas: dict[str, dict[str, int]] = {}
+        for team in self.scheduling_teams():
+            by_type = quotas.setdefault(team.name, {})
+            for name, count in team.instances.items():
+                spec = groups[name].spec
+                by_type[spec.name] = by_type.get(spec.name, 0) + count * spec.gpus
+        return quotas
 
     def team_quotas(self) -> dict[str, dict[str, int]]:
-        """team -> HyperPod (ml.) instance type -> instances, summed over the groups of that type."""
+        """HyperPod EKS: team -> HyperPod (ml.) instance type -> instances, summed over the groups of that type."""
+        if self.orchestrator != "eks":
+            return {}
         types = {g.name: g.spec.hyperpod_name for g in self.instance_groups}
         quotas: dict[str, dict[str, int]] = {}
         for team in self.scheduling_teams():
@@ -672,17 +700,45 @@ class ComputeConfig(Model):
         assert self.eks is not None
         scheduling = self.eks.scheduling
         base = "eks.scheduling"
-        if self.orchestrator != "eks":
-            if scheduling != SchedulingConfig():
-                return [(base, f"only with orchestrator eks (HyperPod task governance), got orchestrator {self.orchestrator}")]
-            return []
         problems: list[tuple[str, str]] = []
-        if scheduling.task_governance is False:
-            for name in ("teams", "priority_classes"):
-                if name in scheduling.model_fields_set:
-                    problems.append((f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)"))
-            return problems
-        groups = {g.name: g for g in self.instance_groups}
+        if self.orchestrator == "eks":
+            if scheduling.kueue:
+                # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
+                problems.append((f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+            if scheduling.task_governance is False:
+                for name in ("teams", "priority_classes"):
+                    if name in scheduling.model_fields_set:
+                        problems.append(
+                            (f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
+                        )
+                return problems
+            groups: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in self.instance_groups}
+            capacity = {g.name: g.count for g in self.instance_groups}
+        elif not scheduling.kueue:
+            if scheduling != SchedulingConfig():
+                return [
+                    (base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}")
+                ]
+            return []
+        else:
+            if scheduling.task_governance:
+                problems.append(
+                    (f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
+                )
+            if scheduling.priority_classes:
+                problems.append(
+                    (f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
+                )
+            for i, team in enumerate(self.scheduling_teams()):
+                if team.name in RESERVED_NAMESPACES:
+                    problems.append(
+                        (
+                            f"{base}.teams[{i}].name",
+                            f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
+                        )
+                    )
+            groups = {g.name: g for g in self.inference_node_groups}
+            capacity = {g.name: g.max_size for g in self.inference_node_groups}
         held: dict[str, int] = {}
         for i, team in enumerate(self.scheduling_teams()):
             for group, count in team.instances.items():
@@ -690,7 +746,7 @@ class ComputeConfig(Model):
                     problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
                     continue
                 held[group] = held.get(group, 0) + count
-            types = {groups[g].spec.hyperpod_name for g in team.instances if g in groups}
+            types = {groups[g].spec.name for g in team.instances if g in groups}
             if len(types) > QUOTA_MAX_INSTANCE_TYPES:
                 problems.append(
                     (
@@ -698,12 +754,13 @@ class ComputeConfig(Model):
                         f"a team's quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(types)}",
                     )
                 )
+        most = "count" if self.orchestrator == "eks" else "max_size"
         for name, total in held.items():
-            if total > groups[name].count:
+            if total > capacity[name]:
                 problems.append(
                     (
                         f"{base}.teams",
-                        f"the teams hold {total} instances of group {name!r}, which has {groups[name].count}; allowed: at most {groups[name].count} in all",
+                        f"the teams hold {total} instances of group {name!r}, whose {most} is {capacity[name]}; allowed: at most {capacity[name]} in all",
                     )
                 )
         return problems

@@ -123,10 +123,10 @@ class EnvironmentConfig(Model):
             ):
                 scheduling.task_governance = "AWS::SageMaker::ComputeQuota" in available
             governed = {
-                "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.scheduling_teams())),
+                "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.team_quotas())),
                 "AWS::SageMaker::ClusterSchedulerConfig": (
                     "compute.eks.scheduling.priority_classes",
-                    bool(self.compute.scheduling_teams()) and bool(scheduling and scheduling.priority_classes),
+                    bool(self.compute.team_quotas()) and bool(scheduling and scheduling.priority_classes),
                 ),
             }
             for resource_type, (path, used) in governed.items():

@@ -17,6 +17,9 @@ from typing import Literal
 
 DEFAULT_TEAM = "training"  # the one team of the default config: a queue holding all training GPUs
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Namespaces a team of fminfra's own Kueue (EKS without HyperPod, namespace = team name) may not take:
+# Kubernetes' own, Kueue's, and the one fminfra's exporters use.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "monitoring")
 
 
 @dataclass(frozen=True)

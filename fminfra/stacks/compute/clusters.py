@@ -29,6 +29,7 @@ from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChar
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.constructs.hyperpod_dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.constructs.launch_template import (
     IMDS_HOP_LIMIT_EKS_NODES,
     CapacityReservationTarget,
@@ -83,6 +84,7 @@ class Orchestration:
     dependencies: HyperPodDependencies | None = None
     scraper: AmpScraper | None = None
     task_governance: TaskGovernance | None = None
+    kueue: Kueue | None = None
     inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
 
 
@@ -346,7 +348,7 @@ def add_eks_and_hyperpod(
         addons = {name: version(key) for name, key in ADDONS.items()}
         if compute.orchestrator == "eks":
             addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
-        if compute.scheduling_teams():
+        if compute.team_quotas():
             addons[TASK_GOVERNANCE_ADDON] = version(TASK_GOVERNANCE_VERSION_KEY)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         kubectl_layer = layer_class(stack, "KubectlLayer")
@@ -384,6 +386,8 @@ def add_eks_and_hyperpod(
             )
             # helm reaches pods' networking only once the VPC CNI runs.
             out.dependencies.resource.node.add_dependency(out.eks.addons["vpc-cni"])
+        if compute.kueue_quotas():
+            out.kueue = _kueue(stack, cfg, out.eks)
         if prometheus is not None:
             out.scraper = _amp_scraper(stack, cfg, network, out.eks, prometheus)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
@@ -630,6 +634,33 @@ def _task_governance(stack: cdk.Stack, cfg: EnvironmentConfig, out: Orchestratio
     )
     governance.node.add_dependency(addon)
     return governance
+
+
+def _kueue(stack: cdk.Stack, cfg: EnvironmentConfig, eks_cluster: EksCluster) -> Kueue:
+    """fminfra's Kueue on EKS without HyperPod (opt-in): a flavor per inference GPU type tolerating
+    its groups' taints, a queue per team; after the VPC CNI and the system nodes its controller runs on."""
+    flavors: dict[str, list[dict[str, str]]] = {}
+    for g in cfg.compute.inference_node_groups:
+        taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+        tolerations = flavors.setdefault(g.spec.name, [])
+        for key, value, effect in taints:
+            toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    kueue = Kueue(
+        stack,
+        "Kueue",
+        KueueProps(
+            cluster=eks_cluster.cluster,
+            version=version("CHART_KUEUE_VERSION"),
+            flavors=[GpuFlavor(instance_type=t, tolerations=tol) for t, tol in sorted(flavors.items())],
+            teams=cfg.compute.kueue_quotas(),
+        ),
+    )
+    kueue.chart.node.add_dependency(eks_cluster.addons["vpc-cni"])
+    if eks_cluster.system_nodegroup is not None:
+        kueue.chart.node.add_dependency(eks_cluster.system_nodegroup)
+    return kueue
 
 
 def _grant_data_bucket(
