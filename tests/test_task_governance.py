@@ -120,6 +120,9 @@ def test_default_team_holds_every_training_instance(synth: Synth) -> None:
         expected[g.spec.hyperpod_name] = expected.get(g.spec.hyperpod_name, 0) + g.count
     assert _quotas(synth, "staging") == {DEFAULT_TEAM: expected} == {"training": {"ml.p5en.48xlarge": 2}}
     assert _resources(synth, "staging", POLICY_TYPE) == {}  # no priority classes: no cluster policy
+    (quota,) = _resources(synth, "staging", COMPUTE_QUOTA_TYPE).values()
+    tags = {t["Key"]: t["Value"] for t in quota["Properties"]["Tags"]}
+    assert tags == {"fminfra:environment": "staging", **cfg.tags}  # as the stage tags every taggable resource
 
 
 def test_teams_and_priority_classes_follow_the_config(synth: Synth) -> None:

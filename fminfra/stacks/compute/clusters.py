@@ -630,6 +630,7 @@ def _task_governance(stack: cdk.Stack, cfg: EnvironmentConfig, out: Orchestratio
             name_prefix=cfg.name,
             teams=[TeamQuota(team=team, instances=instances) for team, instances in quotas.items()],
             priority_classes=cfg.compute.eks.scheduling.priority_classes,
+            tags={"fminfra:environment": cfg.name, **cfg.tags},  # the stage's tags (fminfra/stage.py)
         ),
     )
     governance.node.add_dependency(addon)
