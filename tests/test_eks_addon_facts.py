@@ -14,6 +14,8 @@ import re
 import pytest
 
 from fminfra.config.compute import default_kubernetes_version
+from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from fminfra.core.resources import versions_manifest
 from fminfra.stacks.compute.clusters import ADDONS, HYPERPOD_ADDONS
 from tests.test_facts import all_entries
@@ -76,7 +78,7 @@ def test_every_addon_pin_is_cited_and_recorded() -> None:
 
 
 def test_installed_addons_are_exactly_the_pinned_ones() -> None:
-    installed = {**ADDONS, **HYPERPOD_ADDONS}
+    installed = {**ADDONS, **HYPERPOD_ADDONS, TASK_GOVERNANCE_ADDON: TASK_GOVERNANCE_VERSION_KEY}
     assert sorted(installed.values()) == sorted(addon_pins(MANIFEST_TEXT))
 
 
