@@ -21,7 +21,7 @@ from botocore.stub import Stubber
 from fminfra import catalog
 from fminfra.cli import main as cli_main
 from fminfra.commands import accept_eks
-from fminfra.commands.accept_manifests import eks_plan, split_sections
+from fminfra.commands.accept_manifests import NAME_RULE, eks_plan, split_sections
 from fminfra.config import load_config
 from fminfra.core.queues import QUEUE_LABEL, team_queue
 from tests.conftest import ROOT
@@ -175,7 +175,8 @@ def _logs(nccl: str) -> dict[str, str]:
         write = (DATA / "fio-3.1-randwrite-32jobs.json").read_text()
         read = (DATA / "fio-3.1-randread-32jobs.json").read_text()
         fsx[f"fsx-{i}"] = f"fminfra-accept fio node{i}-write\n{write}\nfminfra-accept fio node{i}-read\n{read}\nfminfra-accept end\n"
-    return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp_result_line(41.5, 1.2, 0.2) + "\n", "ddp-other": "", **fsx}
+    ddp = provider + ddp_result_line(41.5, 1.2, 0.2) + "\n"  # NCCL_DEBUG=INFO lines, then rank 0's result
+    return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp, "ddp-other": provider, **fsx}
 
 
 @pytest.fixture
@@ -346,3 +347,139 @@ def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Pat
             check=False,
         )
         assert result.returncode == code, result.stderr
+
+
+# --- the DDP job runs NCCL over EFA (review point 1) ------------------------------------------------
+
+# The training operator's supported PyTorch versions, as AWS's page lists them
+# (docs/facts/jobs.md#hyperpod-elastic-agent): what the pod installs must be inside.
+OPERATOR_TORCH = ("2.4.0", "2.7.1")
+
+
+def _ddp_container() -> dict[str, Any]:
+    return _job("HyperPodPyTorchJob")["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+
+
+def _pip_pins(script: str) -> dict[str, str]:
+    """NAME -> VERSION of every NAME==VERSION on the script's `pip install` line."""
+    [line] = [ln for ln in script.splitlines() if ln.startswith("pip install")]
+    return dict(w.split("==", 1) for w in line.split() if "==" in w)
+
+
+def _torch_in_operator_range(script: str) -> bool:
+    from packaging.version import Version
+
+    pins = _pip_pins(script)
+    return "torch" in pins and Version(OPERATOR_TORCH[0]) <= Version(pins["torch"]) <= Version(OPERATOR_TORCH[1])
+
+
+def test_ddp_runs_in_the_efa_image_with_nccl_debug() -> None:
+    """The DDP pod runs where EFA's libfabric and aws-ofi-nccl are (the pinned nccl-tests image, not the NGC
+    image), installs torch inside the operator's range with the elastic agent in one pip run, and logs NCCL_DEBUG=INFO."""
+    from fminfra.commands.accept_manifests import NCCL_TESTS_IMAGE, NCCL_TESTS_IMAGE_DIGEST
+
+    container = _ddp_container()
+    assert container["image"] == f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
+    assert container["image"].startswith("public.ecr.aws/hpc-cloud/nccl-tests:") and "-efa" in container["image"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NCCL_DEBUG"] == "INFO" and env["FI_PROVIDER"] == "efa"
+    script = container["command"][2]
+    assert set(_pip_pins(script)) == {"torch", "hyperpod-elastic-agent"}  # one resolver run: the agent cannot move torch
+    assert _torch_in_operator_range(script)
+    # the test of the test: a torch outside 2.4.0-2.7.1, or none pinned, is caught
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch==2.8.0"))
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch"))
+
+
+@pytest.mark.parametrize(
+    ("ddp_log", "detail"),
+    [
+        ("", "no 'NET/OFI Selected provider' line"),
+        ("nid: NCCL INFO NET/OFI Selected provider is tcp, fabric is tcp (found 1 nics)\n", "provider tcp"),
+    ],
+)
+def test_end_to_end_ddp_without_efa_fails(cluster: Path, tmp_path: Path, ddp_log: str, detail: str) -> None:
+    """On an EFA type (p5en) a DDP run whose NCCL did not select EFA fails, though its loss fell."""
+    state = json.loads(cluster.read_text())
+    state["logs"]["ddp"] = ddp_log + ddp_result_line(41.5, 1.2, 0.2) + "\n"
+    state["logs"]["ddp-other"] = ""
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 1
+    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "ddp workers")
+    assert check["status"] == "FAIL" and "NCCL did not use EFA" in check["detail"] and detail in check["detail"]
+
+
+def test_ddp_efa_check_only_on_efa_types(tmp_path: Path) -> None:
+    passing = accept_eks.accept.Check("ddp g", "PASS", "41.5 ms/step", "16 ranks")
+    (tmp_path / "ddp.log").write_text("no NCCL lines\n")
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=False) == passing
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True).status == "FAIL"
+    (tmp_path / "ddp.log").write_text((DATA / "nccl-debug-efa-ec2-guide.txt").read_text())
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True) == passing
+
+
+# --- MPIJob names leave room for the operator's suffixes (review point 2) ---------------------------
+
+
+def _long_group_config(tmp_path: Path, *groups: str) -> Path:
+    text = STAGING.read_text()
+    block = text.split("  instance_groups:\n", 1)[1].split("  eks:", 1)[0]
+    new = "".join(block.replace("name: workers", f"name: {g}") for g in groups)
+    config = tmp_path / "long.yaml"
+    config.write_text(text.replace(block, new))
+    return config
+
+
+def test_long_group_names_fit_the_mpi_operator_names(tmp_path: Path) -> None:
+    """mpi-operator 0.5.0 creates the Job `<name>-launcher` and worker hostnames `<name>-worker-<i>`
+    (docs/facts/jobs.md#mpijob-name-length): both must be DNS labels of at most 63 characters."""
+    a, b = "w" * 55 + "-alpha", "w" * 55 + "-bravo"  # 61 characters each, the same first 55
+    cfg = load_config(_long_group_config(tmp_path, a, b))
+    for run_id in ("r1", "staging-20261130t144700z"):
+        plan = eks_plan(cfg, run_id)
+        mpi = [j for j in plan.jobs if j.kind == "nccl"]
+        assert len(mpi) == 2
+        for job in mpi:
+            workers = job.manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            for derived in [f"{job.name}-launcher", *(f"{job.name}-worker-{i}" for i in range(workers))]:
+                assert len(derived) <= 63 and NAME_RULE.match(derived), derived
+        assert len({j.name for j in plan.jobs}) == len(plan.jobs)  # two long groups, two names
+        for manifest in plan.manifests:
+            assert validate(manifest) == [], manifest["metadata"]["name"]
+    # a short group keeps its plain name
+    assert eks_plan(load_config(STAGING), "r1").jobs[0].name == "accept-r1-nccl-workers"
+
+
+# --- /fsx reaches the pod after the node's automount fires (review point 4) --------------------------
+
+
+def test_fsx_hostpath_receives_the_nodes_later_mounts() -> None:
+    """scripts/lifecycle/mount_fsx.sh writes /fsx as an x-systemd.automount: the Lustre mount appears on
+    the node after the pod may have started (and after every reboot), so the container's view of the
+    hostPath must receive later host mounts: HostToContainer (docs/facts/jobs.md#hostpath-mount-propagation)."""
+    assert "x-systemd.automount" in (ROOT / "scripts" / "lifecycle" / "mount_fsx.sh").read_text()
+    pod = _job("Job")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "hostPath" in v]
+    [mount] = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount.get("mountPropagation") == "HostToContainer", mount
+    assert validate(_job("Job")) == []
+
+
+# --- what the docs say the kubectl layer ships (review point 5) -------------------------------------
+
+
+def test_docs_name_the_kubectl_the_layer_ships() -> None:
+    """The kubectl version stated in accept_eks and docs/first-job.md is the one the installed
+    aws-cdk.lambda-layer-kubectl-v34 package describes its layer with (docs/facts/eks.md#eks-kubectl-layer-v34)."""
+    import re
+    import tarfile
+
+    import aws_cdk.lambda_layer_kubectl_v34 as layer
+
+    [tgz] = (Path(layer.__file__).parent / "_jsii").glob("*.jsii.tgz")
+    with tarfile.open(tgz) as tar:
+        js = tar.extractfile("package/lib/kubectl-layer.js").read().decode()  # type: ignore[union-attr]
+    [shipped] = set(re.findall(r"kubectl (1\.34\.\d+)", js))
+    for text in (accept_eks.__doc__ or "", (ROOT / "docs" / "first-job.md").read_text()):
+        stated = re.findall(r"ships\s+(1\.34\.\d+)", text)
+        assert stated and set(stated) == {shipped}, (stated, shipped)
