@@ -95,9 +95,13 @@ def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None
     assert worker["containers"][0]["resources"] == {"requests": want, "limits": want}
     assert hp["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"] == want
     assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
+    # Kueue's queue label, literally (docs/facts/jobs.md#kueue-local-queue), on every job and on the
+    # HyperPodPyTorchJob's pod template, as AWS's job template puts it (docs/facts/jobs.md#hyperpod-pytorch-job-shape)
+    assert QUEUE_LABEL == "kueue.x-k8s.io/queue-name"
     for m in (mpi, hp, job):
         assert m["metadata"]["namespace"] == queue.namespace == "hyperpod-ns-training"
-        assert m["metadata"]["labels"][QUEUE_LABEL] == queue.local_queue
+        assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue == "hyperpod-ns-training-localqueue"
+    assert hp["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue
     assert hp["spec"]["nprocPerNode"] == "8" and hp["spec"]["replicaSpecs"][0]["replicas"] == 2
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
     assert {"name": "fsx", "hostPath": {"path": "/fsx", "type": "Directory"}} in job["spec"]["template"]["spec"]["volumes"]
@@ -193,7 +197,9 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     queue = team_queue("hyperpod-eks")
     existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]
     logs = _logs("nccl-all-reduce-2x-p5-mpijob.txt")
-    state.write_text(json.dumps({"endpoint": CLUSTER["endpoint"], "scenario": {}, "logs": logs, "existing": existing}))
+    state.write_text(
+        json.dumps({"endpoint": CLUSTER["endpoint"], "cluster": CLUSTER["name"], "scenario": {}, "logs": logs, "existing": existing})
+    )
     monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state))
     _stub(monkeypatch, {"cluster": CLUSTER})
     return state
@@ -251,6 +257,8 @@ def test_end_to_end_pass(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFi
     calls = json.loads(cluster.read_text())["calls"]
     deleted = [c[1] for c in calls if c[0] == "delete"]
     assert deleted == ["mpijobs.kubeflow.org", "hyperpodpytorchjobs.sagemaker.amazonaws.com", "jobs.batch", "configmap"]
+    # the MPIJob and the Job went through the team's LocalQueue: suspended, then admitted by Kueue
+    assert json.loads(cluster.read_text())["admitted"] == ["accept-e2e-nccl-workers", "accept-e2e-fsx-workers"]
 
 
 def test_end_to_end_fails_on_low_bandwidth(cluster: Path, tmp_path: Path) -> None:
@@ -277,7 +285,8 @@ def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> No
     cluster.write_text(json.dumps(state))
     assert _accept(tmp_path, "--timeout-minutes", "0.001") == 1
     checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
-    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time" in checks["nccl workers"]["detail"]
+    # admitted by Kueue (Suspended False, appended last) but never running: the state is the last True condition
+    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time (last state Created)" in checks["nccl workers"]["detail"]
     assert checks["ddp workers"]["status"] == "FAIL" and "not submitted" in checks["ddp workers"]["detail"]
     calls = json.loads(cluster.read_text())["calls"]
     assert [
@@ -289,6 +298,40 @@ def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> No
         "--ignore-not-found",
         "--wait=false",
     ] in calls
+
+
+def test_a_resumed_job_that_never_runs_is_pending(cluster: Path, tmp_path: Path) -> None:
+    """A batch Job admitted by Kueue and never running carries only `Suspended` False: no True condition,
+    so Pending (not Suspended) when the time runs out."""
+    state = json.loads(cluster.read_text())
+    state["scenario"] = {"fsx": "hang"}
+    cluster.write_text(json.dumps(state))
+    plan = eks_plan(load_config(STAGING), "e2e")
+    job = next(j for j in plan.jobs if j.kind == "fsx")
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(accept_eks.kubeconfig(CLUSTER, "us-west-2")))
+    kubectl = accept_eks.Kubectl(config)
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job.manifest))
+    ticks = iter(range(100))
+    assert accept_eks.wait_for(kubectl, plan.namespace, job, 5, 0, clock=lambda: next(ticks)) == "Pending"
+    assert json.loads(cluster.read_text())["admitted"] == [job.name]
+
+
+def test_job_state_reads_true_conditions_only() -> None:
+    """The conditions the controllers really write (tests/kubectl_fake.py): False ones never make the state."""
+    cases = [
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True")], "SuccessCriteriaMet"),
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True"), ("Complete", "True")], "Complete"),
+        ("jobs.batch", [("Suspended", "False"), ("FailureTarget", "True"), ("Failed", "True")], "Failed"),
+        ("jobs.batch", [("Suspended", "True")], "Suspended"),
+        ("jobs.batch", [("Suspended", "False")], "Pending"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Running", "False"), ("Suspended", "False")], "Created"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Suspended", "False"), ("Running", "False"), ("Succeeded", "True")], "Succeeded"),
+    ]
+    for resource, conds, want in cases:
+        obj = {"status": {"conditions": [{"type": t, "status": st} for t, st in conds]}}
+        assert accept_eks.job_state(resource, obj) == want, (resource, conds)
+    assert not accept_eks.done("jobs.batch", "SuccessCriteriaMet")  # the pods are still being cleaned up
 
 
 def test_jobs_run_one_at_a_time(cluster: Path, tmp_path: Path) -> None:
@@ -335,9 +378,13 @@ def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Pat
     import subprocess
 
     good = accept_eks.kubeconfig(CLUSTER, "us-west-2")
-    bad = copy.deepcopy(good)
-    bad["users"][0]["user"] = {"token": "static"}
-    for config, code in ((good, 0), (bad, 1)):
+    static, alpha, arn = copy.deepcopy(good), copy.deepcopy(good), copy.deepcopy(good)
+    static["users"][0]["user"] = {"token": "static"}
+    alpha["users"][0]["user"]["exec"]["apiVersion"] = "client.authentication.k8s.io/v1alpha1"
+    args = arn["users"][0]["user"]["exec"]["args"]
+    args[args.index("--cluster-name") + 1] = CLUSTER["arn"]
+    assert good["users"][0]["user"]["exec"]["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+    for config, code in ((good, 0), (static, 1), (alpha, 1), (arn, 1)):
         path = tmp_path / "kubeconfig"
         path.write_text(yaml.safe_dump(config))
         result = subprocess.run(
