@@ -285,7 +285,7 @@ def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> No
     cluster.write_text(json.dumps(state))
     assert _accept(tmp_path, "--timeout-minutes", "0.001") == 1
     checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
-    # admitted by Kueue (Suspended False, appended last) but never running: the state is the last True condition
+    # the state is the last True condition (one poll before the deadline: Created)
     assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time (last state Created)" in checks["nccl workers"]["detail"]
     assert checks["ddp workers"]["status"] == "FAIL" and "not submitted" in checks["ddp workers"]["detail"]
     calls = json.loads(cluster.read_text())["calls"]
