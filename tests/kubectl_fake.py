@@ -28,7 +28,10 @@ What it models, and from where:
   resumed (admitted, never running). A missing object is `Error from server (NotFound)`, exit 1.
 - `get namespace NAME -o name` and `get localqueues.kueue.x-k8s.io NAME -n NS -o name` answer from the
   state's `existing` list (`namespace/x`, `localqueue.kueue.x-k8s.io/x`), else NotFound, exit 1
-  (the namespace and LocalQueue task governance creates; docs/facts/jobs.md#kueue-local-queue).
+  (the namespace and LocalQueue task governance creates; docs/facts/jobs.md#kueue-local-queue). With
+  `no_kueue` in the state (no Kueue CRDs), the LocalQueue lookup fails as kubectl fails on a resource
+  the API server does not serve: `error: the server doesn't have a resource type "localqueues"`, exit 1
+  (docs/facts/jobs.md#kubectl-no-resource-type).
 - `get pods -n NS -l K=V[,K=V] -o json` returns a List whose items carry the labels the operators
   put on their pods (docs/facts/jobs.md#acceptance-pod-labels): MPIJob launcher
   `training.kubeflow.org/job-name` + `job-role=launcher`; HyperPodPyTorchJob `HPJob=<name>`;
@@ -107,6 +110,8 @@ def main(argv: list[str]) -> None:
             resource = RESOURCES[(doc["apiVersion"], doc["kind"])]
             objects[f"{resource}/{meta['name']}"] = {"object": doc, "polls": 0}
             print(f"{resource}/{meta['name']} created")
+    elif args[:2] == ["get", "localqueues.kueue.x-k8s.io"] and state.get("no_kueue"):
+        fail('error: the server doesn\'t have a resource type "localqueues"')
     elif args[:2] == ["get", "namespace"] or args[:2] == ["get", "localqueues.kueue.x-k8s.io"]:
         kind = "namespace" if args[1] == "namespace" else "localqueue.kueue.x-k8s.io"
         if f"{kind}/{args[2]}" not in state.get("existing", []):

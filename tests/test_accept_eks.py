@@ -356,6 +356,18 @@ def test_missing_queue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest
     assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
 
 
+def test_cluster_without_kueue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without Kueue's CRDs (no task governance) kubectl cannot even name a LocalQueue: one line, exit 2, nothing applied."""
+    state = json.loads(cluster.read_text())
+    state["no_kueue"] = True
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "accept: fminfra-staging-eks has no Kueue" in err and "amazon-sagemaker-hyperpod-taskgovernance" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
+
+
 def test_missing_cluster_is_one_line(
     cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

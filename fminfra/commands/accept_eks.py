@@ -42,6 +42,7 @@ SUCCESS = {"mpijobs.kubeflow.org": "Succeeded", "hyperpodpytorchjobs.sagemaker.a
 FAILED = "Failed"
 NOT_SUBMITTED = "NotSubmitted"
 LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
+NO_RESOURCE_TYPE = "the server doesn't have a resource type"
 
 
 def eks_client(region: str) -> Any:
@@ -184,7 +185,19 @@ def wait_for(
 def check_queue(kubectl: Kubectl, plan: EksPlan, cluster: str) -> None:
     """The team's namespace and Kueue LocalQueue must exist: a job labelled for a missing queue would wait forever."""
     for args in (("namespace", plan.namespace), (LOCAL_QUEUE, plan.queue, "-n", plan.namespace)):
-        if not kubectl.exists("get", *args):
+        try:
+            found = kubectl.exists("get", *args)
+        except UsageError as exc:
+            # kubectl names a resource the API server does not serve so (docs/facts/jobs.md#kubectl-no-resource-type):
+            # without Kueue's CRDs there is no LocalQueue to submit to.
+            if NO_RESOURCE_TYPE not in str(exc):
+                raise
+            raise UsageError(
+                f'accept: {cluster} has no Kueue (kubectl: the server doesn\'t have a resource type "localqueues"): '
+                "install HyperPod task governance (the amazon-sagemaker-hyperpod-taskgovernance add-on, which brings "
+                "Kueue and the team's LocalQueue) before accept (docs/first-job.md, EKS)"
+            ) from None
+        if not found:
             raise UsageError(
                 f"accept: {args[0]} {args[1]} not found on {cluster}: task governance creates the team's namespace and "
                 "LocalQueue with its compute quota (docs/first-job.md, EKS)"
