@@ -124,8 +124,15 @@ def test_dry_run_prints_exactly_the_manifests(capsys: pytest.CaptureFixture[str]
     assert "fail < 250 GB/s, warn < 300 GB/s (pipeline.yaml accept)" in out
 
 
-def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1"]) == 1
+def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The shipped pipeline.yaml sets a policy for p5en; without it the gate cannot pass."""
+    pipeline = tmp_path / "pipeline.yaml"
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    for env in data["environments"]:
+        env["config"] = str(ROOT / env["config"])
+        env.pop("accept", None)
+    pipeline.write_text(yaml.safe_dump(data))
+    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
     assert "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge)" in capsys.readouterr().out
 
 
@@ -160,13 +167,14 @@ CLUSTER = {
 
 
 def _pipeline(tmp_path: Path) -> Path:
+    """The shipped pipeline.yaml with absolute config paths and staging's thresholds at 250/300 GB/s."""
     pipeline = tmp_path / "pipeline.yaml"
-    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
-    text = text.replace(
-        "  - config: " + f"{ROOT}/config/staging.yaml",
-        f"  - config: {ROOT}/config/staging.yaml\n    accept: {{nccl_fail_gbps: 250, nccl_warn_gbps: 300}}",
-    )
-    pipeline.write_text(text)
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    for env in data["environments"]:
+        env["config"] = str(ROOT / env["config"])
+        if env["config"].endswith("/staging.yaml"):
+            env["accept"] = {"nccl_fail_gbps": 250, "nccl_warn_gbps": 300}
+    pipeline.write_text(yaml.safe_dump(data))
     return pipeline
 
 
