@@ -120,13 +120,18 @@ def test_dry_run_prints_exactly_the_manifests(capsys: pytest.CaptureFixture[str]
     assert "fail < 250 GB/s, warn < 300 GB/s (pipeline.yaml accept)" in out
 
 
-def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1"]) == 1
+def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pipeline = _pipeline(tmp_path)
+    data = yaml.safe_load(pipeline.read_text())
+    for env in data["environments"]:
+        env.pop("accept", None)  # no pipeline.yaml threshold for staging's p5en
+    pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
     assert "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge)" in capsys.readouterr().out
 
 
 def test_inference_only_eks_has_nothing_to_accept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    text = STAGING.read_text()
+    text = "".join(line for line in STAGING.read_text().splitlines(keepends=True) if "accept_access:" not in line)  # HyperPod EKS only
     head, tail = text.split("  instance_groups:", 1)
     config = tmp_path / "serve.yaml"
     config.write_text(head.replace("orchestrator: eks", "orchestrator: none") + "  eks:" + tail.split("  eks:", 1)[1])
@@ -157,12 +162,12 @@ CLUSTER = {
 
 def _pipeline(tmp_path: Path) -> Path:
     pipeline = tmp_path / "pipeline.yaml"
-    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
-    text = text.replace(
-        "  - config: " + f"{ROOT}/config/staging.yaml",
-        f"  - config: {ROOT}/config/staging.yaml\n    accept: {{nccl_fail_gbps: 250, nccl_warn_gbps: 300}}",
-    )
-    pipeline.write_text(text)
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    for env in data["environments"]:
+        env["config"] = f"{ROOT}/{env['config']}"
+        if env["config"].endswith("/staging.yaml"):  # replaces the shipped thresholds (a second `accept:` key would be invalid YAML)
+            env["accept"] = {"nccl_fail_gbps": 250, "nccl_warn_gbps": 300}
+    pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
     return pipeline
 
 

@@ -384,6 +384,11 @@ class EksConfig(Model):
         default_factory=list, description="CIDRs allowed to the public API endpoint; empty: private endpoint only."
     )
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, description="CPU nodes for system pods.")
+    accept_access: bool = Field(
+        default=False,
+        description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
+        "an access entry and a namespace-scoped Role in the team's namespace, what `fminfra accept` needs (docs/promotion.md).",
+    )
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -504,6 +509,10 @@ class ComputeConfig(Model):
             problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
             problems.append(("eks", "only with orchestrator eks or when inference_node_groups exist"))
+        if self.eks is not None and self.eks.accept_access and self.orchestrator != "eks":
+            problems.append(
+                ("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
+            )
         seen: dict[str, str] = {}
         reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
         groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [

@@ -38,8 +38,10 @@ from fminfra.constructs.launch_template import (
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.core.queues import team_queue
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
+from fminfra.stacks.compute.accept_access import add_accept_access
 from fminfra.stacks.network import NetworkStack, removal_policy
 
 # EKS add-on name -> manifest key of its pinned version.
@@ -378,6 +380,8 @@ def add_eks_and_hyperpod(
             )
             # helm reaches pods' networking only once the VPC CNI runs.
             out.dependencies.resource.node.add_dependency(out.eks.addons["vpc-cni"])
+            if compute.eks.accept_access:
+                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks").namespace])
         if prometheus is not None:
             out.scraper = _amp_scraper(stack, cfg, network, out.eks, prometheus)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
