@@ -2,6 +2,7 @@
 
 - the access entry's properties against the AWS::EKS::AccessEntry schema cfn-lint ships, its
   principal (the OIDC stack's acceptance role), only where `compute.eks.accept_access` is set;
+- the Namespace, Role and RoleBinding against Kubernetes v1.34.0's strict schemas (tests/data/rbac);
 - the Role, evaluated as Kubernetes RBAC does (a rule allows a request when its verb, API group
   and resource match and the Role is in the request's namespace; for the namespace object itself the
   request's namespace is its name: docs/facts/eks.md#k8s-rbac-request-attributes), against every
@@ -112,11 +113,13 @@ def test_only_environments_that_ask_for_it(synth: Synth) -> None:
 
 
 def _rbac(synth: Synth) -> list[dict[str, Any]]:
-    manifests = [r for lid, r in synth.resources("staging", "Compute", MANIFEST).items() if lid.startswith("EksClustermanifestAcceptRbac")]
+    manifests = [r for lid, r in synth.resources("staging", "Compute", MANIFEST).items() if lid.startswith("AcceptRbac")]
     assert len(manifests) == 1
     props = manifests[0]["Properties"]
     entry_id = next(iter(_entries(synth, "staging")))
     assert entry_id in manifests[0]["DependsOn"]
+    # created with `kubectl apply`, so an existing namespace does not fail the deploy (eks.md#cdk-kubernetes-manifest-overwrite)
+    assert props["Overwrite"] is True
     manifest = props["Manifest"]
     text = "".join(str(p) for p in manifest["Fn::Join"][1]) if isinstance(manifest, dict) else manifest
     objects = list(json.loads(text))
@@ -124,6 +127,41 @@ def _rbac(synth: Synth) -> list[dict[str, Any]]:
         labels = o["metadata"].pop("labels")
         assert list(labels) == [next(k for k in labels if k.startswith("aws.cdk.eks/prune-"))]
     return objects
+
+
+RBAC_SCHEMAS = ROOT / "tests" / "data" / "rbac" / "kubernetes-v1.34.0-rbac-strict.json"  # README.md there
+SCHEMA_FILES = {"Namespace": "namespace-v1.json", "Role": "role-rbac-v1.json", "RoleBinding": "rolebinding-rbac-v1.json"}
+
+
+def k8s_problems(obj: dict[str, Any]) -> list[str]:
+    """Problems of one object against Kubernetes v1.34.0's strict schema of its kind."""
+    recorded = json.loads(RBAC_SCHEMAS.read_text())
+    schema = {**recorded["kinds"][SCHEMA_FILES[obj["kind"]]], "$defs": recorded["$defs"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{obj['kind']} {'/'.join(map(str, e.absolute_path)) or '.'}: {e.message}" for e in validator.iter_errors(obj)]
+
+
+def test_the_rbac_objects_match_the_kubernetes_schemas(synth: Synth) -> None:
+    objects = _rbac(synth)
+    assert sorted(o["kind"] for o in objects) == ["Namespace", "Role", "RoleBinding"]
+    assert [p for o in objects for p in k8s_problems(o)] == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "path", "value", "expect"),
+    [
+        ("Role", ("rules", 0, "verb"), ["get"], "Additional properties are not allowed ('verb'"),
+        ("RoleBinding", ("roleRef", "name"), None, "None is not of type 'string'"),
+        ("RoleBinding", ("subjects", 0, "group"), "x", "Additional properties are not allowed ('group'"),
+    ],
+)
+def test_the_kubernetes_schema_check_catches_a_broken_object(kind: str, path: tuple[Any, ...], value: Any, expect: str) -> None:
+    obj = next(o for o in accept_rbac([NAMESPACE]) if o["kind"] == kind)
+    node = obj
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert any(expect in p for p in k8s_problems(obj)), k8s_problems(obj)
 
 
 def test_the_rbac_binds_the_entry_group_in_the_team_namespace_only(synth: Synth) -> None:

@@ -17,16 +17,19 @@ the GitHub OIDC stack before the environment (docs/facts/iam.md#eks-access-entry
 
 The manifest carries the Namespace object too: task governance creates `hyperpod-ns-<team>` when
 the team's compute quota is created, and applying an existing namespace again only annotates it,
-while applying a Role into a namespace that does not exist yet fails the deploy.
+while applying a Role into a namespace that does not exist yet fails the deploy. Hence also
+`overwrite`: the provider then creates with `kubectl apply`, which accepts an existing namespace.
+Deleting the stack deletes the namespace (the provider's `kubectl delete -f`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks as eks_l1
+from aws_cdk import aws_eks_v2 as eks
 from constructs import IDependable
 
 from fminfra.config import EnvironmentConfig
@@ -65,7 +68,7 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
                 "metadata": {"name": ACCEPT_ROLE, "namespace": ns},
-                "rules": [dict(rule) for rule in ACCEPT_RULES],
+                "rules": [{key: list(values) for key, values in rule.items()} for rule in ACCEPT_RULES],
             },
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -92,6 +95,10 @@ def add_accept_access(
         type="STANDARD",
         kubernetes_groups=[ACCEPT_GROUP],
     )
-    rbac = eks_cluster.cluster.add_manifest("AcceptRbac", *accept_rbac(namespaces))
+    # overwrite: the kubectl provider creates with `kubectl apply`, not `kubectl create`, which would
+    # fail on a namespace task governance has already created (docs/facts/eks.md#cdk-kubernetes-manifest-overwrite).
+    rbac = eks.KubernetesManifest(
+        stack, "AcceptRbac", cluster=cast(eks.ICluster, eks_cluster.cluster), manifest=accept_rbac(namespaces), overwrite=True
+    )
     rbac.node.add_dependency(entry, *after)
     return entry
