@@ -28,6 +28,8 @@ RESOURCE_TYPES = (
     "AWS::APS::Scraper",
     "AWS::Grafana::Workspace",
     "AWS::EC2::CapacityReservation",
+    "AWS::SageMaker::ComputeQuota",
+    "AWS::SageMaker::ClusterSchedulerConfig",
 )
 
 

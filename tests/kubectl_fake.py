@@ -2,22 +2,36 @@
 cluster is a JSON state file (FAKE_KUBECTL_STATE).
 
 What it models, and from where:
-- `--kubeconfig FILE` must name a kubeconfig whose user runs `aws eks get-token --cluster-name NAME`
-  (what `aws eks update-kubeconfig` writes; EKS User Guide, "Connect kubectl to an EKS cluster by
-  creating a kubeconfig file": docs/facts/jobs.md#eks-kubectl-get-token); anything else fails as an
-  unauthenticated kubectl does (exit 1, "error: You must be logged in to the server").
+- `--kubeconfig FILE` must name a kubeconfig whose user is an exec credential of apiVersion
+  `client.authentication.k8s.io/v1beta1` running `aws ... eks get-token --cluster-name NAME` with NAME
+  the cluster's name, not its ARN (what `aws eks update-kubeconfig` writes; EKS User Guide, "Connect
+  kubectl to an EKS cluster by creating a kubeconfig file": docs/facts/jobs.md#eks-kubectl-get-token);
+  `client.authentication.k8s.io/v1alpha1` fails as kubectl 1.24 and later fail on it (`exec plugin:
+  invalid apiVersion`, kubernetes/kubernetes#108616), a token for another cluster name as the API
+  server answers it (Unauthorized), anything else as an unauthenticated kubectl does (exit 1,
+  "error: You must be logged in to the server").
 - `apply -f -` reads a YAML stream, refuses an object without apiVersion, kind, metadata.name or
   metadata.namespace, and prints `<resource>/<name> created` per object (kubectl's output form:
   `configmap/x created`, `mpijob.kubeflow.org/x created`, `job.batch/x created`).
-- `get RESOURCE NAME -n NS -o json` returns the stored object with a `status.conditions` list that
-  advances one step per call along the scenario's condition types (`status: "True"`, the newest
-  last), as the operators write them: MPIJob Created, Running, Succeeded|Failed (kubeflow/mpi-operator
-  v0.5.0 `pkg/apis/kubeflow/v2beta1/types.go`); HyperPodPyTorchJob Created, Running, Completed|Failed
-  (aws/sagemaker-hyperpod-cli's status model and CLI); batch Job Complete|Failed (Kubernetes Job
-  conditions). A missing object is `Error from server (NotFound)`, exit 1.
+- Kueue (docs/facts/jobs.md#acceptance-job-conditions): a job labelled `kueue.x-k8s.io/queue-name`
+  with a LocalQueue of the state's `existing` list is suspended at creation and resumed on admission
+  (its name is recorded in the state's `admitted`); one naming a missing LocalQueue stays suspended;
+  one without the label is not Kueue's and runs unqueued (not recorded).
+- `get RESOURCE NAME -n NS -o json` returns the stored object with `status.conditions` advanced one
+  update per call, True and False alike, the way each controller writes them:
+  MPIJob (kubeflow/mpi-operator v0.5.0 `pkg/controller/mpi_job_controller_status.go`: an updated
+  condition is removed and appended at the end; Succeeded or Failed sets Running to False):
+  Created, Suspended True, Running False, Suspended False, Running True, then Succeeded|Failed;
+  batch Job (Kubernetes 1.34, conditions updated in place): Suspended True, Suspended False, then
+  SuccessCriteriaMet + Complete, or FailureTarget + Failed; HyperPodPyTorchJob (aws/sagemaker-hyperpod-cli's
+  status model and CLI): Created, Running, Completed|Failed. A job that "hangs" stops after it is
+  resumed (admitted, never running). A missing object is `Error from server (NotFound)`, exit 1.
 - `get namespace NAME -o name` and `get localqueues.kueue.x-k8s.io NAME -n NS -o name` answer from the
   state's `existing` list (`namespace/x`, `localqueue.kueue.x-k8s.io/x`), else NotFound, exit 1
-  (the namespace and LocalQueue task governance creates; docs/facts/jobs.md#kueue-local-queue).
+  (the namespace and LocalQueue task governance creates; docs/facts/jobs.md#kueue-local-queue). With
+  `no_kueue` in the state (no Kueue CRDs), the LocalQueue lookup fails as kubectl fails on a resource
+  the API server does not serve: `error: the server doesn't have a resource type "localqueues"`, exit 1
+  (docs/facts/jobs.md#kubectl-no-resource-type).
 - `get pods -n NS -l K=V[,K=V] -o json` returns a List whose items carry the labels the operators
   put on their pods (docs/facts/jobs.md#acceptance-pod-labels): MPIJob launcher
   `training.kubeflow.org/job-name` + `job-role=launcher`; HyperPodPyTorchJob `HPJob=<name>`;
@@ -48,10 +62,29 @@ PLURAL = {
     "hyperpodpytorchjobs.sagemaker.amazonaws.com": "hyperpodpytorchjob.sagemaker.amazonaws.com",
     "jobs.batch": "job.batch",
 }
-PROGRESS = {
-    "mpijob.kubeflow.org": ("Created", "Running", "Succeeded"),
-    "hyperpodpytorchjob.sagemaker.amazonaws.com": ("Created", "Running", "Completed"),
-    "job.batch": (None, "Complete"),
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+EXEC_API = "client.authentication.k8s.io/v1beta1"
+UNAUTHENTICATED = "error: You must be logged in to the server (the server has asked for the client to provide credentials)"
+# Condition updates (type, status) per resource and scenario; "queued" marks where Kueue's suspension
+# goes (dropped for a job Kueue does not manage). A hanging job stops after "resumed".
+_MPI_QUEUED = [("Created", "True"), ("Suspended", "True"), ("Running", "False"), ("Suspended", "False")]
+_JOB_QUEUED = [("Suspended", "True"), ("Suspended", "False")]
+UPDATES = {
+    "mpijob.kubeflow.org": {
+        "ok": [*_MPI_QUEUED, ("Running", "True"), ("Succeeded", "True")],
+        "fail": [*_MPI_QUEUED, ("Running", "True"), ("Failed", "True")],
+        "hang": _MPI_QUEUED,
+    },
+    "hyperpodpytorchjob.sagemaker.amazonaws.com": {
+        "ok": [("Created", "True"), ("Running", "True"), ("Completed", "True")],
+        "fail": [("Created", "True"), ("Running", "True"), ("Failed", "True")],
+        "hang": [("Created", "True"), ("Running", "True")],
+    },
+    "job.batch": {
+        "ok": [*_JOB_QUEUED, ("SuccessCriteriaMet", "True"), ("Complete", "True")],
+        "fail": [*_JOB_QUEUED, ("FailureTarget", "True"), ("Failed", "True")],
+        "hang": _JOB_QUEUED,
+    },
 }
 
 
@@ -65,14 +98,7 @@ def main(argv: list[str]) -> None:
     state = json.loads(path.read_text())
     if argv[:1] != ["--kubeconfig"]:
         fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
-    config = yaml.safe_load(Path(argv[1]).read_text())
-    user = config["users"][0]["user"].get("exec") or {}
-    if (
-        user.get("command") != "aws"
-        or "get-token" not in user.get("args", [])
-        or config["clusters"][0]["cluster"]["server"] != state["endpoint"]
-    ):
-        fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
+    authenticate(yaml.safe_load(Path(argv[1]).read_text()), state)
     args = argv[2:]
     state.setdefault("calls", []).append(args)
     objects = state.setdefault("objects", {})
@@ -84,6 +110,8 @@ def main(argv: list[str]) -> None:
             resource = RESOURCES[(doc["apiVersion"], doc["kind"])]
             objects[f"{resource}/{meta['name']}"] = {"object": doc, "polls": 0}
             print(f"{resource}/{meta['name']} created")
+    elif args[:2] == ["get", "localqueues.kueue.x-k8s.io"] and state.get("no_kueue"):
+        fail('error: the server doesn\'t have a resource type "localqueues"')
     elif args[:2] == ["get", "namespace"] or args[:2] == ["get", "localqueues.kueue.x-k8s.io"]:
         kind = "namespace" if args[1] == "namespace" else "localqueue.kueue.x-k8s.io"
         if f"{kind}/{args[2]}" not in state.get("existing", []):
@@ -99,14 +127,7 @@ def main(argv: list[str]) -> None:
             fail(f'Error from server (NotFound): {args[1]} "{args[2]}" not found')
         entry = objects[key]
         entry["polls"] += 1
-        kind = state["scenario"].get(entry["object"]["metadata"]["labels"]["fminfra/accept-job"], "ok")
-        steps = list(PROGRESS[PLURAL[args[1]]])
-        if kind == "fail":
-            steps[-1] = "Failed"
-        if kind == "hang":
-            steps = steps[:-1]
-        reached = [t for t in steps[: entry["polls"]] if t]
-        obj = dict(entry["object"], status={"conditions": [{"type": t, "status": "True"} for t in reached]})
+        obj = dict(entry["object"], status={"conditions": conditions(PLURAL[args[1]], entry, state)})
         print(json.dumps(obj))
     elif args[0] == "logs":
         pod = next(p for p in pods(state) if p["metadata"]["name"] == args[1])
@@ -118,6 +139,57 @@ def main(argv: list[str]) -> None:
     else:
         fail(f"fake kubectl: unmodelled command {args}")
     path.write_text(json.dumps(state))
+
+
+def authenticate(config: dict, state: dict) -> None:
+    """What kubectl and the EKS API server do with the kubeconfig's exec credential."""
+    user = config["users"][0]["user"].get("exec") or {}
+    args = user.get("args", [])
+    if user.get("apiVersion") == "client.authentication.k8s.io/v1alpha1":
+        fail('error: exec plugin: invalid apiVersion "client.authentication.k8s.io/v1alpha1"')
+    if (
+        user.get("apiVersion") != EXEC_API
+        or user.get("command") != "aws"
+        or args[args.index("eks") : args.index("eks") + 2] != ["eks", "get-token"]
+        or "--cluster-name" not in args
+        or config["clusters"][0]["cluster"]["server"] != state["endpoint"]
+    ):
+        fail(UNAUTHENTICATED)
+    if args[args.index("--cluster-name") + 1] != state["cluster"]:
+        fail("error: You must be logged in to the server (Unauthorized)")
+
+
+def conditions(resource: str, entry: dict, state: dict) -> list[dict]:
+    """The job's status.conditions after `polls` updates of its scenario."""
+    obj = entry["object"]
+    labels = obj["metadata"]["labels"]
+    scenario = state["scenario"].get(labels["fminfra/accept-job"], "ok")
+    updates = list(UPDATES[resource][scenario])
+    queue = labels.get(QUEUE_LABEL)
+    queued = resource != "hyperpodpytorchjob.sagemaker.amazonaws.com"  # its Kueue integration is not modelled
+    if queued and queue is None:  # not Kueue's: never suspended
+        updates = [u for u in updates if u[0] != "Suspended" and u != ("Running", "False")]
+    elif queued and f"localqueue.kueue.x-k8s.io/{queue}" not in state.get("existing", []):
+        updates = updates[: updates.index(("Suspended", "True")) + 1]  # inadmissible: stays suspended
+    out: list[dict] = []
+    for kind, status in updates[: entry["polls"]]:
+        if queued and (kind, status) == ("Suspended", "False"):
+            admitted = state.setdefault("admitted", [])
+            if obj["metadata"]["name"] not in admitted:
+                admitted.append(obj["metadata"]["name"])
+        cond = {"type": kind, "status": status}
+        if resource == "job.batch":  # the Job controller updates a condition in place
+            same = [c for c in out if c["type"] == kind]
+            if same:
+                same[0]["status"] = status
+            else:
+                out.append(cond)
+            continue
+        out = [c for c in out if c["type"] != kind]  # mpi-operator: remove, then append
+        if resource == "mpijob.kubeflow.org" and kind in ("Succeeded", "Failed"):
+            out = [dict(c, status="False") if c["type"] in ("Running", "Failed") else c for c in out]
+        out.append(cond)
+    return out
 
 
 def pods(state: dict) -> list[dict]:

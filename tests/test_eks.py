@@ -25,6 +25,8 @@ PINNED_ADDONS = {
 HYPERPOD_ADDONS = {
     "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
     "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    # With the default compute.eks.scheduling (tests/test_task_governance.py).
+    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION",
 }
 
 

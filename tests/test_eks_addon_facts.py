@@ -14,6 +14,8 @@ import re
 import pytest
 
 from fminfra.config.compute import default_kubernetes_version
+from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from fminfra.core.resources import versions_manifest
 from fminfra.stacks.compute.clusters import ADDONS, HYPERPOD_ADDONS
 from tests.test_facts import all_entries
@@ -22,6 +24,10 @@ ADDON_KEY = re.compile(r"^(EKS_ADDON_[A-Z0-9_]+_VERSION)=(.*)$")
 CITATION_LINE = re.compile(r"^# docs/facts/([a-z0-9-]+\.md)#([a-z0-9-]+)$")
 CHECKED = re.compile(r"^- \*\*Checked:\*\* \d{4}-\d{2}-\d{2}, (verified\b|unverified: \S)", re.MULTILINE)
 SOURCE = re.compile(r"^- \*\*Source:\*\* (.+)$", re.MULTILINE)
+VERIFIED = re.compile(r"^- \*\*Checked:\*\* \d{4}-\d{2}-\d{2}, verified\b", re.MULTILINE)
+# AWS's documentation hosts: the global one and the AWS-run China-region one (docs/facts/eks.md
+# cites language copies on both). A build is "verified" only when one of them lists it.
+AWS_DOCS = re.compile(r"https://docs\.(?:aws\.amazon\.com|amazonaws\.cn)/")
 
 
 def addon_pins(manifest_text: str) -> dict[str, tuple[str, tuple[str, str] | None]]:
@@ -58,6 +64,8 @@ def addon_fact_problems(manifest_text: str, facts: dict[tuple[str, str], str], k
             problems.append(f"{key}: {where} has no source")
         if not CHECKED.search(entry):
             problems.append(f"{key}: {where} is marked neither verified nor unverified with what was tried")
+        elif VERIFIED.search(entry) and not (source and AWS_DOCS.search(source.group(1))):
+            problems.append(f"{key}: {where} is marked verified but its source names no AWS documentation page")
     return problems
 
 
@@ -70,12 +78,18 @@ def test_every_addon_pin_is_cited_and_recorded() -> None:
 
 
 def test_installed_addons_are_exactly_the_pinned_ones() -> None:
-    installed = {**ADDONS, **HYPERPOD_ADDONS}
+    installed = {**ADDONS, **HYPERPOD_ADDONS, TASK_GOVERNANCE_ADDON: TASK_GOVERNANCE_VERSION_KEY}
     assert sorted(installed.values()) == sorted(addon_pins(MANIFEST_TEXT))
 
 
 def _without_entry(facts: dict[tuple[str, str], str], anchor: str) -> dict[tuple[str, str], str]:
     return {k: v for k, v in facts.items() if k[1] != anchor}
+
+
+def _with_line(facts: dict[tuple[str, str], str], anchor: str, field: str, line: str) -> dict[tuple[str, str], str]:
+    """The facts with the `- **<field>:**` line of one entry replaced by `line`."""
+    pattern = rf"(?m)^- \*\*{field}:\*\* .*$"
+    return {k: re.sub(pattern, line, v) if k[1] == anchor else v for k, v in facts.items()}
 
 
 @pytest.mark.parametrize(
@@ -91,13 +105,29 @@ def _without_entry(facts: dict[tuple[str, str], str], anchor: str) -> dict[tuple
             lambda text, facts: (text.replace("# docs/facts/eks.md#eks-addon-coredns\n", ""), facts),
             "EKS_ADDON_COREDNS_VERSION: the line above it must cite its facts entry",
         ),
-        # A build bumped without re-checking its facts.
+        # A build bumped without re-checking its facts (v1.22.4-eksbuild.3: seen only in third-party files).
         (
             lambda text, facts: (
-                text.replace("EKS_ADDON_VPC_CNI_VERSION=v1.20.4-eksbuild.1", "EKS_ADDON_VPC_CNI_VERSION=v1.22.4-eksbuild.3"),
+                re.sub(r"(?m)^EKS_ADDON_VPC_CNI_VERSION=.*$", "EKS_ADDON_VPC_CNI_VERSION=v1.22.4-eksbuild.3", text),
                 facts,
             ),
             "EKS_ADDON_VPC_CNI_VERSION: docs/facts/eks.md#eks-addon-vpc-cni does not state `EKS_ADDON_VPC_CNI_VERSION=v1.22.4-eksbuild.3`",
+        ),
+        # A wrong build, a prefix of the pinned one (v1.13.2-eksbuild.1 against v1.13.2-eksbuild.11).
+        (
+            lambda text, facts: (
+                re.sub(r"(?m)^EKS_ADDON_COREDNS_VERSION=.*$", "EKS_ADDON_COREDNS_VERSION=v1.13.2-eksbuild.1", text),
+                facts,
+            ),
+            "EKS_ADDON_COREDNS_VERSION: docs/facts/eks.md#eks-addon-coredns does not state `EKS_ADDON_COREDNS_VERSION=v1.13.2-eksbuild.1`",
+        ),
+        # An entry marked verified whose source is a third-party file.
+        (
+            lambda text, facts: (
+                text,
+                _with_line(facts, "eks-addon-kube-proxy", "Source", "- **Source:** a public Terraform configuration"),
+            ),
+            "EKS_ADDON_KUBE_PROXY_VERSION: docs/facts/eks.md#eks-addon-kube-proxy is marked verified but its source names no AWS",
         ),
         # A new add-on pinned without any facts entry.
         (
@@ -108,12 +138,7 @@ def _without_entry(facts: dict[tuple[str, str], str], anchor: str) -> dict[tuple
         (
             lambda text, facts: (
                 text,
-                {
-                    k: re.sub(r"(?m)^- \*\*Checked:\*\* .*$", "- **Checked:** 2026-11-30, unverified:", v)
-                    if k[1] == "eks-addon-kube-proxy"
-                    else v
-                    for k, v in facts.items()
-                },
+                _with_line(facts, "eks-addon-kube-proxy", "Checked", "- **Checked:** 2026-11-30, unverified:"),
             ),
             "EKS_ADDON_KUBE_PROXY_VERSION: docs/facts/eks.md#eks-addon-kube-proxy is marked neither verified nor unverified",
         ),

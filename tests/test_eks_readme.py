@@ -40,7 +40,10 @@ def eks_components(template: dict[str, Any]) -> dict[str, str]:
             manifest = props["Manifest"]
             assert isinstance(manifest, str), f"a manifest with tokens: {manifest!r:.200}"
             for obj in json.loads(manifest):
-                found[obj["metadata"]["name"]] = ""
+                # per-team objects (a team's Namespace and its Kueue queues) are named after the
+                # config's teams: their row names the kind, not each team
+                per_team = obj["kind"] == "Namespace" or obj["apiVersion"].startswith("kueue.x-k8s.io/")
+                found[obj["kind"] if per_team else obj["metadata"]["name"]] = ""
         elif kind == "AWS::Lambda::LayerVersion":
             bundled = KUBECTL_LAYER.search(props.get("Description", ""))
             if bundled:
@@ -60,6 +63,11 @@ def readme_rows(readme: str) -> list[str]:
     return [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
 
 
+def shows(row: str, version: str) -> bool:
+    """Whether the row shows the version as a whole token (v1.13.2-eksbuild.1 is not in v1.13.2-eksbuild.11)."""
+    return re.search(rf"(?<![\w.-]){re.escape(version)}(?![\w.-])", row) is not None
+
+
 def missing_rows(rows: list[str], components: dict[str, tuple[str, str]]) -> list[str]:
     """One line per component (name -> (version, where installed)) with no row naming it and showing its version."""
     problems = []
@@ -67,7 +75,7 @@ def missing_rows(rows: list[str], components: dict[str, tuple[str, str]]) -> lis
         named = [row for row in rows if f"`{name}`" in row]
         if not named:
             problems.append(f"README.md, {SECTION[3:]}: no row names `{name}` (installed by {where})")
-        elif version and not any(version in row for row in named):
+        elif version and not any(shows(row, version) for row in named):
             problems.append(f"README.md, {SECTION[3:]}: the row of `{name}` does not show {version} (installed by {where})")
     return problems
 
@@ -101,15 +109,18 @@ def test_a_component_without_a_row_fails(installed: dict[str, tuple[str, str]]) 
     assert missing_rows(without, installed) == [
         f"README.md, {SECTION[3:]}: no row names `cert-manager` (installed by {installed['cert-manager'][1]})"
     ]
-    # An add-on added to the code (as the task governance add-on will be) without a row.
-    added = {**installed, "amazon-sagemaker-hyperpod-taskgovernance": ("v1.3.0-eksbuild.1", "staging/Compute")}
-    assert missing_rows(rows, added) == [
-        f"README.md, {SECTION[3:]}: no row names `amazon-sagemaker-hyperpod-taskgovernance` (installed by staging/Compute)"
-    ]
+    # An add-on added to the code without a row.
+    added = {**installed, "aws-ebs-csi-driver": ("v1.50.0-eksbuild.1", "staging/Compute")}
+    assert missing_rows(rows, added) == [f"README.md, {SECTION[3:]}: no row names `aws-ebs-csi-driver` (installed by staging/Compute)"]
     # A version bumped without the README.
     bumped = {**installed, "coredns": ("v1.13.2-eksbuild.4", "staging/Compute")}
     assert missing_rows(rows, bumped) == [
         f"README.md, {SECTION[3:]}: the row of `coredns` does not show v1.13.2-eksbuild.4 (installed by staging/Compute)"
+    ]
+    # A build whose string is a prefix of the one the README shows (the row says v1.13.2-eksbuild.11).
+    prefix = {**installed, "coredns": ("v1.13.2-eksbuild.1", "staging/Compute")}
+    assert missing_rows(rows, prefix) == [
+        f"README.md, {SECTION[3:]}: the row of `coredns` does not show v1.13.2-eksbuild.1 (installed by staging/Compute)"
     ]
 
 
@@ -121,7 +132,11 @@ def test_components_are_read_from_each_kind_of_resource() -> None:
             "H": {"Type": "Custom::HyperPodDependencies", "Properties": {"Release": "hp", "Commit": "0123456789abcdef" * 2}},
             "M": {
                 "Type": "Custom::AWSCDK-EKS-KubernetesResource",
-                "Properties": {"Manifest": '[{"kind":"ClusterQueue","metadata":{"name":"cq"}}]'},
+                "Properties": {
+                    "Manifest": '[{"apiVersion":"kueue.x-k8s.io/v1beta2","kind":"ClusterQueue","metadata":{"name":"cq"}},'
+                    '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a"}},'
+                    '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"reader"}}]'
+                },
             },
             "L": {"Type": "AWS::Lambda::LayerVersion", "Properties": {"Description": "/opt/kubectl/kubectl 1.34.5; /opt/helm/helm 4.1.3"}},
             "N": {"Type": "AWS::EKS::Nodegroup", "Properties": {"Labels": {"fminfra/role": "system"}, "InstanceTypes": ["m7g.large"]}},
@@ -132,7 +147,9 @@ def test_components_are_read_from_each_kind_of_resource() -> None:
         "kueue-addon": "v1",
         "kueue": "0.13.4",
         "hp": "0123456789ab",
-        "cq": "",
+        "ClusterQueue": "",
+        "Namespace": "",
+        "reader": "",
         "kubectl": "1.34.5",
         "helm": "4.1.3",
         SYSTEM_NODE_GROUP: "m7g.large",

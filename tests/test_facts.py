@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTS = ROOT / "docs" / "facts"
@@ -75,10 +78,23 @@ def test_every_entry_is_complete_and_unique() -> None:
         assert re.fullmatch(r"[a-z0-9-]+", anchor), f"{page}: heading {anchor!r} is not an anchor"
         for field in FIELDS:
             assert field in text, f"docs/facts/{page}#{anchor}: missing {field}"
+            # once: a union merge of docs/facts (.gitattributes) can leave a stray line of another entry
+            assert text.count(field) == 1, f"docs/facts/{page}#{anchor}: {field} appears {text.count(field)} times"
         checked = re.search(r"- \*\*Checked:\*\* (\d{4}-\d{2}-\d{2})", text)
         assert checked, f"docs/facts/{page}#{anchor}: Checked needs a date"
         anchors.append(anchor)
     assert len(anchors) == len(set(anchors)), "an anchor is used on two pages"
+
+
+def test_a_stray_field_line_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test of the test: an entry left with a second Source line by a merge fails."""
+    page = tmp_path / "facts" / "x.md"
+    page.parent.mkdir()
+    fields = "\n".join(f"{f} a" for f in FIELDS).replace("Checked:** a", "Checked:** 2026-11-30, verified")
+    page.write_text(f"# x\n\n### one-fact\n{fields}\n- **Source:** stray\n")
+    monkeypatch.setattr(sys.modules[__name__], "FACTS", page.parent)
+    with pytest.raises(AssertionError, match="Source:\\*\\* appears 2 times"):
+        test_every_entry_is_complete_and_unique()
 
 
 def test_nothing_refers_to_a_path_outside_the_repository() -> None:

@@ -4,7 +4,7 @@ How it reaches the cluster (docs/facts/jobs.md#eks-kubectl-get-token): the EKS A
 (`eks:DescribeCluster`, boto3) gives the API server's endpoint and CA; a kubeconfig written to a
 temporary folder has kubectl authenticate with `aws eks get-token` (an IAM token), as
 `aws eks update-kubeconfig` writes it. kubectl must be on PATH, version 1.33-1.35 for a 1.34
-cluster (the CDK kubectl layer fminfra deploys with ships 1.34.0: docs/facts/eks.md#eks-kubectl-layer-v34),
+cluster (the CDK kubectl layer fminfra deploys with ships 1.34.5: docs/facts/eks.md#eks-kubectl-layer-v34),
 and the caller needs an EKS access entry (`compute.eks.admin_principal_arns`) and a network path to
 the endpoint (private only unless `public_access_cidrs` is set).
 
@@ -31,7 +31,7 @@ import yaml
 
 from fminfra.commands import accept
 from fminfra.commands.accept_manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
-from fminfra.commands.accept_results import ResultError
+from fminfra.commands.accept_results import ResultError, nccl_ofi_provider
 from fminfra.commands.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from fminfra.config import EnvironmentConfig
 from fminfra.config.storage import lustre_throughput_gb_per_s
@@ -42,6 +42,7 @@ SUCCESS = {"mpijobs.kubeflow.org": "Succeeded", "hyperpodpytorchjobs.sagemaker.a
 FAILED = "Failed"
 NOT_SUBMITTED = "NotSubmitted"
 LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
+NO_RESOURCE_TYPE = "the server doesn't have a resource type"
 
 
 def eks_client(region: str) -> Any:
@@ -184,7 +185,19 @@ def wait_for(
 def check_queue(kubectl: Kubectl, plan: EksPlan, cluster: str) -> None:
     """The team's namespace and Kueue LocalQueue must exist: a job labelled for a missing queue would wait forever."""
     for args in (("namespace", plan.namespace), (LOCAL_QUEUE, plan.queue, "-n", plan.namespace)):
-        if not kubectl.exists("get", *args):
+        try:
+            found = kubectl.exists("get", *args)
+        except UsageError as exc:
+            # kubectl names a resource the API server does not serve so (docs/facts/jobs.md#kubectl-no-resource-type):
+            # without Kueue's CRDs there is no LocalQueue to submit to.
+            if NO_RESOURCE_TYPE not in str(exc):
+                raise
+            raise UsageError(
+                f'accept: {cluster} has no Kueue (kubectl: the server doesn\'t have a resource type "localqueues"): '
+                "install HyperPod task governance (the amazon-sagemaker-hyperpod-taskgovernance add-on, which brings "
+                "Kueue and the team's LocalQueue) before accept (docs/first-job.md, EKS)"
+            ) from None
+        if not found:
             raise UsageError(
                 f"accept: {args[0]} {args[1]} not found on {cluster}: task governance creates the team's namespace and "
                 "LocalQueue with its compute quota (docs/first-job.md, EKS)"
@@ -210,6 +223,19 @@ def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
                 (folder / f"fio-{section}.json").write_text(body, encoding="utf-8")
 
 
+def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
+    """On an EFA type the DDP job must have run NCCL over EFA: its log (NCCL_DEBUG=INFO) names the
+    provider aws-ofi-nccl selected (docs/facts/jobs.md#nccl-ofi-provider-line), as the nccl-tests check requires."""
+    if not efa or check.status == "FAIL":
+        return check
+    log = folder / "ddp.log"
+    provider = nccl_ofi_provider(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "")
+    if provider == "efa":
+        return check
+    found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+    return accept.Check(check.name, "FAIL", check.figure, f"{check.detail}; NCCL did not use EFA: {found}")
+
+
 def evaluate(
     plan: EksPlan, thresholds: dict[str, accept.NcclThreshold], baseline: float | None, results: Path, states: dict[str, str]
 ) -> list[accept.Check]:
@@ -233,7 +259,7 @@ def evaluate(
             if job.kind == "nccl":
                 checks.extend(accept.nccl_checks(as_slurm, folder, thresholds[job.group], job.efa))
             elif job.kind == "ddp":
-                checks.append(accept.ddp_check(as_slurm, folder))
+                checks.append(ddp_efa_check(accept.ddp_check(as_slurm, folder), folder, job.efa))
             else:
                 checks.extend(accept.fsx_checks(as_slurm, folder, baseline))
         except ResultError as exc:
@@ -336,11 +362,14 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
                 else "FAIL, no threshold"
             )
             print(f"# nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: {limits} ({t.source})")
-        print("# ddp: the loss must fall (mean of the last 10 steps below half the first 10); step time reported")
+        print(
+            "# ddp: the loss must fall (mean of the last 10 steps below half the first 10), and on an EFA type NCCL must "
+            "select the efa provider (NET/OFI line, NCCL_DEBUG=INFO); step time reported"
+        )
         if baseline is not None:
             print(f"# fsx: fio read and write summed over the nodes: warn below the baseline {baseline:.2f} GB/s")
         if image is not None:
-            print(f"# ddp: FAIL, image {image} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env)")
+            print(f"# fsx: FAIL, image {image} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env)")
         for note in plan.notes:
             print(f"# note: {note}")
         print_manifests(plan)

@@ -7,7 +7,10 @@ Per training group (docs/first-job.md, "EKS"):
   aws-ofi-nccl and Open MPI (docs/facts/jobs.md#accept-nccl-tests-image);
 - the DDP smoke job (scripts/jobs/ddp_smoke.py) on every node of the group as a HyperPodPyTorchJob
   (sagemaker.amazonaws.com/v1) of HyperPod's training operator, started by `hyperpodrun`
-  (docs/facts/jobs.md#hyperpod-pytorch-job-shape), in the pinned PyTorch image the Slurm job uses;
+  (docs/facts/jobs.md#hyperpod-pytorch-job-shape), in the same nccl-tests image (EFA libfabric,
+  aws-ofi-nccl) with PyTorch and the HyperPod elastic agent installed at pod start, as AWS's
+  training-operator image is built (docs/facts/jobs.md#accept-eks-ddp-image); NCCL_DEBUG=INFO, so
+  the check can see that NCCL selected EFA;
 - the FSx for Lustre fio probe (scripts/jobs/fio_probe.sh) as an Indexed batch/v1 Job, one pod per
   node, on the file system fminfra's lifecycle scripts mount at /fsx on every HyperPod node
   (docs/facts/jobs.md#hyperpod-eks-fsx-hostpath).
@@ -21,6 +24,7 @@ Results are read back from the pods' logs: each job prints marker lines (`MARK .
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -38,6 +42,10 @@ NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda13.0.2-efa1.48.0-ofi
 NCCL_TESTS_IMAGE_DIGEST = "sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
 # docs/facts/jobs.md#hyperpod-elastic-agent
 ELASTIC_AGENT = "hyperpod-elastic-agent==1.1.3"
+# The DDP job's PyTorch: within the training operator's supported 2.4.0-2.7.1 and the agent's
+# torch>=2.4.0,<2.12.0, from the CUDA 12.8 index AWS's FSDP image uses (docs/facts/jobs.md#accept-eks-ddp-image).
+DDP_TORCH = "torch==2.7.1"
+DDP_TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
 ELASTIC_AGENT_PORT = 8080
 FSX_MOUNT = "/fsx"  # where scripts/lifecycle/on_create.sh mounts FSx on every HyperPod node (mount_fsx)
 JOBS_MOUNT = "/fminfra/jobs"
@@ -52,6 +60,11 @@ MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 HPJOB_LABEL = "HPJob"
 BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX = 63
+# mpi-operator 0.5.0 names the launcher Job `<name>-launcher` and sets the workers' pod hostname to
+# `<name>-worker-<i>`: both must be DNS labels, so the MPIJob's name is shorter by the longest suffix
+# (docs/facts/jobs.md#mpijob-name-length).
+MPI_NAME_SUFFIXES = ("-launcher", f"-worker-{NCCL_NODES - 1}")
 
 
 @dataclass(frozen=True)
@@ -89,12 +102,25 @@ def pytorch_image() -> str:
     return f"{image}@{digest}" if digest else image
 
 
-def k8s_name(*parts: str) -> str:
-    """A DNS-1123 label from parts (lower case; a group name may carry capitals); at most 63 characters."""
+def k8s_name(*parts: str, limit: int = DNS_LABEL_MAX) -> str:
+    """A DNS-1123 label from parts (lower case; a group name may carry capitals); at most `limit` characters."""
     name = "-".join(parts).lower()
-    if len(name) > 63 or not NAME_RULE.match(name):
-        raise ValueError(f"{name!r} is not a Kubernetes name (lower-case letters, digits and '-', at most 63)")
+    if len(name) > limit or not NAME_RULE.match(name):
+        raise ValueError(f"{name!r} is not a Kubernetes name (lower-case letters, digits and '-', at most {limit})")
     return name
+
+
+def job_name(run_id: str, kind: str, group: str, limit: int = DNS_LABEL_MAX) -> str:
+    """`accept-RUN-KIND-GROUP`; a group name too long for `limit` is cut and given 6 hex digits of its
+    SHA-256, so that two long groups still get two names (the run id is the caller's and is not cut)."""
+    whole = f"accept-{run_id}-{kind}-{group}".lower()
+    if len(whole) <= limit:
+        return k8s_name("accept", run_id, kind, group, limit=limit)
+    digest = hashlib.sha256(group.lower().encode()).hexdigest()[:6]
+    room = limit - len(f"accept-{run_id}-{kind}--{digest}")
+    if room < 1:
+        raise ValueError(f"run id {run_id!r} is too long for a Kubernetes name of at most {limit} characters")
+    return k8s_name("accept", run_id, kind, group.lower()[:room].rstrip("-"), digest, limit=limit)
 
 
 def resources(instance_type: str) -> dict[str, dict[str, int | str]]:
@@ -126,7 +152,7 @@ def _shm() -> dict[str, Any]:
 
 def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     spec = catalog.get(instance_type)
-    name = k8s_name("accept", plan.run_id, "nccl", group)
+    name = job_name(plan.run_id, "nccl", group, DNS_LABEL_MAX - max(map(len, MPI_NAME_SUFFIXES)))
     np = NCCL_NODES * spec.gpus
     mpirun = [
         "mpirun", "--allow-run-as-root", "--tag-output", "-np", str(np), "-N", str(spec.gpus), "--bind-to", "none",
@@ -185,14 +211,24 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
 
 def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
     spec = catalog.get(instance_type)
-    name = k8s_name("accept", plan.run_id, "ddp", group)
+    name = job_name(plan.run_id, "ddp", group)
     launch = shlex.join(
         [
             "hyperpodrun", f"--nnodes={nodes}", f"--nproc-per-node={spec.gpus}", "--rdzv-backend", "hyperpod",
             f"{JOBS_MOUNT}/ddp_smoke.py",
         ]
     )  # fmt: skip
-    script = f"set -o errexit\npip install --no-cache-dir {shlex.quote(ELASTIC_AGENT)}\nexec {launch}\n"
+    # AWS's training-operator image: the nccl-tests image plus PyTorch and the elastic agent
+    # (docs/facts/jobs.md#accept-eks-ddp-image); here installed at start, in one resolver run so the
+    # agent's torch requirement cannot move torch out of the operator's range.
+    install = shlex.join(["pip", "install", "--no-cache-dir", "--extra-index-url", DDP_TORCH_INDEX, DDP_TORCH, ELASTIC_AGENT])
+    script = f"set -o errexit\n{install}\nexec {launch}\n"
+    efa = spec.max_efa_interfaces > 0
+    # NCCL_DEBUG=INFO prints `NET/OFI Selected provider is efa` (docs/facts/jobs.md#nccl-ofi-provider-line),
+    # which the DDP check requires on an EFA type; FI_PROVIDER=efa as AWS's FSDP job sets it.
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    if efa:
+        env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
     manifest = {
         "apiVersion": "sagemaker.amazonaws.com/v1",
         "kind": "HyperPodPyTorchJob",
@@ -212,8 +248,9 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                             "containers": [
                                 {
                                     "name": "pytorch",
-                                    "image": pytorch_image(),
+                                    "image": f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}",
                                     "command": ["/bin/bash", "-c", script],
+                                    "env": env,
                                     "ports": [{"containerPort": ELASTIC_AGENT_PORT}],
                                     "resources": resources(instance_type),
                                     "volumeMounts": [
@@ -229,12 +266,13 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
             ],
         },
     }
-    return EksJob("ddp", group, nodes, spec.gpus, name, "hyperpodpytorchjobs.sagemaker.amazonaws.com", manifest, f"{HPJOB_LABEL}={name}")
+    resource = "hyperpodpytorchjobs.sagemaker.amazonaws.com"
+    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, f"{HPJOB_LABEL}={name}", efa)
 
 
 def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
     spec = catalog.get(instance_type)
-    name = k8s_name("accept", plan.run_id, "fsx", group)
+    name = job_name(plan.run_id, "fsx", group)
     results = POD_RESULTS
     script = "\n".join(
         [
@@ -282,7 +320,11 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                             ],
                             "volumeMounts": [
                                 {"name": "jobs", "mountPath": JOBS_MOUNT, "readOnly": True},
-                                {"name": "fsx", "mountPath": FSX_MOUNT},
+                                # HostToContainer: /fsx on the node is an x-systemd.automount point
+                                # (scripts/lifecycle/mount_fsx.sh); the Lustre mount systemd makes there
+                                # when first touched, or again after a reboot, must reach the container
+                                # (docs/facts/jobs.md#hostpath-mount-propagation).
+                                {"name": "fsx", "mountPath": FSX_MOUNT, "mountPropagation": "HostToContainer"},
                             ],
                         }
                     ],

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from fminfra import catalog
 from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
 from fminfra.core.capacity_blocks import scale_in_time, utc_timestamp
+from fminfra.core.queues import team_queue
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +154,7 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
     out.append(f"total GPUs (training groups and inference at max size): {total}")
     out.extend(storage_lines(cfg, total))
     out.extend(eks_lines(cfg))
+    out.extend(scheduling_lines(cfg))
     for r in rows:
         for note in r.notes:
             out.append(f"WARN {r.name}: {note}")
@@ -177,6 +179,19 @@ def eks_lines(cfg: EnvironmentConfig) -> list[str]:
     else:
         system = "system nodes none (" + ", ".join(cfg.compute.untainted_node_sources()) + " run CoreDNS and other system pods)"
     return [f"eks: Kubernetes {eks.kubernetes_version} (EKS standard support ends {end}), {system}"]
+
+
+def scheduling_lines(cfg: EnvironmentConfig) -> list[str]:
+    """HyperPod EKS: the teams of task governance, each with its quota and the queue its jobs name."""
+    quotas = cfg.compute.team_quotas()
+    if not quotas:
+        return []
+    gpus = {g.spec.hyperpod_name: g.spec.gpus for g in cfg.compute.instance_groups}
+    lines = ["scheduling: HyperPod task governance (Kueue; gang scheduling is a console step, see docs/compute.md)"]
+    for team, by_type in quotas.items():
+        held = ", ".join(f"{n * gpus[t]} GPUs ({n} x {t})" for t, n in by_type.items()) or "no instances"
+        lines.append(f"  team {team}: {held}; queue {team_queue('hyperpod-eks', team).local_queue} in hyperpod-ns-{team}")
+    return lines
 
 
 def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:

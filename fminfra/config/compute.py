@@ -14,6 +14,7 @@ from fminfra import catalog
 from fminfra.config.base import Model, Problems, _raise_problems
 from fminfra.core.capacity_blocks import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.hyperpod_types import hyperpod_instance_types
+from fminfra.core.queues import DEFAULT_TEAM, RESERVED_NAMESPACES
 from fminfra.core.versions import version
 
 # HyperPod's rule for cluster and instance group names.
@@ -375,6 +376,99 @@ class SystemNodesConfig(Model):
         return value
 
 
+# Team (compute quota) names. Task governance makes the namespace `hyperpod-ns-<team>` and the Kueue
+# LocalQueue `hyperpod-ns-<team>-localqueue`, which jobs name in a label value (at most 63
+# characters): 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or
+# digit (docs/facts/hyperpod.md#hyperpod-task-governance-names, docs/facts/eks.md#kubernetes-label-syntax).
+TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+TEAM_NAME_MAX = 40
+# A compute quota lists at most 15 instance types; a cluster policy at most 10 priority classes,
+# each weighted 0-100 (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
+QUOTA_MAX_INSTANCE_TYPES = 15
+PRIORITY_CLASSES_MAX = 10
+
+
+class TeamConfig(Model):
+    """A team: its own namespace and queue, and a quota of training instances."""
+
+    name: str = Field(description="1-40 lowercase letters, digits and hyphens (the team's namespace is hyperpod-ns-<name>).")
+    instances: dict[str, int] = Field(
+        default_factory=dict,
+        description="Instance group name -> instances of that group in the team's quota; all teams together hold at most the group's count.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TEAM_NAME_RULE.match(value):
+            raise ValueError(
+                f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
+            )
+        return value
+
+    @field_validator("instances")
+    @classmethod
+    def _instances(cls, value: dict[str, int]) -> dict[str, int]:
+        _raise_problems([(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
+        return value
+
+
+class SchedulingConfig(Model):
+    """Who may use the training instances of a HyperPod EKS cluster, through HyperPod task governance."""
+
+    task_governance: bool | None = Field(
+        default=None,
+        description="orchestrator eks: install HyperPod task governance (its Kueue) and a compute quota per team. "
+        "Default: on where CloudFormation offers compute quotas in the region, off elsewhere (with a warning).",
+    )
+    teams: list[TeamConfig] | None = Field(
+        default=None,
+        description="Teams and their quotas. Default: one team 'training' holding every instance of every instance group.",
+    )
+    priority_classes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Cluster policy: priority class name -> weight 0-100 (at most 10); none: no cluster policy (tasks rank 0, FIFO).",
+    )
+    kueue: bool = Field(
+        default=False,
+        description="EKS without HyperPod: install a pinned Kueue (waitForPodsReady on) and a queue per team over the "
+        "inference node groups' GPUs. Default: off (no Kueue).",
+    )
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, value: list[TeamConfig] | None) -> list[TeamConfig] | None:
+        if value is None:
+            return None
+        problems: list[tuple[str, str]] = [] if value else [("", "list at least one team, or leave teams out for the default team")]
+        seen: set[str] = set()
+        for i, team in enumerate(value):
+            if team.name in seen:
+                problems.append((f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
+            seen.add(team.name)
+        _raise_problems(problems)
+        return value
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priority_classes(cls, value: dict[str, int]) -> dict[str, int]:
+        problems: list[tuple[str, str]] = []
+        if len(value) > PRIORITY_CLASSES_MAX:
+            problems.append(("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
+        for name, weight in value.items():
+            if not TEAM_NAME_RULE.match(name):
+                problems.append(
+                    (
+                        f"[{name!r}]",
+                        f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit",
+                    )
+                )
+            if not 0 <= weight <= 100:
+                problems.append((f"[{name!r}]", f"weight must be 0-100, got {weight}"))
+        _raise_problems(problems)
+        return value
+
+
 class EksConfig(Model):
     kubernetes_version: str = Field(
         default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
@@ -384,10 +478,13 @@ class EksConfig(Model):
         default_factory=list, description="CIDRs allowed to the public API endpoint; empty: private endpoint only."
     )
     system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, description="CPU nodes for system pods.")
+    scheduling: SchedulingConfig = Field(
+        default_factory=SchedulingConfig, description="orchestrator eks: teams and their quotas (HyperPod task governance)."
+    )
     accept_access: bool = Field(
         default=False,
         description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
-        "an access entry and a namespace-scoped Role in the team's namespace, what `fminfra accept` needs (docs/promotion.md).",
+        "an access entry and a Role in the namespace of the team its jobs queue in, what `fminfra accept` needs (docs/compute.md).",
     )
 
     @field_validator("kubernetes_version")
@@ -550,6 +647,18 @@ class ComputeConfig(Model):
             self.slurm = SlurmConfig()
         if self.needs_eks and self.eks is None:
             self.eks = EksConfig()
+        if self.eks is not None:
+            _raise_problems(self._scheduling_problems())
+        if self.eks is not None and self.eks.accept_access and DEFAULT_TEAM not in {t.name for t in self.scheduling_teams()}:
+            _raise_problems(
+                [
+                    (
+                        "eks.accept_access",
+                        f"`fminfra accept` queues its jobs in task governance's team {DEFAULT_TEAM!r} (namespace hyperpod-ns-{DEFAULT_TEAM}); "
+                        f"keep task_governance on and a team named {DEFAULT_TEAM!r} in eks.scheduling.teams, or set accept_access: false",
+                    )
+                ]
+            )
         if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
             _raise_problems(
                 [
@@ -563,6 +672,117 @@ class ComputeConfig(Model):
                 ]
             )
         return self
+
+    def scheduling_teams(self) -> list[TeamConfig]:
+        """The teams of the cluster's Kueue: on HyperPod EKS with task governance, the config's or one
+        team (`DEFAULT_TEAM`) holding every instance of every instance group; on EKS without HyperPod
+        with `kueue`, the config's or one team holding every inference group at its max_size; none otherwise."""
+        if self.eks is None:
+            return []
+        scheduling = self.eks.scheduling
+        if self.orchestrator == "eks":
+            if scheduling.task_governance is False:
+                return []
+            default = {g.name: g.count for g in self.instance_groups}
+        elif scheduling.kueue:
+            default = {g.name: g.max_size for g in self.inference_node_groups}
+        else:
+            return []
+        return list(scheduling.teams) if scheduling.teams is not None else [TeamConfig(name=DEFAULT_TEAM, instances=default)]
+
+    def kueue_quotas(self) -> dict[str, dict[str, int]]:
+        """EKS without HyperPod, with `kueue`: team -> EC2 instance type -> GPUs."""
+        if self.orchestrator == "eks":
+            return {}
+        groups = {g.name: g for g in self.inference_node_groups}
+        quotas: dict[str, dict[str, int]] = {}
+        for team in self.scheduling_teams():
+            by_type = quotas.setdefault(team.name, {})
+            for name, count in team.instances.items():
+                spec = groups[name].spec
+                by_type[spec.name] = by_type.get(spec.name, 0) + count * spec.gpus
+        return quotas
+
+    def team_quotas(self) -> dict[str, dict[str, int]]:
+        """HyperPod EKS: team -> HyperPod (ml.) instance type -> instances, summed over the groups of that type."""
+        if self.orchestrator != "eks":
+            return {}
+        types = {g.name: g.spec.hyperpod_name for g in self.instance_groups}
+        quotas: dict[str, dict[str, int]] = {}
+        for team in self.scheduling_teams():
+            by_type = quotas.setdefault(team.name, {})
+            for group, count in team.instances.items():
+                by_type[types[group]] = by_type.get(types[group], 0) + count
+        return quotas
+
+    def _scheduling_problems(self) -> list[tuple[str, str]]:
+        assert self.eks is not None
+        scheduling = self.eks.scheduling
+        base = "eks.scheduling"
+        problems: list[tuple[str, str]] = []
+        if self.orchestrator == "eks":
+            if scheduling.kueue:
+                # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
+                problems.append((f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+            if scheduling.task_governance is False:
+                for name in ("teams", "priority_classes"):
+                    if name in scheduling.model_fields_set:
+                        problems.append(
+                            (f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
+                        )
+                return problems
+            groups: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in self.instance_groups}
+            capacity = {g.name: g.count for g in self.instance_groups}
+        elif not scheduling.kueue:
+            if scheduling != SchedulingConfig():
+                return [
+                    (base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}")
+                ]
+            return []
+        else:
+            if scheduling.task_governance:
+                problems.append(
+                    (f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
+                )
+            if scheduling.priority_classes:
+                problems.append(
+                    (f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
+                )
+            for i, team in enumerate(self.scheduling_teams()):
+                if team.name in RESERVED_NAMESPACES:
+                    problems.append(
+                        (
+                            f"{base}.teams[{i}].name",
+                            f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
+                        )
+                    )
+            groups = {g.name: g for g in self.inference_node_groups}
+            capacity = {g.name: g.max_size for g in self.inference_node_groups}
+        held: dict[str, int] = {}
+        for i, team in enumerate(self.scheduling_teams()):
+            for group, count in team.instances.items():
+                if group not in groups:
+                    problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
+                    continue
+                held[group] = held.get(group, 0) + count
+            types = {groups[g].spec.name for g in team.instances if g in groups}
+            if len(types) > QUOTA_MAX_INSTANCE_TYPES:
+                problems.append(
+                    (
+                        f"{base}.teams[{i}].instances",
+                        f"a team's quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(types)}",
+                    )
+                )
+        most = "count" if self.orchestrator == "eks" else "max_size"
+        for name, total in held.items():
+            if total > capacity[name]:
+                problems.append(
+                    (
+                        f"{base}.teams",
+                        f"the teams hold {total} instances of group {name!r}, whose {most} is {capacity[name]}; allowed: at most {capacity[name]} in all",
+                    )
+                )
+        return problems
 
     def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
         problems: list[tuple[str, str]] = []

@@ -112,6 +112,32 @@ class EnvironmentConfig(Model):
             needed["AWS::APS::Workspace"] = self.observability.prometheus
             needed["AWS::APS::Scraper"] = self.observability.prometheus and self.compute.needs_eks
             needed["AWS::Grafana::Workspace"] = self.observability.grafana.enabled
+            # Task governance's resources: the setting that asks for them is named, so it can be turned off;
+            # left at its default, task governance is off where the region has no compute quotas (a warning).
+            scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
+            if (
+                scheduling is not None
+                and self.compute.orchestrator == "eks"
+                and scheduling.task_governance is None
+                and not {"teams", "priority_classes"} & scheduling.model_fields_set
+            ):
+                scheduling.task_governance = "AWS::SageMaker::ComputeQuota" in available
+            governed = {
+                "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.team_quotas())),
+                "AWS::SageMaker::ClusterSchedulerConfig": (
+                    "compute.eks.scheduling.priority_classes",
+                    bool(self.compute.team_quotas()) and bool(scheduling and scheduling.priority_classes),
+                ),
+            }
+            for resource_type, (path, used) in governed.items():
+                if used and resource_type not in available:
+                    problems.append(
+                        (
+                            path,
+                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not offered in {self.region}; "
+                            "allowed here: " + ("task_governance: false" if path.endswith("task_governance") else "no priority_classes"),
+                        )
+                    )
             for resource_type, used in needed.items():
                 if used and resource_type not in available:
                     problems.append(
@@ -152,6 +178,22 @@ class EnvironmentConfig(Model):
                     "region",
                     f"HyperPod's dependency chart has no health-monitoring agent image in {self.region}; it pulls us-east-1's "
                     f"(regions with one: {', '.join(HEALTH_MONITORING_AGENT_REGIONS)})",
+                )
+            )
+        scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
+        available = resource_types_in(self.region)
+        if (
+            self.compute.orchestrator == "eks"
+            and scheduling is not None
+            and scheduling.task_governance is False
+            and available is not None
+            and "AWS::SageMaker::ComputeQuota" not in available
+        ):
+            out.append(
+                (
+                    "compute.eks.scheduling.task_governance",
+                    f"HyperPod task governance compute quotas (AWS::SageMaker::ComputeQuota) are not offered in {self.region}: "
+                    "no team queues and no all-or-nothing admission on this cluster",
                 )
             )
         return out + [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]

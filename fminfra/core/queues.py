@@ -4,9 +4,10 @@ jobs it submits (`fminfra accept`). Both sides call `team_queue`; neither spells
 
 On HyperPod EKS, task governance creates, per team (compute quota), the namespace
 `hyperpod-ns-<team>` and the Kueue LocalQueue `hyperpod-ns-<team>-localqueue` in it; jobs carry
-the label `kueue.x-k8s.io/queue-name` with that queue (docs/facts/hyperpod.md#hyperpod-task-governance-names,
-recorded by the scheduling change). On EKS without HyperPod fminfra's own Kueue queues use the team's
-name as the namespace and `<team>-localqueue` as the LocalQueue.
+the label `kueue.x-k8s.io/queue-name` with that queue (docs/facts/hyperpod.md#hyperpod-task-governance-names:
+AWS's task governance CLI examples, the ComputeQuota schema and the HyperPod CLI's constants agree).
+On EKS without HyperPod fminfra's own Kueue queues use the team's name as the namespace and
+`<team>-localqueue` as the LocalQueue.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from typing import Literal
 
 DEFAULT_TEAM = "training"  # the one team of the default config: a queue holding all training GPUs
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Namespaces a team of fminfra's own Kueue (EKS without HyperPod, namespace = team name) may not take:
+# Kubernetes' own, Kueue's, and the one fminfra's exporters use.
+RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "monitoring")
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ SERVICE_NAMES = {
     "AWS::APS::Scraper": "AMP managed scrapers",
     "AWS::Grafana::Workspace": "Amazon Managed Grafana",
     "AWS::EC2::CapacityReservation": "EC2 On-Demand Capacity Reservations",
+    "AWS::SageMaker::ComputeQuota": "HyperPod task governance compute quotas",
+    "AWS::SageMaker::ClusterSchedulerConfig": "HyperPod task governance cluster policies",
 }
 
 

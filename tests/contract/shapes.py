@@ -250,8 +250,67 @@ EC2_CAPACITY_RESERVATION = CreateApi(
     },
 )
 
+# HyperPod task governance (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
+_TAGS = {"Tags": "Tags", "Tags[].Key": "Key", "Tags[].Value": "Value"}
+_QUOTA_RESOURCE = {
+    "InstanceType": "InstanceType",
+    "Count": "Count",
+    "Accelerators": "Accelerators",
+    "VCpu": "VCpu",
+    "MemoryInGiB": "MemoryInGiB",
+}
+SAGEMAKER_COMPUTE_QUOTA = CreateApi(
+    resource_type="AWS::SageMaker::ComputeQuota",
+    service="sagemaker",
+    operation="CreateComputeQuota",
+    members={
+        "ActivationState": "ActivationState",
+        "ClusterArn": "ClusterArn",
+        "ComputeQuotaConfig": "ComputeQuotaConfig",
+        "ComputeQuotaConfig.ComputeQuotaResources": "ComputeQuotaResources",
+        **{f"ComputeQuotaConfig.ComputeQuotaResources[].{k}": v for k, v in _QUOTA_RESOURCE.items()},
+        "ComputeQuotaConfig.PreemptTeamTasks": "PreemptTeamTasks",
+        "ComputeQuotaConfig.ResourceSharingConfig": "ResourceSharingConfig",
+        "ComputeQuotaConfig.ResourceSharingConfig.Strategy": "Strategy",
+        "ComputeQuotaConfig.ResourceSharingConfig.BorrowLimit": "BorrowLimit",
+        "ComputeQuotaTarget": "ComputeQuotaTarget",
+        "ComputeQuotaTarget.TeamName": "TeamName",
+        "ComputeQuotaTarget.FairShareWeight": "FairShareWeight",
+        "Description": "Description",
+        "Name": "Name",
+        **_TAGS,
+    },
+)
+
+SAGEMAKER_CLUSTER_SCHEDULER_CONFIG = CreateApi(
+    resource_type="AWS::SageMaker::ClusterSchedulerConfig",
+    service="sagemaker",
+    operation="CreateClusterSchedulerConfig",
+    members={
+        "ClusterArn": "ClusterArn",
+        "Description": "Description",
+        "Name": "Name",
+        "SchedulerConfig": "SchedulerConfig",
+        "SchedulerConfig.FairShare": "FairShare",
+        "SchedulerConfig.IdleResourceSharing": "IdleResourceSharing",
+        "SchedulerConfig.PriorityClasses": "PriorityClasses",
+        "SchedulerConfig.PriorityClasses[].Name": "Name",
+        "SchedulerConfig.PriorityClasses[].Weight": "Weight",
+        **_TAGS,
+    },
+)
+
 CREATE_APIS = {
-    api.resource_type: api for api in (SAGEMAKER_CLUSTER, FSX_FILE_SYSTEM, EKS_NODEGROUP, EC2_LAUNCH_TEMPLATE, EC2_CAPACITY_RESERVATION)
+    api.resource_type: api
+    for api in (
+        SAGEMAKER_CLUSTER,
+        FSX_FILE_SYSTEM,
+        EKS_NODEGROUP,
+        EC2_LAUNCH_TEMPLATE,
+        EC2_CAPACITY_RESERVATION,
+        SAGEMAKER_COMPUTE_QUOTA,
+        SAGEMAKER_CLUSTER_SCHEDULER_CONFIG,
+    )
 }
 
 

@@ -29,6 +29,7 @@ from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps, HelmChar
 from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.constructs.hyperpod_dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.constructs.launch_template import (
     IMDS_HOP_LIMIT_EKS_NODES,
     CapacityReservationTarget,
@@ -38,6 +39,9 @@ from fminfra.constructs.launch_template import (
 from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.constructs.placement import ClusterPlacementGroup
 from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
+from fminfra.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
 from fminfra.core.queues import team_queue
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
@@ -81,6 +85,8 @@ class Orchestration:
     eks: EksCluster | None = None
     dependencies: HyperPodDependencies | None = None
     scraper: AmpScraper | None = None
+    task_governance: TaskGovernance | None = None
+    kueue: Kueue | None = None
     inference_node_groups: dict[str, InferenceNodeGroup] = field(default_factory=dict)
 
 
@@ -344,6 +350,8 @@ def add_eks_and_hyperpod(
         addons = {name: version(key) for name, key in ADDONS.items()}
         if compute.orchestrator == "eks":
             addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+        if compute.team_quotas():
+            addons[TASK_GOVERNANCE_ADDON] = version(TASK_GOVERNANCE_VERSION_KEY)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         kubectl_layer = layer_class(stack, "KubectlLayer")
         out.eks = EksCluster(
@@ -380,8 +388,8 @@ def add_eks_and_hyperpod(
             )
             # helm reaches pods' networking only once the VPC CNI runs.
             out.dependencies.resource.node.add_dependency(out.eks.addons["vpc-cni"])
-            if compute.eks.accept_access:
-                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks").namespace])
+        if compute.kueue_quotas():
+            out.kueue = _kueue(stack, cfg, out.eks)
         if prometheus is not None:
             out.scraper = _amp_scraper(stack, cfg, network, out.eks, prometheus)
         cdk.CfnOutput(stack, "EksClusterName", value=out.eks.cluster_name, description="EKS cluster")
@@ -459,6 +467,11 @@ def add_eks_and_hyperpod(
         cdk.Tags.of(out.hyperpod.cluster).add("SageMaker", "true")
         if out.eks is not None and compute.orchestrator == "eks":
             _order_hyperpod_eks(out)
+            out.task_governance = _task_governance(stack, cfg, out)
+            if compute.eks is not None and compute.eks.accept_access:
+                # The namespace of the team accept's jobs queue in, after the quotas that create it.
+                after = [out.task_governance] if out.task_governance is not None else []
+                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks").namespace], after=after)
         cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(
@@ -602,6 +615,59 @@ def _order_hyperpod_eks(out: Orchestration) -> None:
         out.hyperpod.node.add_dependency(out.eks.addons[name])
     out.hyperpod.node.add_dependency(out.dependencies.resource)
     out.eks.addons["amazon-sagemaker-hyperpod-training-operator"].node.add_dependency(out.hyperpod.cluster)
+
+
+def _task_governance(stack: cdk.Stack, cfg: EnvironmentConfig, out: Orchestration) -> TaskGovernance | None:
+    """HyperPod task governance: its add-on after the HyperPod cluster (AWS installs it on an existing
+    HyperPod EKS cluster), and the teams' quotas and the cluster policy after the add-on, which
+    runs the Kueue they configure (docs/facts/hyperpod.md#hyperpod-task-governance-addon)."""
+    assert out.eks is not None and out.hyperpod is not None
+    quotas = cfg.compute.team_quotas()
+    if not quotas:
+        return None
+    addon = out.eks.addons[TASK_GOVERNANCE_ADDON]
+    addon.node.add_dependency(out.hyperpod.cluster)
+    assert cfg.compute.eks is not None
+    governance = TaskGovernance(
+        stack,
+        "TaskGovernance",
+        TaskGovernanceProps(
+            cluster_arn=out.hyperpod.cluster_arn,
+            name_prefix=cfg.name,
+            teams=[TeamQuota(team=team, instances=instances) for team, instances in quotas.items()],
+            priority_classes=cfg.compute.eks.scheduling.priority_classes,
+            tags={"fminfra:environment": cfg.name, **cfg.tags},  # the stage's tags (fminfra/stage.py)
+        ),
+    )
+    governance.node.add_dependency(addon)
+    return governance
+
+
+def _kueue(stack: cdk.Stack, cfg: EnvironmentConfig, eks_cluster: EksCluster) -> Kueue:
+    """fminfra's Kueue on EKS without HyperPod (opt-in): a flavor per inference GPU type tolerating
+    its groups' taints, a queue per team; after the VPC CNI and the system nodes its controller runs on."""
+    flavors: dict[str, list[dict[str, str]]] = {}
+    for g in cfg.compute.inference_node_groups:
+        taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+        tolerations = flavors.setdefault(g.spec.name, [])
+        for key, value, effect in taints:
+            toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    kueue = Kueue(
+        stack,
+        "Kueue",
+        KueueProps(
+            cluster=eks_cluster.cluster,
+            version=version("CHART_KUEUE_VERSION"),
+            flavors=[GpuFlavor(instance_type=t, tolerations=tol) for t, tol in sorted(flavors.items())],
+            teams=cfg.compute.kueue_quotas(),
+        ),
+    )
+    kueue.chart.node.add_dependency(eks_cluster.addons["vpc-cni"])
+    if eks_cluster.system_nodegroup is not None:
+        kueue.chart.node.add_dependency(eks_cluster.system_nodegroup)
+    return kueue
 
 
 def _grant_data_bucket(
