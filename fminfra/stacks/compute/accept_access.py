@@ -7,7 +7,9 @@ authorize it too. This module gives it, in the environment's Compute stack:
 - an EKS access entry (type STANDARD) for the role's ARN with one Kubernetes group, `ACCEPT_GROUP`,
   and no access policy: the EKS access policies are fixed rule lists of built-in API groups only,
   so none of them grants MPIJob, HyperPodPyTorchJob or LocalQueue (docs/facts/eks.md#eks-access-policy-permissions);
-- per team namespace a Role with exactly the requests `fminfra accept` makes
+- in the namespace of the team accept's jobs queue in (`fminfra.core.queues.team_queue`, team
+  `training`; the Compute stack applies it after the teams' compute quotas), a Role with exactly
+  the requests `fminfra accept` makes
   (`fminfra/commands/accept_eks.py`), bound to that group, applied with the cluster's kubectl
   provider as the AMP scraper's RBAC is. The Role grants nothing outside its namespace; `get` on the
   namespace object itself is inside it (docs/facts/eks.md#k8s-rbac-request-attributes).
@@ -16,8 +18,9 @@ EKS stores the role's unique id when the entry is created, so the role must exis
 the GitHub OIDC stack before the environment (docs/facts/iam.md#eks-access-entry-existing-principal).
 
 The manifest carries the Namespace object too: task governance creates `hyperpod-ns-<team>` when
-the team's compute quota is created, and applying an existing namespace again only annotates it,
-while applying a Role into a namespace that does not exist yet fails the deploy. Hence also
+the team's compute quota is created, but whether it exists the moment CloudFormation reports the
+quota created is not documented; applying an existing namespace again only annotates it, while
+applying a Role into a namespace that does not exist yet fails the deploy. Hence also
 `overwrite`: the provider then creates with `kubectl apply`, which accepts an existing namespace.
 Deleting the stack deletes the namespace (the provider's `kubectl delete -f`).
 """
