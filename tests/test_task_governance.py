@@ -289,6 +289,7 @@ def test_the_pinned_dependency_chart_has_no_kueue() -> None:
 def _with_scheduling(scheduling: dict[str, Any], data: dict[str, Any] | None = None) -> dict[str, Any]:
     result = copy.deepcopy(data or STAGING)
     result["compute"]["eks"]["scheduling"] = scheduling
+    result["compute"]["eks"].pop("accept_access", None)  # its team rule: tests/test_accept_access.py
     return result
 
 

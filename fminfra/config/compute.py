@@ -481,6 +481,11 @@ class EksConfig(Model):
     scheduling: SchedulingConfig = Field(
         default_factory=SchedulingConfig, description="orchestrator eks: teams and their quotas (HyperPod task governance)."
     )
+    accept_access: bool = Field(
+        default=False,
+        description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
+        "an access entry and a Role in the namespace of the team its jobs queue in, what `fminfra accept` needs (docs/compute.md).",
+    )
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -601,6 +606,10 @@ class ComputeConfig(Model):
             problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
             problems.append(("eks", "only with orchestrator eks or when inference_node_groups exist"))
+        if self.eks is not None and self.eks.accept_access and self.orchestrator != "eks":
+            problems.append(
+                ("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
+            )
         seen: dict[str, str] = {}
         reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
         groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
@@ -640,6 +649,16 @@ class ComputeConfig(Model):
             self.eks = EksConfig()
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
+        if self.eks is not None and self.eks.accept_access and DEFAULT_TEAM not in {t.name for t in self.scheduling_teams()}:
+            _raise_problems(
+                [
+                    (
+                        "eks.accept_access",
+                        f"`fminfra accept` queues its jobs in task governance's team {DEFAULT_TEAM!r} (namespace hyperpod-ns-{DEFAULT_TEAM}); "
+                        f"keep task_governance on and a team named {DEFAULT_TEAM!r} in eks.scheduling.teams, or set accept_access: false",
+                    )
+                ]
+            )
         if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
             _raise_problems(
                 [

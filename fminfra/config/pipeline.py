@@ -171,6 +171,12 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                     f"{file}: environments[{i}].accept.gate: true, but {env.config} has no training group with GPUs and nodes:"
                     " the acceptance jobs need GPUs; set gate: false or leave it out"
                 )
+            eks = cfg.compute.eks
+            if gate_enabled(env, cfg) and cfg.compute.orchestrator == "eks" and eks is not None and not eks.accept_access:
+                problems.append(
+                    f"{file}: environments[{i}].accept: the gate is on, but {env.config} leaves compute.eks.accept_access off:"
+                    " the acceptance role would have no Kubernetes access to the cluster; set it to true, or accept: {gate: false}"
+                )
     names = [c.name for c in configs]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:

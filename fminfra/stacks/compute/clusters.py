@@ -42,8 +42,10 @@ from fminfra.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
 from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from fminfra.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
+from fminfra.core.queues import team_queue
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
+from fminfra.stacks.compute.accept_access import add_accept_access
 from fminfra.stacks.network import NetworkStack, removal_policy
 
 # EKS add-on name -> manifest key of its pinned version.
@@ -466,6 +468,10 @@ def add_eks_and_hyperpod(
         if out.eks is not None and compute.orchestrator == "eks":
             _order_hyperpod_eks(out)
             out.task_governance = _task_governance(stack, cfg, out)
+            if compute.eks is not None and compute.eks.accept_access:
+                # The namespace of the team accept's jobs queue in, after the quotas that create it.
+                after = [out.task_governance] if out.task_governance is not None else []
+                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks").namespace], after=after)
         cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(
