@@ -24,6 +24,7 @@ import jsonschema
 import pytest
 import yaml
 
+from fminfra.commands.accept_manifests import eks_plan
 from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
@@ -315,22 +316,35 @@ def test_a_gated_eks_environment_without_access_is_one_line(tmp_path: Path) -> N
     assert load_pipeline(ROOT / "pipeline.yaml")[1][1].compute.eks.accept_access
 
 
-@pytest.mark.parametrize(
-    "scheduling",
-    [{"teams": [{"name": "research", "instances": {"workers": 2}}]}, {"task_governance": False}],
-)
-def test_accept_access_needs_the_team_accept_queues_in(tmp_path: Path, scheduling: dict[str, Any]) -> None:
+def test_accept_access_needs_a_task_governance_team(tmp_path: Path) -> None:
     data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
-    data["compute"]["eks"]["scheduling"] = scheduling
+    data["compute"]["eks"]["scheduling"] = {"task_governance": False}
     path = tmp_path / "staging.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in task governance's team 'training' "
-        "(namespace hyperpod-ns-training); keep task_governance on and a team named 'training' in eks.scheduling.teams, "
-        "or set accept_access: false"
+        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and this "
+        "cluster has none; keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false"
     ]
     data["compute"]["eks"]["accept_access"] = False  # the same config without it is valid
     path.write_text(yaml.safe_dump(data))
     assert not load_config(path).compute.eks.accept_access  # type: ignore[union-attr]
+
+
+def test_accept_uses_training_or_else_the_first_team(tmp_path: Path) -> None:
+    """Teams without `training`: accept's jobs and the acceptance RBAC use the first team's namespace."""
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["compute"]["eks"]["scheduling"] = {
+        "teams": [{"name": "research", "instances": {"workers": 1}}, {"name": "eval", "instances": {"workers": 1}}]
+    }
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    cfg = load_config(path)
+    assert cfg.compute.acceptance_team() == "research"
+    plan = eks_plan(cfg, "r1")
+    assert (plan.namespace, plan.queue) == ("hyperpod-ns-research", "hyperpod-ns-research-localqueue")
+    # with a team named training it is that one, wherever it is listed
+    data["compute"]["eks"]["scheduling"]["teams"].append({"name": "training", "instances": {}})
+    path.write_text(yaml.safe_dump(data))
+    assert load_config(path).compute.acceptance_team() == "training"

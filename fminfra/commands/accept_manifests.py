@@ -32,7 +32,7 @@ from typing import Any
 
 from fminfra import catalog
 from fminfra.config import EnvironmentConfig
-from fminfra.core.queues import QUEUE_LABEL, team_queue
+from fminfra.core.queues import DEFAULT_TEAM, QUEUE_LABEL, team_queue
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
 
@@ -355,7 +355,7 @@ def scripts_config_map(name: str, namespace: str, run_id: str, queue: str) -> di
 
 def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
     """The objects `accept` applies to a HyperPod EKS environment, per training group."""
-    queue = team_queue("hyperpod-eks")
+    queue = team_queue("hyperpod-eks", cfg.compute.acceptance_team() or DEFAULT_TEAM)
     plan = EksPlan(
         cfg=cfg,
         run_id=run_id,

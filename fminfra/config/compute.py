@@ -649,13 +649,13 @@ class ComputeConfig(Model):
             self.eks = EksConfig()
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
-        if self.eks is not None and self.eks.accept_access and DEFAULT_TEAM not in {t.name for t in self.scheduling_teams()}:
+        if self.eks is not None and self.eks.accept_access and self.acceptance_team() is None:
             _raise_problems(
                 [
                     (
                         "eks.accept_access",
-                        f"`fminfra accept` queues its jobs in task governance's team {DEFAULT_TEAM!r} (namespace hyperpod-ns-{DEFAULT_TEAM}); "
-                        f"keep task_governance on and a team named {DEFAULT_TEAM!r} in eks.scheduling.teams, or set accept_access: false",
+                        "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; "
+                        "keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false",
                     )
                 ]
             )
@@ -689,6 +689,16 @@ class ComputeConfig(Model):
         else:
             return []
         return list(scheduling.teams) if scheduling.teams is not None else [TeamConfig(name=DEFAULT_TEAM, instances=default)]
+
+    def acceptance_team(self) -> str | None:
+        """The team whose queue `fminfra accept` submits to on HyperPod EKS: `DEFAULT_TEAM` when the
+        cluster has it, else the first configured team; None without task governance teams."""
+        if self.orchestrator != "eks":
+            return None
+        names = [t.name for t in self.scheduling_teams()]
+        if not names:
+            return None
+        return DEFAULT_TEAM if DEFAULT_TEAM in names else names[0]
 
     def kueue_quotas(self) -> dict[str, dict[str, int]]:
         """EKS without HyperPod, with `kueue`: team -> EC2 instance type -> GPUs."""

@@ -7,8 +7,8 @@ authorize it too. This module gives it, in the environment's Compute stack:
 - an EKS access entry (type STANDARD) for the role's ARN with one Kubernetes group, `ACCEPT_GROUP`,
   and no access policy: the EKS access policies are fixed rule lists of built-in API groups only,
   so none of them grants MPIJob, HyperPodPyTorchJob or LocalQueue (docs/facts/eks.md#eks-access-policy-permissions);
-- in the namespace of the team accept's jobs queue in (`fminfra.core.queues.team_queue`, team
-  `training`; the Compute stack applies it after the teams' compute quotas), a Role with exactly
+- in the namespace of the team accept's jobs queue in (`ComputeConfig.acceptance_team`: `training`,
+  else the first configured team; the Compute stack applies it after the teams' compute quotas), a Role with exactly
   the requests `fminfra accept` makes
   (`fminfra/commands/accept_eks.py`), bound to that group, applied with the cluster's kubectl
   provider as the AMP scraper's RBAC is. The Role grants nothing outside its namespace; `get` on the

@@ -471,7 +471,9 @@ def add_eks_and_hyperpod(
             if compute.eks is not None and compute.eks.accept_access:
                 # The namespace of the team accept's jobs queue in, after the quotas that create it.
                 after = [out.task_governance] if out.task_governance is not None else []
-                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks").namespace], after=after)
+                team = compute.acceptance_team()
+                assert team is not None  # validated: accept_access needs a task governance team
+                add_accept_access(stack, cfg, out.eks, [team_queue("hyperpod-eks", team).namespace], after=after)
         cdk.CfnOutput(stack, "HyperPodClusterName", value=cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=out.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(
