@@ -19,10 +19,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from aws_cdk import Stack
 
 from fminfra.config import parse_config, read_yaml
-from fminfra.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS
-from fminfra.core.errors import ConfigError
+from fminfra.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps
+from fminfra.core.errors import ConfigError, ValidationError
 from fminfra.core.queues import team_queue
 from fminfra.core.versions import version
 from tests.conftest import Synth
@@ -249,4 +250,23 @@ def test_no_fminfra_kueue_on_hyperpod_eks() -> None:
     data["compute"]["eks"]["scheduling"] = {"kueue": True}
     assert _error(data) == (
         "f.yaml: compute.eks.scheduling.kueue: HyperPod EKS runs task governance's Kueue and no second one; allowed: false"
+    )
+
+
+@pytest.mark.parametrize(("team", "ok"), [("a" * 52, True), ("a" * 53, False), ("a" * 63, False)])
+def test_construct_rejects_a_team_whose_queue_label_is_too_long(team: str, ok: bool) -> None:
+    """`<team>-localqueue` is the value of the jobs' queue label (at most 63 characters), so a team name
+    that is a valid namespace (up to 63) may still make an invalid label past 52 characters."""
+    assert len(team_queue("eks", team).local_queue) == len(team) + len("-localqueue")
+    flavor = GpuFlavor(instance_type="g6e.12xlarge")
+    props = KueueProps(cluster=None, version="0.19.2", flavors=[flavor], teams={team: {"g6e.12xlarge": 4}})  # type: ignore[arg-type]
+    if ok:
+        with pytest.raises(AttributeError):  # past validation: the construct reaches for the (absent) cluster
+            Kueue(Stack(), "Kueue", props)
+        return
+    with pytest.raises(ValidationError) as info:
+        Kueue(Stack(), "Kueue", props)
+    assert str(info.value) == (
+        f"team {team!r}: its queue {team + '-localqueue'!r} is a label value of at most 63 characters, got {len(team) + 11}; "
+        "allowed: team names of at most 52 characters"
     )
