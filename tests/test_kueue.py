@@ -270,3 +270,21 @@ def test_construct_rejects_a_team_whose_queue_label_is_too_long(team: str, ok: b
         f"team {team!r}: its queue {team + '-localqueue'!r} is a label value of at most 63 characters, got {len(team) + 11}; "
         "allowed: team names of at most 52 characters"
     )
+
+
+def test_docs_say_kueue_0_19_defaults_wait_for_pods_ready_on_and_how_to_check_task_governance() -> None:
+    """Kueue >= 0.19 turns waitForPodsReady on by default (docs/facts/eks.md#chart-kueue); what task
+    governance's managed configuration holds is unknown, so the docs give the first-deploy check, in
+    compute.md's scheduling section and first-job.md's HyperPod EKS steps (the old text said "off by
+    default, in Kueue and in task governance" and had no check)."""
+    compute = (ROOT / "docs" / "compute.md").read_text()
+    section = compute[compute.index("### Teams, quotas, all-or-nothing") : compute.index("### Kueue on EKS without HyperPod")]
+    first_job = (ROOT / "docs" / "first-job.md").read_text()
+    steps = first_job[first_job.index("### From `cdk deploy` to a passing run (HyperPod EKS)") :]
+    steps = steps[: steps.index("\n### ")]
+    assert "off by default, in Kueue" not in section
+    assert "Kueue 0.19 and later turn it on by default" in section and "not known to fminfra" in section
+    for text in (section, steps):
+        assert "kubectl get configmap -n kueue-system" in text
+        assert "kubectl get clusterqueue hyperpod-ns-" in text and "-clusterqueue -o yaml" in text
+        assert "vpc.amazonaws.com/efa" in text and "unavailable in ClusterQueue" in text
