@@ -475,3 +475,31 @@ def test_plan_lists_the_teams_their_quotas_and_queues() -> None:
     text = render_plan(parse_config(STAGING, "f.yaml"))
     assert "  team training: 16 GPUs (2 x ml.p5en.48xlarge); queue hyperpod-ns-training-localqueue in hyperpod-ns-training" in text
     assert "scheduling:" not in render_plan(parse_config(_with_scheduling({"task_governance": False}), "f.yaml"))
+
+
+def _l1_problem(module: Any, pinned: str) -> str | None:
+    """Why the quota should now be an L1 class: the installed aws-cdk-lib has `CfnComputeQuota`."""
+    if hasattr(module, "CfnComputeQuota"):
+        return (
+            f"aws-cdk-lib {pinned} has CfnComputeQuota: use it in fminfra/constructs/task_governance.py in place of the "
+            "CfnResource and drop its CloudFormation-Validate::F3006 acknowledgment "
+            "(docs/facts/hyperpod.md#hyperpod-compute-quota-schema)"
+        )
+    return None
+
+
+def test_compute_quota_is_a_cfn_resource_only_while_the_pinned_cdk_lacks_the_l1() -> None:
+    """CfnComputeQuota exists from aws-cdk-lib 2.276.0 (the CDK API reference); the pin is older. Raising
+    the pin makes this fail until the CfnResource and its F3006 acknowledgment go."""
+    import types
+    from importlib.metadata import version as installed
+
+    from aws_cdk import aws_sagemaker
+
+    pinned = regex.search(r"^aws-cdk-lib==(\S+)$", (ROOT / "requirements.txt").read_text(), regex.M)
+    assert pinned and installed("aws-cdk-lib") == pinned[1]
+    assert _l1_problem(aws_sagemaker, pinned[1]) is None
+    assert "CfnComputeQuota" in (_l1_problem(types.SimpleNamespace(CfnComputeQuota=object), "2.276.0") or "")
+    fact = (ROOT / "docs" / "facts" / "hyperpod.md").read_text()
+    entry = fact[fact.index("### hyperpod-compute-quota-schema") :].split("\n### ")[0]
+    assert f"aws-cdk-lib=={pinned[1]}" in entry and "`CfnComputeQuota` exists from aws-cdk-lib 2.276.0" in entry
