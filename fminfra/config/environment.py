@@ -219,7 +219,7 @@ class EnvironmentConfig(Model):
                 (
                     "compute.eks.scheduling.priority_classes",
                     f"cfn-lint's CloudFormation resource types for {self.region} lack AWS::SageMaker::ClusterSchedulerConfig "
-                    "(HyperPod task governance cluster policies), though compute quotas are offered there; the cluster policy "
+                    "(HyperPod task governance cluster policies), though a source offers compute quotas there; the cluster policy "
                     "may fail to deploy (leave priority_classes out if it does)",
                 )
             )
