@@ -19,10 +19,11 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from aws_cdk import Stack
 
 from fminfra.config import parse_config, read_yaml
-from fminfra.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS
-from fminfra.core.errors import ConfigError
+from fminfra.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps
+from fminfra.core.errors import ConfigError, ValidationError
 from fminfra.core.queues import team_queue
 from fminfra.core.versions import version
 from tests.conftest import Synth
@@ -250,3 +251,40 @@ def test_no_fminfra_kueue_on_hyperpod_eks() -> None:
     assert _error(data) == (
         "f.yaml: compute.eks.scheduling.kueue: HyperPod EKS runs task governance's Kueue and no second one; allowed: false"
     )
+
+
+@pytest.mark.parametrize(("team", "ok"), [("a" * 52, True), ("a" * 53, False), ("a" * 63, False)])
+def test_construct_rejects_a_team_whose_queue_label_is_too_long(team: str, ok: bool) -> None:
+    """`<team>-localqueue` is the value of the jobs' queue label (at most 63 characters), so a team name
+    that is a valid namespace (up to 63) may still make an invalid label past 52 characters."""
+    assert len(team_queue("eks", team).local_queue) == len(team) + len("-localqueue")
+    flavor = GpuFlavor(instance_type="g6e.12xlarge")
+    props = KueueProps(cluster=None, version="0.19.2", flavors=[flavor], teams={team: {"g6e.12xlarge": 4}})  # type: ignore[arg-type]
+    if ok:
+        with pytest.raises(AttributeError):  # past validation: the construct reaches for the (absent) cluster
+            Kueue(Stack(), "Kueue", props)
+        return
+    with pytest.raises(ValidationError) as info:
+        Kueue(Stack(), "Kueue", props)
+    assert str(info.value) == (
+        f"team {team!r}: its queue {team + '-localqueue'!r} is a label value of at most 63 characters, got {len(team) + 11}; "
+        "allowed: team names of at most 52 characters"
+    )
+
+
+def test_docs_say_kueue_0_19_defaults_wait_for_pods_ready_on_and_how_to_check_task_governance() -> None:
+    """Kueue >= 0.19 turns waitForPodsReady on by default (docs/facts/eks.md#chart-kueue); what task
+    governance's managed configuration holds is unknown, so the docs give the first-deploy check, in
+    compute.md's scheduling section and first-job.md's HyperPod EKS steps (the old text said "off by
+    default, in Kueue and in task governance" and had no check)."""
+    compute = (ROOT / "docs" / "compute.md").read_text()
+    section = compute[compute.index("### Teams, quotas, all-or-nothing") : compute.index("### Kueue on EKS without HyperPod")]
+    first_job = (ROOT / "docs" / "first-job.md").read_text()
+    steps = first_job[first_job.index("### From `cdk deploy` to a passing run (HyperPod EKS)") :]
+    steps = steps[: steps.index("\n### ")]
+    assert "off by default, in Kueue" not in section
+    assert "Kueue 0.19 and later turn it on by default" in section and "not known to fminfra" in section
+    for text in (section, steps):
+        assert "kubectl get configmap -n kueue-system" in text
+        assert "kubectl get clusterqueue hyperpod-ns-" in text and "-clusterqueue -o yaml" in text
+        assert "vpc.amazonaws.com/efa" in text and "unavailable in ClusterQueue" in text

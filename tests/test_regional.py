@@ -75,3 +75,25 @@ def test_a_service_the_region_does_not_offer_is_one_line_each() -> None:
         "f.yaml: region: Amazon Managed Service for Prometheus (AWS::APS::Workspace) is not offered in cn-north-1; choose another region"
         in problems
     )
+
+
+def test_the_described_compute_quota_regions_come_from_the_schema_description(tmp_path: Any) -> None:
+    """The schema's description is the second source on compute quotas (docs/facts/hyperpod.md#hyperpod-compute-quota-schema);
+    the refresh script reads it and stops on a description it cannot read rather than writing a wrong list."""
+    refresh = _refresh_module()
+    shipped = json.loads(DATA.read_text())["compute_quota_described_regions"]
+    assert len(shipped) == 15 and {"us-east-1", "us-west-1", "ap-northeast-1"} <= set(shipped) and "ca-central-1" not in shipped
+    (tmp_path / "resources").mkdir()
+    schema = tmp_path / "resources" / "x.json"
+    for description, expected in [
+        ("Quotas. Available in 2 regions (us-east-1, eu-west-1).", ["eu-west-1", "us-east-1"]),
+        ("Quotas. Available in 3 regions (us-east-1, eu-west-1).", "says 3 regions but names 2"),
+        ("Quotas.", "names no regions"),
+    ]:
+        schema.write_text(json.dumps({"typeName": "AWS::SageMaker::ComputeQuota", "description": description}))
+        if isinstance(expected, list):
+            assert refresh.described_regions(tmp_path, "AWS::SageMaker::ComputeQuota") == expected
+            continue
+        with pytest.raises(SystemExit) as info:
+            refresh.described_regions(tmp_path, "AWS::SageMaker::ComputeQuota")
+        assert expected in str(info.value)

@@ -419,7 +419,7 @@ class SchedulingConfig(Model):
     task_governance: bool | None = Field(
         default=None,
         description="orchestrator eks: install HyperPod task governance (its Kueue) and a compute quota per team. "
-        "Default: on where CloudFormation offers compute quotas in the region, off elsewhere (with a warning).",
+        "Default: on where both region sources list compute quotas, off elsewhere (with a warning; docs/compute.md).",
     )
     teams: list[TeamConfig] | None = Field(
         default=None,

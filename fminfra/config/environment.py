@@ -13,7 +13,13 @@ from fminfra.config.compute import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLA
 from fminfra.config.network import NetworkConfig
 from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
 from fminfra.config.storage import StorageConfig
-from fminfra.core.regional import SERVICE_NAMES, hyperpod_types_anywhere, hyperpod_types_in, resource_types_in
+from fminfra.core.regional import (
+    SERVICE_NAMES,
+    compute_quota_sources,
+    hyperpod_types_anywhere,
+    hyperpod_types_in,
+    resource_types_in,
+)
 from fminfra.core.regions import az_id_problem
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
@@ -112,16 +118,21 @@ class EnvironmentConfig(Model):
             needed["AWS::APS::Workspace"] = self.observability.prometheus
             needed["AWS::APS::Scraper"] = self.observability.prometheus and self.compute.needs_eks
             needed["AWS::Grafana::Workspace"] = self.observability.grafana.enabled
-            # Task governance's resources: the setting that asks for them is named, so it can be turned off;
-            # left at its default, task governance is off where the region has no compute quotas (a warning).
+            # Task governance's resources. Two sources on compute quotas disagree by region (cfn-lint's per-region
+            # resource types and the resource schema's description; docs/facts/hyperpod.md#hyperpod-compute-quota-schema):
+            # left at its default, task governance is on only where both offer them (off elsewhere, a warning); asked
+            # for (task_governance, teams or priority_classes named), it is refused only where neither does (a warning
+            # where they disagree). Cluster policies go with the quotas: refused only where neither offers quotas.
             scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
+            quotas = compute_quota_sources(self.region)
+            assert quotas is not None  # the region has a list of resource types
             if (
                 scheduling is not None
                 and self.compute.orchestrator == "eks"
                 and scheduling.task_governance is None
                 and not {"teams", "priority_classes"} & scheduling.model_fields_set
             ):
-                scheduling.task_governance = "AWS::SageMaker::ComputeQuota" in available
+                scheduling.task_governance = quotas.both
             governed = {
                 "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.team_quotas())),
                 "AWS::SageMaker::ClusterSchedulerConfig": (
@@ -130,12 +141,14 @@ class EnvironmentConfig(Model):
                 ),
             }
             for resource_type, (path, used) in governed.items():
-                if used and resource_type not in available:
+                if used and not quotas.either:
                     problems.append(
                         (
                             path,
-                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not offered in {self.region}; "
-                            "allowed here: " + ("task_governance: false" if path.endswith("task_governance") else "no priority_classes"),
+                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not offered in {self.region} (neither cfn-lint's "
+                            "CloudFormation resource types for the region nor the ComputeQuota schema's description lists compute "
+                            "quotas there); allowed here: "
+                            + ("task_governance: false" if path.endswith("task_governance") else "no priority_classes"),
                         )
                     )
             for resource_type, used in needed.items():
@@ -164,6 +177,54 @@ class EnvironmentConfig(Model):
                     )
         return problems
 
+    def _task_governance_warnings(self) -> list[tuple[str, str]]:
+        """Where task governance is off for want of compute quotas, or asked for where the two sources on them
+        disagree, or its cluster policy where the region's resource types lack ClusterSchedulerConfig
+        (docs/facts/hyperpod.md#hyperpod-compute-quota-schema)."""
+        scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
+        quotas = compute_quota_sources(self.region)
+        if self.compute.orchestrator != "eks" or scheduling is None or quotas is None:
+            return []
+        out: list[tuple[str, str]] = []
+        path = "compute.eks.scheduling.task_governance"
+        used = bool(self.compute.team_quotas())
+        if not used and not quotas.either:
+            out.append(
+                (
+                    path,
+                    f"HyperPod task governance compute quotas (AWS::SageMaker::ComputeQuota) are not offered in {self.region}: "
+                    "no team queues and no all-or-nothing admission on this cluster",
+                )
+            )
+        elif not used and not quotas.both:
+            out.append(
+                (
+                    path,
+                    f"task governance is off ({quotas.disagreement(self.region)}; it is on by default only where both list "
+                    "it): no team queues and no all-or-nothing admission on this cluster. Set task_governance: true to try it "
+                    "(the stack fails to deploy if CloudFormation lacks the type there)",
+                )
+            )
+        elif used and not quotas.both:
+            out.append(
+                (
+                    path,
+                    f"{quotas.disagreement(self.region)}; the compute quotas may fail to deploy here (set task_governance: false "
+                    "if they do)",
+                )
+            )
+        available = resource_types_in(self.region) or set()
+        if used and scheduling.priority_classes and "AWS::SageMaker::ClusterSchedulerConfig" not in available:
+            out.append(
+                (
+                    "compute.eks.scheduling.priority_classes",
+                    f"cfn-lint's CloudFormation resource types for {self.region} lack AWS::SageMaker::ClusterSchedulerConfig "
+                    "(HyperPod task governance cluster policies), though a source offers compute quotas there; the cluster policy "
+                    "may fail to deploy (leave priority_classes out if it does)",
+                )
+            )
+        return out
+
     # Names used for physical resources: every one includes the environment name.
     def physical_name(self, *parts: str) -> str:
         return "-".join(("fminfra", self.name, *parts))
@@ -180,20 +241,5 @@ class EnvironmentConfig(Model):
                     f"(regions with one: {', '.join(HEALTH_MONITORING_AGENT_REGIONS)})",
                 )
             )
-        scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
-        available = resource_types_in(self.region)
-        if (
-            self.compute.orchestrator == "eks"
-            and scheduling is not None
-            and scheduling.task_governance is False
-            and available is not None
-            and "AWS::SageMaker::ComputeQuota" not in available
-        ):
-            out.append(
-                (
-                    "compute.eks.scheduling.task_governance",
-                    f"HyperPod task governance compute quotas (AWS::SageMaker::ComputeQuota) are not offered in {self.region}: "
-                    "no team queues and no all-or-nothing admission on this cluster",
-                )
-            )
+        out.extend(self._task_governance_warnings())
         return out + [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]

@@ -31,6 +31,7 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # The values keys fminfra sets (each read by the chart's templates at the pinned version).
 VALUE_KEYS = ("managerConfig",)
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_VALUE_MAX = 63
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +147,14 @@ def _validate(props: KueueProps) -> None:
     for team, gpus in props.teams.items():
         if not DNS_LABEL.match(team) or team in RESERVED_NAMESPACES:
             raise ValidationError(f"team names are namespaces: a DNS label other than {', '.join(RESERVED_NAMESPACES)}, got {team!r}")
+        # The LocalQueue's name is also the value of a job's queue label, which has at most 63 characters
+        # (docs/facts/eks.md#kubernetes-label-syntax).
+        queue = team_queue("eks", team).local_queue
+        if len(queue) > LABEL_VALUE_MAX:
+            raise ValidationError(
+                f"team {team!r}: its queue {queue!r} is a label value of at most {LABEL_VALUE_MAX} characters, got {len(queue)}; "
+                f"allowed: team names of at most {LABEL_VALUE_MAX - len(queue) + len(team)} characters"
+            )
         for instance_type, count in gpus.items():
             if instance_type not in types:
                 raise ValidationError(f"team {team!r}: {instance_type!r} is not a flavor; allowed: {', '.join(sorted(types))}")

@@ -1,11 +1,14 @@
 """What each region offers, from the data cfn-lint keeps of AWS's published CloudFormation schemas
 and price list (`regional.json` beside this module, written by scripts/refresh_regional_data.py;
 docs/facts/network.md#regional-availability): the CloudFormation resource types fminfra creates
-that exist there, and the instance types SageMaker HyperPod offers there."""
+that exist there, and the instance types SageMaker HyperPod offers there; and, for HyperPod task
+governance's compute quotas, the regions their resource schema's description names, which disagree
+with the per-region lists (docs/facts/hyperpod.md#hyperpod-compute-quota-schema)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -48,3 +51,37 @@ def hyperpod_types_anywhere() -> frozenset[str]:
     """Every `ml.` type some region's HyperPod list names: a type outside it is one the data does not know
     (p6e-gb200, sold through training plans, is in no list), so no region can be judged for it."""
     return frozenset(t for types in _data()["hyperpod_instance_types"].values() for t in types)
+
+
+@dataclass(frozen=True)
+class QuotaSources:
+    """Whether each source offers AWS::SageMaker::ComputeQuota in a region: `provider`, cfn-lint's list of
+    resource types for the region (CloudFormation's per-region schemas); `described`, the resource schema's
+    description ("Available in 15 regions (...)", also on the CDK CfnComputeQuota page)."""
+
+    provider: bool
+    described: bool
+
+    @property
+    def both(self) -> bool:
+        return self.provider and self.described
+
+    @property
+    def either(self) -> bool:
+        return self.provider or self.described
+
+    def disagreement(self, region: str) -> str:
+        """The two sources on the region, in one clause."""
+        return (
+            f"the sources disagree on {region}: cfn-lint's CloudFormation resource types for {region} "
+            f"{'include' if self.provider else 'lack'} AWS::SageMaker::ComputeQuota, the resource schema's description "
+            f"(also the CDK CfnComputeQuota page) {'lists' if self.described else 'does not list'} {region}"
+        )
+
+
+def compute_quota_sources(region: str) -> QuotaSources | None:
+    """Both sources on compute quotas in the region; None when the data has no list for the region."""
+    available = resource_types_in(region)
+    if available is None:
+        return None
+    return QuotaSources("AWS::SageMaker::ComputeQuota" in available, region in _data()["compute_quota_described_regions"])
