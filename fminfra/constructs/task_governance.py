@@ -7,7 +7,7 @@ docs/facts/hyperpod.md#hyperpod-task-governance-addon), one of the EKS cluster's
 construct depend on it. Each quota makes task governance create the team's namespace and Kueue
 LocalQueue (`fminfra.core.queues.team_queue` spells them:
 docs/facts/hyperpod.md#hyperpod-task-governance-names). Properties follow the CloudFormation schemas
-(docs/facts/hyperpod.md#hyperpod-compute-quota-schema); CDK has no L1 class for ComputeQuota yet, so
+(docs/facts/hyperpod.md#hyperpod-compute-quota-schema); the pinned aws-cdk-lib (2.275) has no L1 class for ComputeQuota (2.276 adds one), so
 it is a `CfnResource`.
 """
 
@@ -52,7 +52,7 @@ class TaskGovernanceProps:
     teams: one quota per team; the namespaces and queues follow the team names.
     priority_classes: the cluster policy's priority classes, name -> weight 0-100. Default: none, and
       no cluster policy (jobs without a priority class rank 0).
-    tags: tags of the quotas. CDK's tag aspect does not reach them (no L1 class for the type yet), so
+    tags: tags of the quotas. CDK's tag aspect does not reach them (no L1 class for the type in the pinned aws-cdk-lib), so
       they are written out; the cluster policy is an L1 and gets the scope's tags. Default: none.
     """
 
