@@ -283,6 +283,65 @@ def test_a_failing_session_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
         _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=refused)
 
 
+def _failing_polls(fake: FakeNode, failures: list[str]) -> Any:
+    """The fake, except that the polls after the starting session fail as listed, then recover:
+    "timeout" as subprocess.run(timeout=...) raises it, "throttled" as the AWS CLI exits when
+    StartSession is throttled (exit 254 and the service's error line, no session output)."""
+    state = {"calls": 0}
+
+    def runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        state["calls"] += 1
+        kind = failures[state["calls"] - 2] if 2 <= state["calls"] < 2 + len(failures) else None
+        if kind == "timeout":
+            raise subprocess.TimeoutExpired(argv, accept_remote.SESSION_TIMEOUT_S)
+        if kind == "throttled":
+            err = "\nAn error occurred (ThrottlingException) when calling the StartSession operation (reached max retries: 2): Rate exceeded\n"
+            return subprocess.CompletedProcess(argv, 254, "", err)
+        return fake(argv)
+
+    return runner
+
+
+def test_a_poll_that_times_out_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNode(tmp_path)
+    assert _run(tmp_path, monkeypatch, fake, runner=_failing_polls(fake, ["timeout"])) == 0
+    assert "no end after 300 s; polling again" in capsys.readouterr().err
+
+
+def test_a_throttled_poll_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNode(tmp_path)
+    assert _run(tmp_path, monkeypatch, fake, runner=_failing_polls(fake, ["throttled", "timeout", "throttled"])) == 0
+    assert "exit 254: An error occurred (ThrottlingException)" in capsys.readouterr().err
+
+
+def test_polls_that_keep_failing_end_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNode(tmp_path)
+    failing = _failing_polls(fake, ["throttled"] * accept_remote.MAX_SILENT_POLLS)
+    with pytest.raises(UsageError, match=r"5 sessions in a row brought nothing back \(last: .*ThrottlingException"):
+        _run(tmp_path, monkeypatch, fake, runner=failing)
+
+
+def test_a_starting_session_that_times_out_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def hangs(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(argv, 300)
+
+    with pytest.raises(UsageError, match=r"start-session --target sagemaker-cluster:aa11bbbbb222_login-i-0ccc: no end after 300 s"):
+        _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=hangs)
+
+
+def test_the_plugin_gets_no_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        seen.update(kwargs)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(accept_remote.subprocess, "run", run)
+    accept_remote._run_session(["aws"])
+    # the Session Manager plugin forwards its stdin to the session: never CI's
+    assert seen["stdin"] is subprocess.DEVNULL and seen["timeout"] == accept_remote.SESSION_TIMEOUT_S
+
+
 def test_reply_parser_ignores_the_plugin_lines() -> None:
     reply = parse_reply(
         "Starting session with SessionId: s\r\nFMINFRA-BEGIN\r\nFMINFRA-EXIT=1\r\nFMINFRA-LOG-BYTES=12\r\nFAIL x\r\n\r\nFMINFRA-END\r\nExiting"
