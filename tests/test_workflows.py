@@ -434,6 +434,62 @@ def test_acceptance_role_check_can_fail(oidc: tuple[list[GithubOidcStack], Path]
     assert any("GitHub subjects" in p for p in accept_role_problems(open_trust, policies, lid, cfg))
 
 
+def _trusted_step_roles(app: cdk.App) -> list[str]:
+    """The pipeline principals the synthesized acceptance roles trust (aws:PrincipalArn)."""
+    found = []
+    for stack in app.synth().stacks:
+        for r in stack.template["Resources"].values():
+            if r["Type"] == "AWS::IAM::Role" and r["Properties"]["RoleName"].endswith("-accept"):
+                for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+                    found += [s["Condition"]["ArnEquals"]["aws:PrincipalArn"]] if "ArnEquals" in s.get("Condition", {}) else []
+    return found
+
+
+def _dev() -> Any:
+    from fminfra.config import load_config
+
+    return load_config(ROOT / "config" / "dev.yaml")
+
+
+def _pipeline_file(tmp_path: Path, name: str) -> Path:
+    """The shipped pipeline.yaml under another pipeline name, its configs still the shipped ones."""
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    data["name"] = name
+    for env in data["environments"]:
+        env["config"] = str(ROOT / env["config"])
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path / "pipeline.yaml"
+
+
+def test_acceptance_roles_trust_the_step_roles_of_the_named_pipeline(tmp_path: Path) -> None:
+    """synth.py reads the pipeline's name (pipeline.yaml `name`) and the acceptance roles trust the
+    step roles fminfra/pipeline.py names after it: not always `fminfra-ENV-accept-step`."""
+    from fminfra.pipeline import accept_step_role_name
+    from fminfra.synth import add_github_oidc_stacks
+
+    context = {"github_repository": REPO, "pipeline_account": PIPELINE_ACCOUNT, "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
+    app = cdk.App(outdir=str(tmp_path / "out"), context=context)
+    add_github_oidc_stacks(app, [_dev()])
+    assert _trusted_step_roles(app) == [f"arn:aws:iam::{PIPELINE_ACCOUNT}:role/{accept_step_role_name('mlplat', 'dev')}"]
+    assert accept_step_role_name("mlplat", "dev") == "mlplat-dev-accept-step"
+    # -c pipeline_name wins over the file
+    app = cdk.App(outdir=str(tmp_path / "out2"), context={**context, "pipeline_name": "other"})
+    add_github_oidc_stacks(app, [_dev()])
+    assert _trusted_step_roles(app) == [f"arn:aws:iam::{PIPELINE_ACCOUNT}:role/other-dev-accept-step"]
+
+
+def test_a_pipeline_file_of_another_account_is_one_line(tmp_path: Path) -> None:
+    from fminfra.core.errors import ConfigError
+    from fminfra.synth import add_github_oidc_stacks
+
+    context = {"github_repository": REPO, "pipeline_account": "999999999999", "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
+    with pytest.raises(ConfigError, match=r"account: the pipeline runs in 444444444444, but -c pipeline_account=999999999999"):
+        add_github_oidc_stacks(cdk.App(outdir=str(tmp_path / "out"), context=context), [_dev()])
+    context = {"github_repository": REPO, "pipeline_account": PIPELINE_ACCOUNT, "pipeline_file": str(tmp_path / "missing.yaml")}
+    with pytest.raises(ConfigError, match=r"missing.yaml: \(file\): no such file"):
+        add_github_oidc_stacks(cdk.App(outdir=str(tmp_path / "out2"), context=context), [_dev()])
+
+
 def test_oidc_stacks_pass_the_policy_gates(oidc: tuple[list[GithubOidcStack], Path]) -> None:
     stacks, outdir = oidc
     # cdk-nag ran in the fixture's app.synth(), which raises on any finding; the report agrees
@@ -459,7 +515,7 @@ def test_existing_provider_is_imported_not_created(synth: Synth) -> None:
 )
 def test_bad_repository_is_rejected(synth: Synth, repository: str, message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
-        GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[synth.configs["dev"]])
+        GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[_dev()])
 
 
 # --------------------------------------------------------------------------------------------
