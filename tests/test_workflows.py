@@ -381,16 +381,36 @@ def accept_role_problems(role: dict[str, Any], policies: list[dict[str, Any]], r
     others = [s for s in statements if "Federated" not in s["Principal"]]
     if [s.get("Condition") for s in others] != [{"ArnEquals": {"aws:PrincipalArn": step}}]:
         problems.append(f"other principals {others}")
-    grants = [s for p in policies if {"Ref": role_id} in p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s for p in policies if {"Ref": role_id} in p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    grants = [s for s in statements if s["Effect"] == "Allow"]
+    denials = [s for s in statements if s["Effect"] == "Deny"]
     actions = sorted(a for s in grants for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
     clusters = f"arn:aws:sagemaker:{cfg.region}:{cfg.account}:cluster/*"
     if cfg.compute.orchestrator == "slurm":
-        if actions != ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession"]:
+        if actions != ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession", "ssm:TerminateSession"]:
             problems.append(f"actions {actions}")
-        session = next((s for s in grants if s["Action"] == "ssm:StartSession"), {"Resource": []})
-        if sorted(session["Resource"]) != sorted([clusters, f"arn:aws:ssm:{cfg.region}::document/AWS-StartNonInteractiveCommand"]):
-            problems.append(f"session resources {session['Resource']}")
-    elif (
+        find = next((s for s in grants if s["Action"] == ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"]), {})
+        if find.get("Resource") != clusters:
+            problems.append(f"find resources {find.get('Resource')}")
+        # StartSession on "*" (no resource form is documented for a sagemaker-cluster: target,
+        # docs/facts/iam.md#iam-ssm-start-session-hyperpod-target), only with SSM's document check,
+        # and never on this account's EC2 instances, ECS tasks or own session documents
+        session = next((s for s in grants if s["Action"] == "ssm:StartSession"), {})
+        if session.get("Resource") != "*" or session.get("Condition") != {"BoolIfExists": {"ssm:SessionDocumentAccessCheck": "true"}}:
+            problems.append(f"session grant {session}")
+        denied = [
+            f"arn:aws:ec2:*:{cfg.account}:instance/*",
+            f"arn:aws:ecs:*:{cfg.account}:task/*",
+            f"arn:aws:ssm:*:{cfg.account}:document/*",
+        ]
+        if [(s["Action"], sorted(s["Resource"]), s.get("Condition")) for s in denials] != [("ssm:StartSession", sorted(denied), None)]:
+            problems.append(f"session denials {denials}")
+        end = next((s for s in grants if s["Action"] == "ssm:TerminateSession"), {})
+        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/${{aws:userid}}-*":
+            problems.append(f"terminate resources {end.get('Resource')}")
+    elif denials or (
         actions != ["eks:DescribeCluster"]
         or grants[0]["Resource"] != f"arn:aws:eks:{cfg.region}:{cfg.account}:cluster/fminfra-{cfg.name}-eks"
     ):
@@ -421,12 +441,32 @@ def test_acceptance_roles_reach_their_cluster_only(oidc: tuple[list[GithubOidcSt
 def test_acceptance_role_check_can_fail(oidc: tuple[list[GithubOidcStack], Path], synth: Synth) -> None:
     stacks, outdir = oidc
     role, policies, lid, cfg = next(r for r in _accept_roles(outdir, stacks, synth) if r[3].name == "dev")
-    wide = copy.deepcopy(policies)
-    for p in wide:
-        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+    # the code as it was: StartSession on the cluster ARNs and the document, no denials, no TerminateSession
+    old = copy.deepcopy(policies)
+    for p in old:
+        doc = p["Properties"]["PolicyDocument"]
+        doc["Statement"] = [s for s in doc["Statement"] if s["Effect"] == "Allow" and s["Action"] != "ssm:TerminateSession"]
+        for s in doc["Statement"]:
             if s["Action"] == "ssm:StartSession":
+                s.pop("Condition")
+                s["Resource"] = [
+                    f"arn:aws:sagemaker:{cfg.region}:{cfg.account}:cluster/*",
+                    f"arn:aws:ssm:{cfg.region}::document/AWS-StartNonInteractiveCommand",
+                ]
+    found = accept_role_problems(role, old, lid, cfg)
+    assert any("session grant" in p for p in found) and any("session denials" in p for p in found), found
+    unconditioned = copy.deepcopy(policies)
+    for p in unconditioned:
+        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Action"] == "ssm:StartSession" and s["Effect"] == "Allow":
+                s.pop("Condition")
+    assert any("session grant" in p for p in accept_role_problems(role, unconditioned, lid, cfg))
+    wide_end = copy.deepcopy(policies)
+    for p in wide_end:
+        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Action"] == "ssm:TerminateSession":
                 s["Resource"] = "*"
-    assert any("session resources" in p for p in accept_role_problems(role, wide, lid, cfg))
+    assert any("terminate resources" in p for p in accept_role_problems(role, wide_end, lid, cfg))
     open_trust = copy.deepcopy(role)
     open_trust["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"][
         "token.actions.githubusercontent.com:sub"
