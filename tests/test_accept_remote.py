@@ -94,7 +94,7 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
     script = base64.b64decode(encoded).decode()
     start = lines.index("# which runs this script as ubuntu:") + 1
     assert "\n".join(lines[start : start + script.count("\n")]) + "\n" == script
-    assert params["command"][0].endswith("| base64 -d | sudo -u ubuntu -H bash")
+    assert params["command"][0].endswith('| base64 -d | if [ "$(id -un)" = ubuntu ]; then bash; else sudo -n -u ubuntu -H bash; fi')
     assert "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2" in out
 
 
@@ -340,6 +340,25 @@ def test_the_plugin_gets_no_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch)
     accept_remote._run_session(["aws"])
     # the Session Manager plugin forwards its stdin to the session: never CI's
     assert seen["stdin"] is subprocess.DEVNULL and seen["timeout"] == accept_remote.SESSION_TIMEOUT_S
+
+
+def test_the_remote_user_runs_the_script_whoever_the_session_is(tmp_path: Path) -> None:
+    """The session may start as root, ssm-user or (Run As) the user itself
+    (docs/facts/hyperpod.md#hyperpod-node-ssm-session): as that user, bash runs the script itself;
+    as anyone else, `sudo -n -u USER`, which fails instead of waiting for a password."""
+    import getpass
+
+    (command,) = accept_remote.session_parameters("echo ran as $(id -un)\n", getpass.getuser())["command"]
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "sudo").write_text('#!/bin/sh\necho "sudo $*" >&2\necho "sudo: a password is required" >&2\nexit 1\n')
+    (fakebin / "sudo").chmod(0o755)
+    env = {"PATH": f"{fakebin}:/usr/bin:/bin"}
+    same = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    assert (same.returncode, same.stdout.strip(), same.stderr) == (0, f"ran as {getpass.getuser()}", "")
+    (command,) = accept_remote.session_parameters("echo ran\n", "fminfra-nobody")["command"]
+    other = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    assert other.returncode == 1 and "sudo -n -u fminfra-nobody -H bash" in other.stderr and other.stdout == ""
 
 
 def test_reply_parser_ignores_the_plugin_lines() -> None:

@@ -183,8 +183,16 @@ def poll_script(run_id: str, offset: int) -> str:
 
 def session_parameters(script: str, user: str) -> dict[str, list[str]]:
     """The document's `command` parameter: `script`, base64-encoded (no quoting to go wrong), run by
-    bash as `user` if given (the session starts as root, docs/facts/hyperpod.md#hyperpod-node-ssm-session)."""
-    shell = "bash" if not user else f"sudo -u {shlex.quote(user)} -H bash"
+    bash as `user` if given. Who the session itself is depends on the account's Session Manager
+    preferences: root by SageMaker's HyperPod guide, `ssm-user` (in sudoers) by Session Manager's
+    default, the Run As user when that is on (docs/facts/hyperpod.md#hyperpod-node-ssm-session). So:
+    bash directly when the session already is `user`, else `sudo -n` (fails at once, never waits for
+    a password the session cannot type)."""
+    if not user:
+        shell = "bash"
+    else:
+        name = shlex.quote(user)
+        shell = f'if [ "$(id -un)" = {name} ]; then bash; else sudo -n -u {name} -H bash; fi'
     return {"command": [f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | {shell}"]}
 
 
