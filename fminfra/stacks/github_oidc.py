@@ -173,9 +173,10 @@ class GithubOidcStack(cdk.Stack):
             # SSM managed-instance and ECS task only, and AWS's HyperPod IAM example grants
             # StartSession on "*" (docs/facts/iam.md#iam-ssm-start-session-hyperpod-target). So "*",
             # with SSM checking access to the session document (ssm:SessionDocumentAccessCheck), and
-            # explicit denials of everything documented that is not a HyperPod node or our document:
-            # this account's EC2 instances and ECS tasks and its own session documents (among them
-            # SSM-SessionManagerRunShell, the default interactive shell).
+            # explicit denials of documented targets that are not HyperPod nodes (this account's EC2
+            # instances and ECS tasks) and of this account's own session documents (among them
+            # SSM-SessionManagerRunShell, the default interactive shell; AWS-StartNonInteractiveCommand
+            # is AWS-owned, with no account in its ARN).
             role.add_to_policy(
                 iam.PolicyStatement(
                     sid="NonInteractiveSessionOnTheNode",
@@ -196,8 +197,8 @@ class GithubOidcStack(cdk.Stack):
                     ],
                 )
             )
-            # End its own sessions only: a session id begins with the caller's user id
-            # (docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
+            # End its own sessions only (a session id begins with its starter's name; that an assumed
+            # role's begins with ${aws:userid} is unverified: docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
             own_sessions = f"arn:aws:ssm:{env.region}:{env.account}:session/${{aws:userid}}-*"
             role.add_to_policy(iam.PolicyStatement(sid="EndItsOwnSessions", actions=["ssm:TerminateSession"], resources=[own_sessions]))
             acknowledge(
@@ -216,7 +217,7 @@ class GithubOidcStack(cdk.Stack):
             acknowledge(
                 role,
                 f"IAM5[Resource::{own_sessions.replace('${aws:userid}', '<aws:userid>')}]",  # as cdk-nag prints a policy variable
-                "ssm:TerminateSession on the sessions this role started only (session ids begin with the caller's user id)",
+                "ssm:TerminateSession on the sessions this role started only (a session id begins with its starter's name)",
             )
         elif orchestrator == "eks":
             role.add_to_policy(
