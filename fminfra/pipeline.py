@@ -65,6 +65,21 @@ BUILD_IMAGE = codebuild.LinuxBuildImage.STANDARD_8_0
 BUILD_RUNTIMES = {"nodejs": "22", "python": "3.11"}
 
 
+# The Accept step runs `aws ssm start-session`, which needs the Session Manager plugin; CodeBuild's
+# standard 8.0 image has the AWS CLI but not the plugin (docs/facts/pipeline.md#codebuild-standard-8-no-session-manager-plugin).
+# AWS's Ubuntu package, pinned (AWS publishes no checksum: the SHA-256 is the one public
+# package recipes record for this version; docs/facts/pipeline.md#session-manager-plugin-deb).
+SSM_PLUGIN_VERSION = "1.2.835.0"
+SSM_PLUGIN_SHA256 = "7c6dcad12518571cc7959a713e6a8ae1bdf6ed66fd9bee37dc189e39ca58ae03"
+SSM_PLUGIN_DEB = f"https://s3.amazonaws.com/session-manager-downloads/plugin/{SSM_PLUGIN_VERSION}/ubuntu_64bit/session-manager-plugin.deb"
+SSM_PLUGIN_INSTALL = [
+    f"curl --fail --silent --show-error --location --max-time 300 --output /tmp/session-manager-plugin.deb {SSM_PLUGIN_DEB}",
+    f'echo "{SSM_PLUGIN_SHA256}  /tmp/session-manager-plugin.deb" | sha256sum --check --strict',
+    "dpkg -i /tmp/session-manager-plugin.deb",
+    "session-manager-plugin --version",
+]
+
+
 def make_command(target: str, config: str) -> str:
     """`make TARGET ENV=NAME CONFIG_DIR=DIR` for an environment's config path."""
     path = Path(config)
@@ -181,6 +196,8 @@ class PipelineStack(cdk.Stack):
             f"Accept-{cfg.name}",
             input=source,
             env={"TARGET_ROLE_ARN": target_role, "TARGET_REGION": cfg.region},
+            # the install phase (root, before the build commands): the plugin accept-remote's sessions need
+            install_commands=SSM_PLUGIN_INSTALL,
             commands=["make deps", *_ASSUME_ROLE_PROFILE, make_command("accept-gate", config)],
             role=role,
             role_policy_statements=[iam.PolicyStatement(actions=["sts:AssumeRole"], resources=[target_role])],

@@ -46,6 +46,46 @@ def config_paths_from_context(app: cdk.App, config_dir: Path = DEFAULT_CONFIG_DI
     return config_files(Path(str(app.node.try_get_context("config_dir") or config_dir)))
 
 
+def pipeline_name_from_context(app: cdk.App) -> str:
+    """The CDK pipeline's name, which names the acceptance step roles the acceptance roles trust:
+    `-c pipeline_name=NAME`, else `name` of `-c pipeline_file=PATH` (default ./pipeline.yaml, the file
+    the pipeline is synthesized from), else pipeline.yaml's default name. With `-c pipeline_account`,
+    that file's account must be the one given."""
+    from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, PipelineConfig, load_pipeline
+
+    given = app.node.try_get_context("pipeline_name")
+    if given:
+        return str(given)
+    path = Path(str(app.node.try_get_context("pipeline_file") or DEFAULT_PIPELINE_FILE))
+    default = str(PipelineConfig.model_fields["name"].default)
+    if not path.is_file():
+        if app.node.try_get_context("pipeline_file"):
+            raise ConfigError([f"{path}: (file): no such file (-c pipeline_file)"])
+        return default
+    pipeline, _ = load_pipeline(path)
+    account = app.node.try_get_context("pipeline_account")
+    if account and str(account) != pipeline.account:
+        raise ConfigError([f"{path}: account: the pipeline runs in {pipeline.account}, but -c pipeline_account={account}"])
+    return pipeline.name
+
+
+def add_github_oidc_stacks(app: cdk.App, configs: Sequence[EnvironmentConfig]) -> None:
+    """`-c github_repository=OWNER/REPO`: also the account-level GitHub OIDC stacks (one per account)."""
+    github_repository = app.node.try_get_context("github_repository")
+    if not github_repository:
+        return
+    from fminfra.stacks.github_oidc import github_oidc_stacks
+
+    existing = str(app.node.try_get_context("github_existing_provider")).lower() == "true"
+    # `-c pipeline_account=ACCOUNT`: the CDK pipeline's acceptance steps may assume the acceptance
+    # roles too; the step roles are named after the pipeline (fminfra/pipeline.py).
+    pipeline_account = app.node.try_get_context("pipeline_account")
+    pipeline: dict[str, str] = {}
+    if pipeline_account:
+        pipeline = {"pipeline_account": str(pipeline_account), "pipeline_name": pipeline_name_from_context(app)}
+    github_oidc_stacks(app, configs, repository=str(github_repository), existing_provider=existing, **pipeline)
+
+
 def main() -> int:
     """Entry point of app.py: exit 2 on bad config, 1 when a policy check fails."""
     app = cdk.App()
@@ -75,21 +115,7 @@ def main() -> int:
         if problems:
             raise ConfigError(problems)
         build_app(configs, app=app)
-        github_repository = app.node.try_get_context("github_repository")
-        if github_repository:
-            # `-c github_repository=OWNER/REPO`: also the account-level GitHub OIDC stacks (one per account).
-            from fminfra.stacks.github_oidc import github_oidc_stacks
-
-            existing = str(app.node.try_get_context("github_existing_provider")).lower() == "true"
-            # `-c pipeline_account=ACCOUNT`: the CDK pipeline's acceptance steps may assume the acceptance roles too.
-            pipeline_account = app.node.try_get_context("pipeline_account")
-            github_oidc_stacks(
-                app,
-                configs,
-                repository=str(github_repository),
-                existing_provider=existing,
-                pipeline_account=str(pipeline_account) if pipeline_account else None,
-            )
+        add_github_oidc_stacks(app, configs)
         app.synth()
         record_policy_packs(app)
     except ConfigError as exc:

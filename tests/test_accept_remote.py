@@ -94,7 +94,7 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
     script = base64.b64decode(encoded).decode()
     start = lines.index("# which runs this script as ubuntu:") + 1
     assert "\n".join(lines[start : start + script.count("\n")]) + "\n" == script
-    assert params["command"][0].endswith("| base64 -d | sudo -u ubuntu -H bash")
+    assert params["command"][0].endswith('| base64 -d | if [ "$(id -un)" = ubuntu ]; then bash; else sudo -n -u ubuntu -H bash; fi')
     assert "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2" in out
 
 
@@ -281,6 +281,84 @@ def test_a_failing_session_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
 
     with pytest.raises(UsageError, match=r"exit 255: An error occurred \(AccessDeniedException\)"):
         _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=refused)
+
+
+def _failing_polls(fake: FakeNode, failures: list[str]) -> Any:
+    """The fake, except that the polls after the starting session fail as listed, then recover:
+    "timeout" as subprocess.run(timeout=...) raises it, "throttled" as the AWS CLI exits when
+    StartSession is throttled (exit 254 and the service's error line, no session output)."""
+    state = {"calls": 0}
+
+    def runner(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        state["calls"] += 1
+        kind = failures[state["calls"] - 2] if 2 <= state["calls"] < 2 + len(failures) else None
+        if kind == "timeout":
+            raise subprocess.TimeoutExpired(argv, accept_remote.SESSION_TIMEOUT_S)
+        if kind == "throttled":
+            err = "\nAn error occurred (ThrottlingException) when calling the StartSession operation (reached max retries: 2): Rate exceeded\n"
+            return subprocess.CompletedProcess(argv, 254, "", err)
+        return fake(argv)
+
+    return runner
+
+
+def test_a_poll_that_times_out_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNode(tmp_path)
+    assert _run(tmp_path, monkeypatch, fake, runner=_failing_polls(fake, ["timeout"])) == 0
+    assert "no end after 300 s; polling again" in capsys.readouterr().err
+
+
+def test_a_throttled_poll_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeNode(tmp_path)
+    assert _run(tmp_path, monkeypatch, fake, runner=_failing_polls(fake, ["throttled", "timeout", "throttled"])) == 0
+    assert "exit 254: An error occurred (ThrottlingException)" in capsys.readouterr().err
+
+
+def test_polls_that_keep_failing_end_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeNode(tmp_path)
+    failing = _failing_polls(fake, ["throttled"] * accept_remote.MAX_SILENT_POLLS)
+    with pytest.raises(UsageError, match=r"5 sessions in a row brought nothing back \(last: .*ThrottlingException"):
+        _run(tmp_path, monkeypatch, fake, runner=failing)
+
+
+def test_a_starting_session_that_times_out_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def hangs(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        raise subprocess.TimeoutExpired(argv, 300)
+
+    with pytest.raises(UsageError, match=r"start-session --target sagemaker-cluster:aa11bbbbb222_login-i-0ccc: no end after 300 s"):
+        _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=hangs)
+
+
+def test_the_plugin_gets_no_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, Any] = {}
+
+    def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        seen.update(kwargs)
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    monkeypatch.setattr(accept_remote.subprocess, "run", run)
+    accept_remote._run_session(["aws"])
+    # the Session Manager plugin forwards its stdin to the session: never CI's
+    assert seen["stdin"] is subprocess.DEVNULL and seen["timeout"] == accept_remote.SESSION_TIMEOUT_S
+
+
+def test_the_remote_user_runs_the_script_whoever_the_session_is(tmp_path: Path) -> None:
+    """The session may start as root, ssm-user or (Run As) the user itself
+    (docs/facts/hyperpod.md#hyperpod-node-ssm-session): as that user, bash runs the script itself;
+    as anyone else, `sudo -n -u USER`, which fails instead of waiting for a password."""
+    import getpass
+
+    (command,) = accept_remote.session_parameters("echo ran as $(id -un)\n", getpass.getuser())["command"]
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "sudo").write_text('#!/bin/sh\necho "sudo $*" >&2\necho "sudo: a password is required" >&2\nexit 1\n')
+    (fakebin / "sudo").chmod(0o755)
+    env = {"PATH": f"{fakebin}:/usr/bin:/bin"}
+    same = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    assert (same.returncode, same.stdout.strip(), same.stderr) == (0, f"ran as {getpass.getuser()}", "")
+    (command,) = accept_remote.session_parameters("echo ran\n", "fminfra-nobody")["command"]
+    other = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    assert other.returncode == 1 and "sudo -n -u fminfra-nobody -H bash" in other.stderr and other.stdout == ""
 
 
 def test_reply_parser_ignores_the_plugin_lines() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -114,9 +115,22 @@ def acceptance_step_problems(template: dict[str, Any], env: str, cfg: Any) -> li
     if action["RunOrder"] <= max(deploys):
         problems.append(f"{env}: Accept-{env} runs before the deploy ends")
     project = _projects(template)[action["Configuration"]["ProjectName"]["Ref"]]
-    commands = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]["build"]["commands"]
+    phases = json.loads(project["Properties"]["Source"]["BuildSpec"])["phases"]
+    commands = phases["build"]["commands"]
     if f"make accept-gate ENV={env} CONFIG_DIR=config" not in commands:
         problems.append(f"{env}: commands {commands}")
+    # CodeBuild's standard image has no Session Manager plugin
+    # (docs/facts/pipeline.md#codebuild-standard-8-no-session-manager-plugin): the install phase,
+    # which runs before the build commands, installs AWS's pinned .deb after checking its SHA-256
+    install = phases.get("install", {}).get("commands", [])
+    deb = "/tmp/session-manager-plugin.deb"
+    expected = [
+        rf"curl --fail .*--output {deb} https://s3\.amazonaws\.com/session-manager-downloads/plugin/1\.2\.\d+\.0/ubuntu_64bit/session-manager-plugin\.deb$",
+        rf'echo "[0-9a-f]{{64}}  {deb}" \| sha256sum --check --strict$',
+        rf"dpkg -i {deb}$",
+    ]
+    if [bool(re.match(e, c)) for e, c in zip(expected, install, strict=False)] != [True] * len(expected):
+        problems.append(f"{env}: no pinned, checked session-manager-plugin install before the build: {install}")
     target = f"arn:aws:iam::{cfg.account}:role/fminfra-{env}-accept"
     role_id = project["Properties"]["ServiceRole"]["Fn::GetAtt"][0]
     grants = [
@@ -150,6 +164,20 @@ def test_acceptance_step_check_can_fail(pipeline: tuple[PipelineStack, Path, dic
     stage = next(s for s in _stages(early) if s["Name"] == "prod")
     next(a for a in stage["Actions"] if a["Name"] == "Accept-prod")["RunOrder"] = 1
     assert "prod: Accept-prod runs before the deploy ends" in acceptance_step_problems(early, "prod", synth.configs["prod"])
+    # the step as it was: no install phase commands (the plugin missing on CodeBuild's image)
+    bare = json.loads(json.dumps(template))
+    stage = next(s for s in _stages(bare) if s["Name"] == "staging")
+    project = _projects(bare)[next(a for a in stage["Actions"] if a["Name"] == "Accept-staging")["Configuration"]["ProjectName"]["Ref"]]
+    spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
+    unchecked = json.loads(json.dumps(spec))
+    spec["phases"]["install"].pop("commands")
+    project["Properties"]["Source"]["BuildSpec"] = json.dumps(spec)
+    assert acceptance_step_problems(bare, "staging", synth.configs["staging"]) == [
+        "staging: no pinned, checked session-manager-plugin install before the build: []"
+    ]
+    unchecked["phases"]["install"]["commands"] = [c for c in unchecked["phases"]["install"]["commands"] if "sha256sum" not in c]
+    project["Properties"]["Source"]["BuildSpec"] = json.dumps(unchecked)
+    assert "no pinned, checked session-manager-plugin" in acceptance_step_problems(bare, "staging", synth.configs["staging"])[0]
 
 
 def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path: Path) -> None:

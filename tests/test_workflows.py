@@ -381,16 +381,36 @@ def accept_role_problems(role: dict[str, Any], policies: list[dict[str, Any]], r
     others = [s for s in statements if "Federated" not in s["Principal"]]
     if [s.get("Condition") for s in others] != [{"ArnEquals": {"aws:PrincipalArn": step}}]:
         problems.append(f"other principals {others}")
-    grants = [s for p in policies if {"Ref": role_id} in p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    statements = [
+        s for p in policies if {"Ref": role_id} in p["Properties"]["Roles"] for s in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    grants = [s for s in statements if s["Effect"] == "Allow"]
+    denials = [s for s in statements if s["Effect"] == "Deny"]
     actions = sorted(a for s in grants for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))
     clusters = f"arn:aws:sagemaker:{cfg.region}:{cfg.account}:cluster/*"
     if cfg.compute.orchestrator == "slurm":
-        if actions != ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession"]:
+        if actions != ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes", "ssm:StartSession", "ssm:TerminateSession"]:
             problems.append(f"actions {actions}")
-        session = next((s for s in grants if s["Action"] == "ssm:StartSession"), {"Resource": []})
-        if sorted(session["Resource"]) != sorted([clusters, f"arn:aws:ssm:{cfg.region}::document/AWS-StartNonInteractiveCommand"]):
-            problems.append(f"session resources {session['Resource']}")
-    elif (
+        find = next((s for s in grants if s["Action"] == ["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"]), {})
+        if find.get("Resource") != clusters:
+            problems.append(f"find resources {find.get('Resource')}")
+        # StartSession on "*" (no resource form is documented for a sagemaker-cluster: target,
+        # docs/facts/iam.md#iam-ssm-start-session-hyperpod-target), only with SSM's document check,
+        # and never on this account's EC2 instances, ECS tasks or own session documents
+        session = next((s for s in grants if s["Action"] == "ssm:StartSession"), {})
+        if session.get("Resource") != "*" or session.get("Condition") != {"BoolIfExists": {"ssm:SessionDocumentAccessCheck": "true"}}:
+            problems.append(f"session grant {session}")
+        denied = [
+            f"arn:aws:ec2:*:{cfg.account}:instance/*",
+            f"arn:aws:ecs:*:{cfg.account}:task/*",
+            f"arn:aws:ssm:*:{cfg.account}:document/*",
+        ]
+        if [(s["Action"], sorted(s["Resource"]), s.get("Condition")) for s in denials] != [("ssm:StartSession", sorted(denied), None)]:
+            problems.append(f"session denials {denials}")
+        end = next((s for s in grants if s["Action"] == "ssm:TerminateSession"), {})
+        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/${{aws:userid}}-*":
+            problems.append(f"terminate resources {end.get('Resource')}")
+    elif denials or (
         actions != ["eks:DescribeCluster"]
         or grants[0]["Resource"] != f"arn:aws:eks:{cfg.region}:{cfg.account}:cluster/fminfra-{cfg.name}-eks"
     ):
@@ -421,17 +441,93 @@ def test_acceptance_roles_reach_their_cluster_only(oidc: tuple[list[GithubOidcSt
 def test_acceptance_role_check_can_fail(oidc: tuple[list[GithubOidcStack], Path], synth: Synth) -> None:
     stacks, outdir = oidc
     role, policies, lid, cfg = next(r for r in _accept_roles(outdir, stacks, synth) if r[3].name == "dev")
-    wide = copy.deepcopy(policies)
-    for p in wide:
-        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+    # the code as it was: StartSession on the cluster ARNs and the document, no denials, no TerminateSession
+    old = copy.deepcopy(policies)
+    for p in old:
+        doc = p["Properties"]["PolicyDocument"]
+        doc["Statement"] = [s for s in doc["Statement"] if s["Effect"] == "Allow" and s["Action"] != "ssm:TerminateSession"]
+        for s in doc["Statement"]:
             if s["Action"] == "ssm:StartSession":
+                s.pop("Condition")
+                s["Resource"] = [
+                    f"arn:aws:sagemaker:{cfg.region}:{cfg.account}:cluster/*",
+                    f"arn:aws:ssm:{cfg.region}::document/AWS-StartNonInteractiveCommand",
+                ]
+    found = accept_role_problems(role, old, lid, cfg)
+    assert any("session grant" in p for p in found) and any("session denials" in p for p in found), found
+    unconditioned = copy.deepcopy(policies)
+    for p in unconditioned:
+        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Action"] == "ssm:StartSession" and s["Effect"] == "Allow":
+                s.pop("Condition")
+    assert any("session grant" in p for p in accept_role_problems(role, unconditioned, lid, cfg))
+    wide_end = copy.deepcopy(policies)
+    for p in wide_end:
+        for s in p["Properties"]["PolicyDocument"]["Statement"]:
+            if s["Action"] == "ssm:TerminateSession":
                 s["Resource"] = "*"
-    assert any("session resources" in p for p in accept_role_problems(role, wide, lid, cfg))
+    assert any("terminate resources" in p for p in accept_role_problems(role, wide_end, lid, cfg))
     open_trust = copy.deepcopy(role)
     open_trust["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Condition"]["StringEquals"][
         "token.actions.githubusercontent.com:sub"
     ] = f"repo:{REPO}:*"
     assert any("GitHub subjects" in p for p in accept_role_problems(open_trust, policies, lid, cfg))
+
+
+def _trusted_step_roles(app: cdk.App) -> list[str]:
+    """The pipeline principals the synthesized acceptance roles trust (aws:PrincipalArn)."""
+    found = []
+    for stack in app.synth().stacks:
+        for r in stack.template["Resources"].values():
+            if r["Type"] == "AWS::IAM::Role" and r["Properties"]["RoleName"].endswith("-accept"):
+                for s in r["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+                    found += [s["Condition"]["ArnEquals"]["aws:PrincipalArn"]] if "ArnEquals" in s.get("Condition", {}) else []
+    return found
+
+
+def _dev() -> Any:
+    from fminfra.config import load_config
+
+    return load_config(ROOT / "config" / "dev.yaml")
+
+
+def _pipeline_file(tmp_path: Path, name: str) -> Path:
+    """The shipped pipeline.yaml under another pipeline name, its configs still the shipped ones."""
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    data["name"] = name
+    for env in data["environments"]:
+        env["config"] = str(ROOT / env["config"])
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(data))
+    return tmp_path / "pipeline.yaml"
+
+
+def test_acceptance_roles_trust_the_step_roles_of_the_named_pipeline(tmp_path: Path) -> None:
+    """synth.py reads the pipeline's name (pipeline.yaml `name`) and the acceptance roles trust the
+    step roles fminfra/pipeline.py names after it: not always `fminfra-ENV-accept-step`."""
+    from fminfra.pipeline import accept_step_role_name
+    from fminfra.synth import add_github_oidc_stacks
+
+    context = {"github_repository": REPO, "pipeline_account": PIPELINE_ACCOUNT, "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
+    app = cdk.App(outdir=str(tmp_path / "out"), context=context)
+    add_github_oidc_stacks(app, [_dev()])
+    assert _trusted_step_roles(app) == [f"arn:aws:iam::{PIPELINE_ACCOUNT}:role/{accept_step_role_name('mlplat', 'dev')}"]
+    assert accept_step_role_name("mlplat", "dev") == "mlplat-dev-accept-step"
+    # -c pipeline_name wins over the file
+    app = cdk.App(outdir=str(tmp_path / "out2"), context={**context, "pipeline_name": "other"})
+    add_github_oidc_stacks(app, [_dev()])
+    assert _trusted_step_roles(app) == [f"arn:aws:iam::{PIPELINE_ACCOUNT}:role/other-dev-accept-step"]
+
+
+def test_a_pipeline_file_of_another_account_is_one_line(tmp_path: Path) -> None:
+    from fminfra.core.errors import ConfigError
+    from fminfra.synth import add_github_oidc_stacks
+
+    context = {"github_repository": REPO, "pipeline_account": "999999999999", "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
+    with pytest.raises(ConfigError, match=r"account: the pipeline runs in 444444444444, but -c pipeline_account=999999999999"):
+        add_github_oidc_stacks(cdk.App(outdir=str(tmp_path / "out"), context=context), [_dev()])
+    context = {"github_repository": REPO, "pipeline_account": PIPELINE_ACCOUNT, "pipeline_file": str(tmp_path / "missing.yaml")}
+    with pytest.raises(ConfigError, match=r"missing.yaml: \(file\): no such file"):
+        add_github_oidc_stacks(cdk.App(outdir=str(tmp_path / "out2"), context=context), [_dev()])
 
 
 def test_oidc_stacks_pass_the_policy_gates(oidc: tuple[list[GithubOidcStack], Path]) -> None:
@@ -459,7 +555,7 @@ def test_existing_provider_is_imported_not_created(synth: Synth) -> None:
 )
 def test_bad_repository_is_rejected(synth: Synth, repository: str, message: str) -> None:
     with pytest.raises(ValidationError, match=re.escape(message)):
-        GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[synth.configs["dev"]])
+        GithubOidcStack(cdk.App(), "x", account="111111111111", repository=repository, environments=[_dev()])
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,11 @@ command; the node must have the same fminfra version installed (`--remote-python
 EKS: `fminfra accept` reaches the cluster from here (Kubernetes API with an IAM token); this command
 hands EKS environments to it unchanged.
 
+A session that fails to run (start-session exits non-zero without the node's reply: throttled,
+TargetNotConnected; or it runs past SESSION_TIMEOUT_S) ends the gate with one line when it is the
+starting session; while polling it counts, like a session that brings nothing back, toward
+MAX_SILENT_POLLS in a row.
+
 Exit codes: those of `fminfra accept` (0 pass, 1 a figure fails, 2 bad input), 1 when the remote run
 does not finish in time, 2 when the node cannot be found or reached.
 """
@@ -58,7 +63,8 @@ HELP = "run `fminfra accept ENV` from CI: on a HyperPod Slurm login node through
 SSM_DOCUMENT = "AWS-StartNonInteractiveCommand"
 REMOTE_ROOT = f"{accept.FSX_MOUNT}/fminfra-accept"
 BEGIN, END, EXIT, SIZE = "FMINFRA-BEGIN", "FMINFRA-END", "FMINFRA-EXIT=", "FMINFRA-LOG-BYTES="
-MAX_SILENT_POLLS = 5  # sessions in a row that bring back nothing readable before giving up
+MAX_SILENT_POLLS = 5  # polls in a row that bring back nothing readable, or fail to run, before giving up
+SESSION_TIMEOUT_S = 300  # one session: a poll reads a few KiB, the start ships the config
 
 
 @dataclass(frozen=True)
@@ -177,8 +183,16 @@ def poll_script(run_id: str, offset: int) -> str:
 
 def session_parameters(script: str, user: str) -> dict[str, list[str]]:
     """The document's `command` parameter: `script`, base64-encoded (no quoting to go wrong), run by
-    bash as `user` if given (the session starts as root, docs/facts/hyperpod.md#hyperpod-node-ssm-session)."""
-    shell = "bash" if not user else f"sudo -u {shlex.quote(user)} -H bash"
+    bash as `user` if given. Who the session itself is depends on the account's Session Manager
+    preferences: root by SageMaker's HyperPod guide, `ssm-user` (in sudoers) by Session Manager's
+    default, the Run As user when that is on (docs/facts/hyperpod.md#hyperpod-node-ssm-session). So:
+    bash directly when the session already is `user`, else `sudo -n` (fails at once, never waits for
+    a password the session cannot type)."""
+    if not user:
+        shell = "bash"
+    else:
+        name = shlex.quote(user)
+        shell = f'if [ "$(id -un)" = {name} ]; then bash; else sudo -n -u {name} -H bash; fi'
     return {"command": [f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | {shell}"]}
 
 
@@ -228,20 +242,30 @@ def parse_reply(output: str) -> Reply | None:
 Runner = Callable[[list[str]], "subprocess.CompletedProcess[str]"]
 
 
+class SessionFailed(UsageError):
+    """One session that did not run: `start-session` exited non-zero without the node's reply
+    (throttled, TargetNotConnected, denied) or ran past SESSION_TIMEOUT_S. Fatal for the starting
+    session; while polling, counted like an empty session (run_remote)."""
+
+
 def _run_session(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=300)
+    # stdin from /dev/null: the plugin forwards its stdin to the session, and CI's stdin is not ours
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=SESSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
 
 
 def session(runner: Runner, region: str, node: Node, script: str, user: str) -> Reply | None:
+    """One session; None when it ran but brought nothing back; SessionFailed when it did not run."""
+    prefix = f"accept-remote: aws ssm start-session --target {node.target}"
     with tempfile.TemporaryDirectory(prefix="fminfra-ssm-") as tmp:
         params = Path(tmp) / "command.json"
         params.write_text(json.dumps(session_parameters(script, user)))
-        result = runner(session_argv(region, node.target, str(params)))
+        try:
+            result = runner(session_argv(region, node.target, str(params)))
+        except subprocess.TimeoutExpired as exc:
+            raise SessionFailed(f"{prefix}: no end after {exc.timeout:g} s") from None
     if result.returncode != 0 and BEGIN not in result.stdout:
         first = (result.stderr or result.stdout).strip().splitlines()
-        raise UsageError(
-            f"accept-remote: aws ssm start-session --target {node.target}: exit {result.returncode}: {first[-1] if first else ''}"
-        )
+        raise SessionFailed(f"{prefix}: exit {result.returncode}: {first[-1] if first else ''}")
     return parse_reply(result.stdout)
 
 
@@ -266,11 +290,16 @@ def run_remote(
     offset, silent = 0, 0
     while True:
         sleep(ns.poll_seconds)
-        reply = session(runner, cfg.region, node, poll_script(ns.run_id, offset), ns.remote_user)
+        try:
+            reply = session(runner, cfg.region, node, poll_script(ns.run_id, offset), ns.remote_user)
+            why = "brought nothing back"
+        except SessionFailed as exc:  # throttled (start-session: 3 TPS), node briefly unreachable: poll again
+            reply, why = None, str(exc).removeprefix("accept-remote: ")
+            print(f"accept-remote {cfg.name}: {why}; polling again", file=sys.stderr, flush=True)
         if reply is None:
             silent += 1
             if silent >= MAX_SILENT_POLLS:
-                raise UsageError(f"accept-remote: {node.target}: {silent} sessions in a row brought nothing back")
+                raise UsageError(f"accept-remote: {node.target}: {silent} sessions in a row brought nothing back (last: {why})")
         else:
             silent = 0
             if reply.text.strip():

@@ -51,8 +51,6 @@ def accept_step_role_name(pipeline_name: str, env: str) -> str:
 
 # accept-remote waits for `fminfra accept` (60 minutes by default) plus 10 minutes.
 ACCEPT_SESSION_SECONDS = 3 * 3600
-# The Session Manager document of a non-interactive command (docs/facts/jobs.md#hyperpod-ssm-target).
-SSM_NONINTERACTIVE_DOCUMENT = "AWS-StartNonInteractiveCommand"
 
 DIFF_ROLE_NAME = "fminfra-github-diff"
 CHECK_ROLE_NAME = "fminfra-github-check"
@@ -170,20 +168,56 @@ class GithubOidcStack(cdk.Stack):
                     sid="FindTheLoginNode", actions=["sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"], resources=[clusters]
                 )
             )
-            # The target's resource form for sagemaker-cluster: targets is unverified
-            # (docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
+            # Which resource StartSession is authorized against for a sagemaker-cluster: target is
+            # documented nowhere: the Service Authorization Reference lists document, EC2 instance,
+            # SSM managed-instance and ECS task only, and AWS's HyperPod IAM example grants
+            # StartSession on "*" (docs/facts/iam.md#iam-ssm-start-session-hyperpod-target). So "*",
+            # with SSM checking access to the session document (ssm:SessionDocumentAccessCheck), and
+            # explicit denials of documented targets that are not HyperPod nodes (this account's EC2
+            # instances and ECS tasks) and of this account's own session documents (among them
+            # SSM-SessionManagerRunShell, the default interactive shell; AWS-StartNonInteractiveCommand
+            # is AWS-owned, with no account in its ARN).
             role.add_to_policy(
                 iam.PolicyStatement(
                     sid="NonInteractiveSessionOnTheNode",
                     actions=["ssm:StartSession"],
-                    resources=[clusters, f"arn:aws:ssm:{env.region}::document/{SSM_NONINTERACTIVE_DOCUMENT}"],
+                    resources=["*"],
+                    conditions={"BoolIfExists": {"ssm:SessionDocumentAccessCheck": "true"}},
                 )
             )
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="NoSessionOnOtherTargetsOrDocuments",
+                    effect=iam.Effect.DENY,
+                    actions=["ssm:StartSession"],
+                    resources=[
+                        f"arn:aws:ec2:*:{env.account}:instance/*",
+                        f"arn:aws:ecs:*:{env.account}:task/*",
+                        f"arn:aws:ssm:*:{env.account}:document/*",
+                    ],
+                )
+            )
+            # End its own sessions only (a session id begins with its starter's name; that an assumed
+            # role's begins with ${aws:userid} is unverified: docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
+            own_sessions = f"arn:aws:ssm:{env.region}:{env.account}:session/${{aws:userid}}-*"
+            role.add_to_policy(iam.PolicyStatement(sid="EndItsOwnSessions", actions=["ssm:TerminateSession"], resources=[own_sessions]))
             acknowledge(
                 role,
                 f"IAM5[Resource::{clusters}]",
                 "a HyperPod cluster's ARN ends in an id SageMaker assigns at creation, unknown when this account-level stack is "
-                "synthesized: read-only Describe/List and session start on this account's and region's clusters only",
+                "synthesized: read-only Describe/List on this account's and region's clusters only",
+            )
+            acknowledge(
+                role,
+                "IAM5[Resource::*]",
+                "ssm:StartSession on a sagemaker-cluster: target: no resource form is documented for it (the Service Authorization "
+                "Reference lists document, instance, managed-instance, task; AWS's HyperPod IAM example uses *); this account's EC2 "
+                "instances, ECS tasks and own session documents are denied explicitly",
+            )
+            acknowledge(
+                role,
+                f"IAM5[Resource::{own_sessions.replace('${aws:userid}', '<aws:userid>')}]",  # as cdk-nag prints a policy variable
+                "ssm:TerminateSession on the sessions this role started only (a session id begins with its starter's name)",
             )
         elif orchestrator == "eks":
             role.add_to_policy(
