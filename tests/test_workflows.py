@@ -179,12 +179,43 @@ def test_main_promotes_one_artifact_dev_then_staging_then_prod() -> None:
     jobs = wf["jobs"]
     assert _runs(jobs["synth"])[:2] == ["make test", "make synth"]
     assert [jobs[e]["needs"] for e in ("dev", "staging", "prod")] == ["synth", "dev", "staging"]
+    assert runner_label_problems(wf, ROOT / "pipeline.yaml") == []
     for env in ("dev", "staging", "prod"):
         assert jobs[env]["uses"] == "./.github/workflows/deploy-environment.yml"
-        assert jobs[env]["with"] == {"environment": env}
+        assert {k: v for k, v in jobs[env]["with"].items() if k != "accept_runs_on"} == {"environment": env}
         assert jobs[env]["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
     # one workflow-wide group would hold dev and staging while prod waits for approval
     assert "concurrency" not in wf
+
+
+def runner_label_problems(deploy: dict[str, Any], pipeline_file: Path) -> list[str]:
+    """deploy.yml passes each environment's pipeline.yaml accept.runs_on as accept_runs_on (a JSON
+    list), and nothing where pipeline.yaml names none; load_pipeline requires runs_on where the
+    cluster's EKS endpoint is private (docs/facts/eks.md#eks-private-endpoint-reach)."""
+    from fminfra.config.pipeline import load_pipeline
+
+    pipeline, configs = load_pipeline(pipeline_file)
+    problems = []
+    for env, cfg in zip(pipeline.environments, configs, strict=True):
+        passed = (deploy["jobs"].get(cfg.name, {}).get("with") or {}).get("accept_runs_on")
+        labels = json.loads(passed) if passed else None
+        if labels != env.accept.runs_on:
+            problems.append(
+                f"{cfg.name}: deploy.yml passes accept_runs_on {passed!r}, pipeline.yaml accept.runs_on is {env.accept.runs_on}"
+            )
+    return problems
+
+
+def test_runner_label_check_can_fail() -> None:
+    wf = _load("deploy.yml")
+    wf["jobs"]["staging"]["with"].pop("accept_runs_on")
+    assert runner_label_problems(wf, ROOT / "pipeline.yaml") == [
+        "staging: deploy.yml passes accept_runs_on None, pipeline.yaml accept.runs_on is ['self-hosted', 'fminfra-staging']"
+    ]
+    wf["jobs"]["dev"]["with"]["accept_runs_on"] = '["ubuntu-24.04"]'
+    assert "dev: deploy.yml passes accept_runs_on '[\"ubuntu-24.04\"]', pipeline.yaml accept.runs_on is None" in runner_label_problems(
+        wf, ROOT / "pipeline.yaml"
+    )
 
 
 def _creds(steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -290,8 +321,67 @@ def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     gate = runs_d.index('make accept-gate ENV="$ENVIRONMENT"')
     gate_creds = [w for i, w in _creds(steps) if deploy_i < i < gate]
     assert gate > deploy_i and gate_creds[-1]["role-to-assume"].endswith(":role/fminfra-${{ inputs.environment }}-accept")
-    assert gate_creds[-1]["unset-current-credentials"] is True and "if" not in steps[gate]
+    assert gate_creds[-1]["unset-current-credentials"] is True
+    # ... unless the gate has a runner of its own (accept_runs_on): then the accept job runs it
+    assert steps[gate]["if"] == "inputs.accept_runs_on == ''"
     assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
+    assert wf["on"]["workflow_call"]["inputs"]["accept_runs_on"] == {
+        "description": wf["on"]["workflow_call"]["inputs"]["accept_runs_on"]["description"],
+        "required": False,
+        "type": "string",
+        "default": "",
+    }
+    assert accept_job_problems(wf["jobs"]["accept"]) == []
+
+
+def accept_job_problems(job: dict[str, Any]) -> list[str]:
+    """The gate on the runner pipeline.yaml names: after the deploy, only with accept_runs_on, on
+    those labels; the environment's subject (the acceptance role trusts it alone); a kubectl within
+    one minor of the 1.34 cluster (docs/facts/eks.md#kubectl-version-skew), downloaded and checked
+    against its published SHA-256 (docs/facts/pipeline.md#kubectl-download-checksum) before the gate."""
+    problems = []
+    if job.get("needs") != "deploy" or job.get("if") != "inputs.accept_runs_on != ''":
+        problems.append("must follow the deploy job and run only with accept_runs_on")
+    if "fromJSON(inputs.accept_runs_on)" not in str(job.get("runs-on")):
+        problems.append(f"runs-on {job.get('runs-on')!r} is not the labels of accept_runs_on")
+    if job.get("environment") != "${{ inputs.environment }}":
+        problems.append("names no GitHub environment: the acceptance role would not trust its token")
+    if (job.get("permissions") or {}).get("id-token") != "write":
+        problems.append("needs id-token: write for OIDC")
+    version = (job.get("env") or {}).get("KUBECTL_VERSION", "")
+    if not re.fullmatch(r"v1\.3[3-5]\.[0-9]+", version):
+        problems.append(f"KUBECTL_VERSION {version!r} is outside 1.33-1.35")
+    steps = _steps(job)
+    runs = [s.get("run", "") for s in steps]
+    gate = next((i for i, r in enumerate(runs) if r == 'make accept-gate ENV="$ENVIRONMENT"'), None)
+    kubectl = next((i for i, r in enumerate(runs) if "dl.k8s.io/release/${KUBECTL_VERSION}" in r), None)
+    if gate is None:
+        return [*problems, "does not run make accept-gate"]
+    if kubectl is None or kubectl > gate or "sha256sum --check" not in runs[kubectl] or "GITHUB_PATH" not in runs[kubectl]:
+        problems.append("no checked kubectl download onto PATH before the gate")
+    creds = [w for i, w in _creds(steps) if i < gate]
+    if not creds or not creds[-1].get("role-to-assume", "").endswith(":role/fminfra-${{ inputs.environment }}-accept"):
+        problems.append("the gate does not run with the acceptance role")
+    return problems
+
+
+@pytest.mark.parametrize(
+    ("break_it", "problem"),
+    [
+        (lambda j: j.pop("environment"), "names no GitHub environment"),
+        (lambda j: j.update({"runs-on": "ubuntu-24.04"}), "is not the labels of accept_runs_on"),
+        (lambda j: j["env"].update(KUBECTL_VERSION="v1.36.0"), "outside 1.33-1.35"),
+        (
+            lambda j: [s.update(run=s["run"].replace("sha256sum --check", "true")) for s in j["steps"] if "dl.k8s.io" in s.get("run", "")],
+            "checked kubectl",
+        ),
+        (lambda j: j.pop("if"), "only with accept_runs_on"),
+    ],
+)
+def test_accept_job_check_can_fail(break_it: Any, problem: str) -> None:
+    job = copy.deepcopy(_load("deploy-environment.yml")["jobs"]["accept"])
+    break_it(job)
+    assert any(problem in p for p in accept_job_problems(job)), accept_job_problems(job)
 
 
 # --------------------------------------------------------------------------------------------
