@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -363,6 +364,65 @@ def accept_job_problems(job: dict[str, Any]) -> list[str]:
     if not creds or not creds[-1].get("role-to-assume", "").endswith(":role/fminfra-${{ inputs.environment }}-accept"):
         problems.append("the gate does not run with the acceptance role")
     return problems
+
+
+def _kubectl_step(tmp_path: Path, checksum: str | None, arch: str = "X64") -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
+    """The accept job's kubectl step in a fresh bash, with a fake curl that serves a binary and its
+    `.sha256` the way dl.k8s.io publishes them (docs/facts/pipeline.md#kubectl-download-checksum):
+    the checksum file holds the hex digest alone. `checksum`: its content (None: the right one)."""
+    job = _load("deploy-environment.yml")["jobs"]["accept"]
+    run = next(s["run"] for s in _steps(job) if "dl.k8s.io" in s.get("run", ""))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    payload = "#!/bin/sh\necho fake kubectl\n"
+    digest = hashlib.sha256(payload.encode()).hexdigest() if checksum is None else checksum
+    (fakebin / "curl").write_text(
+        "#!/bin/bash\n"
+        'echo "$*" >> "$CURL_LOG"\n'
+        'out=""; url=""; while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; -*) shift ;; *) url="$1"; shift ;; esac; done\n'
+        f'case "$url" in *.sha256) printf %s "{digest}" > "$out" ;; *) printf %s "$PAYLOAD" > "$out" ;; esac\n'
+    )
+    (fakebin / "curl").chmod(0o755)
+    log, github_path = tmp_path / "curl.log", tmp_path / "github_path"
+    env = {
+        "PATH": f"{fakebin}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "CURL_LOG": str(log),
+        "PAYLOAD": payload,
+        "RUNNER_ARCH": arch,
+        "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        "GITHUB_PATH": str(github_path),
+        "KUBECTL_VERSION": job["env"]["KUBECTL_VERSION"],
+    }
+    (tmp_path / "runner-temp").mkdir()
+    result = subprocess.run(
+        ["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", run],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return result, github_path, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_kubectl_step_installs_the_pinned_release_checked(tmp_path: Path) -> None:
+    result, github_path, calls = _kubectl_step(tmp_path, None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [folder] = github_path.read_text().splitlines()
+    assert (Path(folder) / "kubectl").read_text() == "#!/bin/sh\necho fake kubectl\n"
+    assert os.access(Path(folder) / "kubectl", os.X_OK)
+    base = "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl"
+    assert [c.split()[-1] for c in calls] == [base, f"{base}.sha256"]
+
+
+@pytest.mark.parametrize(("checksum", "arch"), [("0" * 64, "X64"), (None, "ARM32")])
+def test_the_kubectl_step_refuses_a_bad_download(tmp_path: Path, checksum: str | None, arch: str) -> None:
+    """The test of the test: a checksum that does not match (or an architecture with no build) stops the job, nothing on PATH."""
+    result, github_path, _ = _kubectl_step(tmp_path, checksum, arch)
+    assert result.returncode != 0
+    assert not github_path.exists()
+    assert ("FAILED" if checksum else "no Linux build for runner architecture ARM32") in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(
