@@ -10,6 +10,9 @@ approval after its checks (reviewers see the guard's result first) and before it
 environment deploys, where its acceptance gate is on (pipeline.yaml `accept.gate`, default: on with
 training GPUs), an acceptance step runs `make accept-gate` (`fminfra accept` on the cluster, with the
 target's `fminfra-ENV-accept` role); a failing figure fails the step, and the next wave does not start.
+Where the cluster's EKS API endpoint is private only (HyperPod EKS without public_access_cidrs), the
+step could not reach it: a manual approval of that name asks an operator to run `fminfra accept`
+from inside the VPC and approve only on exit 0.
 
 Every command is a `make` target: CodeBuild starts each build in a fresh shell, and the
 Makefile's exported PATH is what puts the project's .venv (Python, Node.js) and CDK CLI first
@@ -33,7 +36,7 @@ from aws_cdk import pipelines
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline
+from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline, needs_private_endpoint
 from fminfra.constructs.acknowledge import acknowledge
 from fminfra.core.errors import ValidationError
 from fminfra.stacks.github_oidc import ACCEPT_SESSION_SECONDS, accept_role_name, accept_step_role_name
@@ -86,6 +89,21 @@ def make_command(target: str, config: str) -> str:
     return f"make {target} ENV={path.stem} CONFIG_DIR={path.parent.as_posix()}"
 
 
+def private_endpoint_gate(cfg: EnvironmentConfig) -> pipelines.ManualApprovalStep:
+    """The gate of an environment whose EKS API endpoint is private only: the pipeline's CodeBuild
+    (tooling account, no VPC) cannot run `fminfra accept` there, so an operator runs it from inside
+    the VPC and approves only on exit 0 (docs/promotion.md, "The acceptance gate")."""
+    return pipelines.ManualApprovalStep(
+        f"Accept-{cfg.name}",
+        comment=(
+            f"Acceptance gate of {cfg.name} ({cfg.account}, {cfg.region}): its EKS API endpoint is private, so this pipeline cannot "
+            f"run the gate. From a machine in {cfg.name}'s VPC (443 allowed to the cluster security group), with kubectl 1.33-1.35 "
+            f"and the role {accept_role_name(cfg.name)}, run `fminfra accept {cfg.name}` (config/{cfg.name}.yaml). "
+            "Approve only if it exits 0; reject on exit 1 (a figure failed) or 2 (it could not run)."
+        ),
+    )
+
+
 class PipelineStack(cdk.Stack):
     """A CDK Pipelines CodePipeline: synth (`make test`), then one wave per environment.
 
@@ -133,6 +151,7 @@ class PipelineStack(cdk.Stack):
         self.check_steps: dict[str, pipelines.CodeBuildStep] = {}
         self.approval_steps: dict[str, pipelines.ManualApprovalStep] = {}
         self.accept_steps: dict[str, pipelines.CodeBuildStep] = {}
+        self.accept_approvals: dict[str, pipelines.ManualApprovalStep] = {}
         for env, cfg in zip(pc.environments, environments, strict=True):
             check = pipelines.CodeBuildStep(
                 f"Check-{cfg.name}",
@@ -166,7 +185,12 @@ class PipelineStack(cdk.Stack):
             # onto the pipeline changes none of its templates.
             stage = EnvironmentStage(scope, cfg)
             wave.add_stage(stage)
-            if gate_enabled(env, cfg):
+            if needs_private_endpoint(env, cfg):
+                # CodeBuild in the tooling account, outside any VPC, cannot reach a private-only EKS
+                # endpoint in the target account (docs/facts/eks.md#eks-private-endpoint-reach).
+                self.accept_approvals[cfg.name] = private_endpoint_gate(cfg)
+                wave.add_post(self.accept_approvals[cfg.name])
+            elif gate_enabled(env, cfg):
                 self.accept_steps[cfg.name] = self._accept_step(pc, cfg, env.config, source)
                 wave.add_post(self.accept_steps[cfg.name])
             self.waves[cfg.name] = wave

@@ -10,6 +10,9 @@ What it models, and from where:
   invalid apiVersion`, kubernetes/kubernetes#108616), a token for another cluster name as the API
   server answers it (Unauthorized), anything else as an unauthenticated kubectl does (exit 1,
   "error: You must be logged in to the server").
+- `version --client -o json` (no kubeconfig, no server) prints kubectl's Version struct with
+  clientVersion major, minor, gitVersion (kubernetes/kubernetes staging/src/k8s.io/kubectl/pkg/cmd/version/version.go:
+  docs/facts/eks.md#kubectl-version-json), gitVersion from the state's `kubectl_version` (default v1.34.5).
 - `apply -f -` reads a YAML stream, refuses an object without apiVersion, kind, metadata.name or
   metadata.namespace, and prints `<resource>/<name> created` per object (kubectl's output form:
   `configmap/x created`, `mpijob.kubeflow.org/x created`, `job.batch/x created`).
@@ -96,6 +99,12 @@ def fail(message: str) -> None:
 def main(argv: list[str]) -> None:
     path = Path(os.environ["FAKE_KUBECTL_STATE"])
     state = json.loads(path.read_text())
+    if argv == ["version", "--client", "-o", "json"]:
+        # kubectl's Version struct, client side only (docs/facts/eks.md#kubectl-version-json)
+        git = state.get("kubectl_version", "v1.34.5")
+        major, minor = git.lstrip("v").split(".")[:2]
+        print(json.dumps({"clientVersion": {"major": major, "minor": minor, "gitVersion": git}, "kustomizeVersion": "v5.7.1"}, indent=2))
+        return
     if argv[:1] != ["--kubeconfig"]:
         fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
     authenticate(yaml.safe_load(Path(argv[1]).read_text()), state)

@@ -128,7 +128,8 @@ def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], t
     pipeline = _pipeline(tmp_path)
     data = yaml.safe_load(pipeline.read_text())
     for env in data["environments"]:
-        env.pop("accept", None)  # no pipeline.yaml threshold for staging's p5en
+        # no pipeline.yaml threshold for staging's p5en (its runner labels stay: load_pipeline requires them)
+        env["accept"] = {k: v for k, v in env.get("accept", {}).items() if k == "runs_on"}
     pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
     assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
     assert "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge)" in capsys.readouterr().out
@@ -170,7 +171,7 @@ def _pipeline(tmp_path: Path) -> Path:
     for env in data["environments"]:
         env["config"] = f"{ROOT}/{env['config']}"
         if env["config"].endswith("/staging.yaml"):  # replaces the shipped thresholds (a second `accept:` key would be invalid YAML)
-            env["accept"] = {"nccl_fail_gbps": 250, "nccl_warn_gbps": 300}
+            env["accept"] = {**env["accept"], "nccl_fail_gbps": 250, "nccl_warn_gbps": 300}
     pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
     return pipeline
 
@@ -382,6 +383,38 @@ def test_missing_cluster_is_one_line(
     assert "EKS cluster fminfra-staging-eks not found in us-west-2: deploy staging first" in err
     assert "Traceback" not in err
     assert "calls" not in json.loads(cluster.read_text())  # nothing was applied
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (
+            "v1.36.0",
+            "accept: kubectl v1.36.0 on PATH; 1.33-1.35 for the 1.34 cluster (one minor version either side): install kubectl 1.34.x",
+        ),
+        ("v1.32.9", "accept: kubectl v1.32.9 on PATH; 1.33-1.35 for the 1.34 cluster"),
+        ("garbage", "accept: `kubectl version --client -o json` gave no client version (exit 0): install kubectl 1.33-1.35"),
+    ],
+)
+def test_kubectl_outside_the_skew_is_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, message: str
+) -> None:
+    """A GitHub-hosted runner's kubectl is the newest stable (docs/facts/pipeline.md#github-runner-kubectl-latest):
+    outside one minor of the 1.34 cluster, accept stops before touching the cluster."""
+    state = json.loads(cluster.read_text())
+    cluster.write_text(json.dumps({**state, "kubectl_version": version if version != "garbage" else "v1"}))
+    if version == "garbage":
+        (tmp_path / "bin" / "kubectl").write_text("#!/bin/sh\necho not-json\n")
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "calls" not in json.loads(cluster.read_text())  # nothing was applied
+
+
+@pytest.mark.parametrize("version", ["v1.33.0", "v1.35.2", "v1.34.5"])
+def test_kubectl_within_the_skew_passes_the_check(cluster: Path, version: str) -> None:
+    cluster.write_text(json.dumps({**json.loads(cluster.read_text()), "kubectl_version": version}))
+    assert accept_eks.check_kubectl_version(load_config(ROOT / "config" / "staging.yaml")) == version
 
 
 def test_without_kubectl_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

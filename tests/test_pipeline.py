@@ -54,7 +54,8 @@ def test_prod_approval_comes_after_its_checks_and_before_its_deploy(pipeline: tu
     """Reviewers see preflight's and the guard's result (the Check step) before they approve."""
     _, _, template = pipeline
     for stage in _stages(template):
-        approvals = [a for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Approval"]
+        # (staging's Accept-staging, after its deploy, is the private-endpoint gate: tested below)
+        approvals = [a for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Approval" and not a["Name"].startswith("Accept-")]
         if stage["Name"] == "prod":
             assert [a["Name"] for a in approvals] == ["Approve-prod"]
             first_deploy = min(a["RunOrder"] for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Deploy")
@@ -147,11 +148,83 @@ def acceptance_step_problems(template: dict[str, Any], env: str, cfg: Any) -> li
     return problems
 
 
-@pytest.mark.parametrize("env", ["dev", "staging", "prod"])
+@pytest.mark.parametrize("env", ["dev", "prod"])
 def test_the_acceptance_gate_runs_after_each_deploy(pipeline: tuple[PipelineStack, Path, dict[str, Any]], synth: Synth, env: str) -> None:
-    """Every shipped environment has training GPUs: the gate is on (pipeline.yaml accept.gate default)."""
+    """Every shipped environment has training GPUs: the gate is on (pipeline.yaml accept.gate default).
+    dev and prod are HyperPod Slurm (SSM from anywhere); staging's EKS endpoint is private (below)."""
     _, _, template = pipeline
     assert acceptance_step_problems(template, env, synth.configs[env]) == []
+
+
+def private_gate_problems(template: dict[str, Any], env: str) -> list[str]:
+    """Where the cluster's EKS endpoint is private, CodeBuild in the tooling account (no VPC) cannot
+    reach it (docs/facts/eks.md#eks-private-endpoint-reach): the gate is a manual approval after the
+    deploy that tells the operator to run `fminfra accept ENV` inside the VPC and approve only on exit 0;
+    no CodeBuild step pretends to run it."""
+    stage = next(s for s in _stages(template) if s["Name"] == env)
+    action = next((a for a in stage["Actions"] if a["Name"] == f"Accept-{env}"), None)
+    if action is None:
+        return [f"{env}: no Accept-{env} action"]
+    problems = []
+    if action["ActionTypeId"]["Category"] != "Approval":
+        problems.append(f"{env}: Accept-{env} is a {action['ActionTypeId']['Category']} action, not a manual approval")
+    deploys = [a["RunOrder"] for a in stage["Actions"] if a["ActionTypeId"]["Category"] == "Deploy"]
+    if action["RunOrder"] <= max(deploys):
+        problems.append(f"{env}: Accept-{env} comes before the deploy ends")
+    comment = (action.get("Configuration") or {}).get("CustomData", "")
+    for words in (f"`fminfra accept {env}`", "VPC", "443", "Approve only if it exits 0"):
+        if words not in comment:
+            problems.append(f"{env}: the approval does not say {words!r}")
+    return problems
+
+
+def test_a_private_eks_endpoint_gate_is_a_manual_approval(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    _, _, template = pipeline
+    assert private_gate_problems(template, "staging") == []
+
+
+def test_private_gate_check_can_fail(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    """The check on the code as it was: staging had a CodeBuild Accept step that could never reach its cluster."""
+    _, _, template = pipeline
+    assert "dev: Accept-dev is a Build action, not a manual approval" in private_gate_problems(template, "dev")
+    early = json.loads(json.dumps(template))
+    stage = next(s for s in _stages(early) if s["Name"] == "staging")
+    approval = next(a for a in stage["Actions"] if a["Name"] == "Accept-staging")
+    approval["RunOrder"] = 1
+    approval["Configuration"]["CustomData"] = "Approve?"
+    problems = private_gate_problems(early, "staging")
+    assert "staging: Accept-staging comes before the deploy ends" in problems
+    assert "staging: the approval does not say 'Approve only if it exits 0'" in problems
+
+
+def _load_problems(path: Path) -> list[str]:
+    try:
+        load_pipeline(path)
+    except ConfigError as exc:
+        return exc.problems
+    return []
+
+
+def test_a_private_eks_gate_needs_runner_labels(tmp_path: Path) -> None:
+    """GitHub-hosted runners cannot reach a private endpoint: load_pipeline asks for a runner in the VPC."""
+    envs = yaml.safe_load((ROOT / "pipeline.yaml").read_text())["environments"]
+    staging = next(e for e in envs if e["config"] == "config/staging.yaml")
+    assert staging["accept"]["runs_on"] == ["self-hosted", "fminfra-staging"]
+    config = str(ROOT / "config" / "staging.yaml")
+    path = _pipeline_file(tmp_path, environments=[{"config": config, "accept": {"nccl_fail_gbps": 250}}])
+    assert _load_problems(path) == [
+        f"{path}: environments[0].accept.runs_on: required: the gate is on and {config} has a private-only EKS endpoint"
+        " (compute.eks.public_access_cidrs: []), which GitHub-hosted runners cannot reach; give the labels of a runner in its VPC,"
+        " e.g. [self-hosted, fminfra-staging], or accept: {gate: false}"
+    ]
+    path = _pipeline_file(tmp_path, environments=[{"config": config, "accept": {"gate": False, "runs_on": ["self-hosted"]}}])
+    assert _load_problems(path) == [
+        f"{path}: environments[0].accept.runs_on: set, but the gate is off for {config}: remove it or turn the gate on"
+    ]
+    path = _pipeline_file(tmp_path, environments=[{"config": config, "accept": {"gate": False}}])
+    assert _load_problems(path) == []  # no gate, no runner needed
+    path = _pipeline_file(tmp_path, environments=[{"config": config, "accept": {"runs_on": ["self-hosted", " "]}}])
+    assert _load_problems(path) == [f"{path}: environments[0].accept.runs_on: runner labels must be non-empty strings, got [' ']"]
 
 
 def test_acceptance_step_check_can_fail(pipeline: tuple[PipelineStack, Path, dict[str, Any]], synth: Synth) -> None:
@@ -190,9 +263,7 @@ def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path
     loaded, [cfg] = load_pipeline(path)
     assert gate_enabled(loaded.environments[0], cfg) is False  # no training GPUs: off by default
     path = _pipeline_file(tmp_path, environments=[{"config": inference, "accept": {"gate": True}}])
-    with pytest.raises(ConfigError) as info:
-        load_pipeline(path)
-    assert info.value.problems == [
+    assert _load_problems(path) == [
         f"{path}: environments[0].accept.gate: true, but {inference} has no training group with GPUs and nodes:"
         " the acceptance jobs need GPUs; set gate: false or leave it out"
     ]

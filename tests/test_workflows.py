@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import re
@@ -179,12 +180,43 @@ def test_main_promotes_one_artifact_dev_then_staging_then_prod() -> None:
     jobs = wf["jobs"]
     assert _runs(jobs["synth"])[:2] == ["make test", "make synth"]
     assert [jobs[e]["needs"] for e in ("dev", "staging", "prod")] == ["synth", "dev", "staging"]
+    assert runner_label_problems(wf, ROOT / "pipeline.yaml") == []
     for env in ("dev", "staging", "prod"):
         assert jobs[env]["uses"] == "./.github/workflows/deploy-environment.yml"
-        assert jobs[env]["with"] == {"environment": env}
+        assert {k: v for k, v in jobs[env]["with"].items() if k != "accept_runs_on"} == {"environment": env}
         assert jobs[env]["permissions"] == {"contents": "read", "id-token": "write", "actions": "read"}
     # one workflow-wide group would hold dev and staging while prod waits for approval
     assert "concurrency" not in wf
+
+
+def runner_label_problems(deploy: dict[str, Any], pipeline_file: Path) -> list[str]:
+    """deploy.yml passes each environment's pipeline.yaml accept.runs_on as accept_runs_on (a JSON
+    list), and nothing where pipeline.yaml names none; load_pipeline requires runs_on where the
+    cluster's EKS endpoint is private (docs/facts/eks.md#eks-private-endpoint-reach)."""
+    from fminfra.config.pipeline import load_pipeline
+
+    pipeline, configs = load_pipeline(pipeline_file)
+    problems = []
+    for env, cfg in zip(pipeline.environments, configs, strict=True):
+        passed = (deploy["jobs"].get(cfg.name, {}).get("with") or {}).get("accept_runs_on")
+        labels = json.loads(passed) if passed else None
+        if labels != env.accept.runs_on:
+            problems.append(
+                f"{cfg.name}: deploy.yml passes accept_runs_on {passed!r}, pipeline.yaml accept.runs_on is {env.accept.runs_on}"
+            )
+    return problems
+
+
+def test_runner_label_check_can_fail() -> None:
+    wf = _load("deploy.yml")
+    wf["jobs"]["staging"]["with"].pop("accept_runs_on")
+    assert runner_label_problems(wf, ROOT / "pipeline.yaml") == [
+        "staging: deploy.yml passes accept_runs_on None, pipeline.yaml accept.runs_on is ['self-hosted', 'fminfra-staging']"
+    ]
+    wf["jobs"]["dev"]["with"]["accept_runs_on"] = '["ubuntu-24.04"]'
+    assert "dev: deploy.yml passes accept_runs_on '[\"ubuntu-24.04\"]', pipeline.yaml accept.runs_on is None" in runner_label_problems(
+        wf, ROOT / "pipeline.yaml"
+    )
 
 
 def _creds(steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
@@ -290,8 +322,126 @@ def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
     gate = runs_d.index('make accept-gate ENV="$ENVIRONMENT"')
     gate_creds = [w for i, w in _creds(steps) if deploy_i < i < gate]
     assert gate > deploy_i and gate_creds[-1]["role-to-assume"].endswith(":role/fminfra-${{ inputs.environment }}-accept")
-    assert gate_creds[-1]["unset-current-credentials"] is True and "if" not in steps[gate]
+    assert gate_creds[-1]["unset-current-credentials"] is True
+    # ... unless the gate has a runner of its own (accept_runs_on): then the accept job runs it
+    assert steps[gate]["if"] == "inputs.accept_runs_on == ''"
     assert all(w.get("role-skip-session-tagging") is True for _, w in _creds(steps) if w.get("role-chaining"))
+    assert wf["on"]["workflow_call"]["inputs"]["accept_runs_on"] == {
+        "description": wf["on"]["workflow_call"]["inputs"]["accept_runs_on"]["description"],
+        "required": False,
+        "type": "string",
+        "default": "",
+    }
+    assert accept_job_problems(wf["jobs"]["accept"]) == []
+
+
+def accept_job_problems(job: dict[str, Any]) -> list[str]:
+    """The gate on the runner pipeline.yaml names: after the deploy, only with accept_runs_on, on
+    those labels; the environment's subject (the acceptance role trusts it alone); a kubectl within
+    one minor of the 1.34 cluster (docs/facts/eks.md#kubectl-version-skew), downloaded and checked
+    against its published SHA-256 (docs/facts/pipeline.md#kubectl-download-checksum) before the gate."""
+    problems = []
+    if job.get("needs") != "deploy" or job.get("if") != "inputs.accept_runs_on != ''":
+        problems.append("must follow the deploy job and run only with accept_runs_on")
+    if "fromJSON(inputs.accept_runs_on)" not in str(job.get("runs-on")):
+        problems.append(f"runs-on {job.get('runs-on')!r} is not the labels of accept_runs_on")
+    if job.get("environment") != "${{ inputs.environment }}":
+        problems.append("names no GitHub environment: the acceptance role would not trust its token")
+    if (job.get("permissions") or {}).get("id-token") != "write":
+        problems.append("needs id-token: write for OIDC")
+    version = (job.get("env") or {}).get("KUBECTL_VERSION", "")
+    if not re.fullmatch(r"v1\.3[3-5]\.[0-9]+", version):
+        problems.append(f"KUBECTL_VERSION {version!r} is outside 1.33-1.35")
+    steps = _steps(job)
+    runs = [s.get("run", "") for s in steps]
+    gate = next((i for i, r in enumerate(runs) if r == 'make accept-gate ENV="$ENVIRONMENT"'), None)
+    kubectl = next((i for i, r in enumerate(runs) if "dl.k8s.io/release/${KUBECTL_VERSION}" in r), None)
+    if gate is None:
+        return [*problems, "does not run make accept-gate"]
+    if kubectl is None or kubectl > gate or "sha256sum --check" not in runs[kubectl] or "GITHUB_PATH" not in runs[kubectl]:
+        problems.append("no checked kubectl download onto PATH before the gate")
+    creds = [w for i, w in _creds(steps) if i < gate]
+    if not creds or not creds[-1].get("role-to-assume", "").endswith(":role/fminfra-${{ inputs.environment }}-accept"):
+        problems.append("the gate does not run with the acceptance role")
+    return problems
+
+
+def _kubectl_step(tmp_path: Path, checksum: str | None, arch: str = "X64") -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
+    """The accept job's kubectl step in a fresh bash, with a fake curl that serves a binary and its
+    `.sha256` the way dl.k8s.io publishes them (docs/facts/pipeline.md#kubectl-download-checksum):
+    the checksum file holds the hex digest alone. `checksum`: its content (None: the right one)."""
+    job = _load("deploy-environment.yml")["jobs"]["accept"]
+    run = next(s["run"] for s in _steps(job) if "dl.k8s.io" in s.get("run", ""))
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    payload = "#!/bin/sh\necho fake kubectl\n"
+    digest = hashlib.sha256(payload.encode()).hexdigest() if checksum is None else checksum
+    (fakebin / "curl").write_text(
+        "#!/bin/bash\n"
+        'echo "$*" >> "$CURL_LOG"\n'
+        'out=""; url=""; while [ $# -gt 0 ]; do case "$1" in -o) out="$2"; shift 2 ;; -*) shift ;; *) url="$1"; shift ;; esac; done\n'
+        f'case "$url" in *.sha256) printf %s "{digest}" > "$out" ;; *) printf %s "$PAYLOAD" > "$out" ;; esac\n'
+    )
+    (fakebin / "curl").chmod(0o755)
+    log, github_path = tmp_path / "curl.log", tmp_path / "github_path"
+    env = {
+        "PATH": f"{fakebin}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "CURL_LOG": str(log),
+        "PAYLOAD": payload,
+        "RUNNER_ARCH": arch,
+        "RUNNER_TEMP": str(tmp_path / "runner-temp"),
+        "GITHUB_PATH": str(github_path),
+        "KUBECTL_VERSION": job["env"]["KUBECTL_VERSION"],
+    }
+    (tmp_path / "runner-temp").mkdir()
+    result = subprocess.run(
+        ["/bin/bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", run],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    return result, github_path, log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_kubectl_step_installs_the_pinned_release_checked(tmp_path: Path) -> None:
+    result, github_path, calls = _kubectl_step(tmp_path, None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [folder] = github_path.read_text().splitlines()
+    assert (Path(folder) / "kubectl").read_text() == "#!/bin/sh\necho fake kubectl\n"
+    assert os.access(Path(folder) / "kubectl", os.X_OK)
+    base = "https://dl.k8s.io/release/v1.34.5/bin/linux/amd64/kubectl"
+    assert [c.split()[-1] for c in calls] == [base, f"{base}.sha256"]
+
+
+@pytest.mark.parametrize(("checksum", "arch"), [("0" * 64, "X64"), (None, "ARM32")])
+def test_the_kubectl_step_refuses_a_bad_download(tmp_path: Path, checksum: str | None, arch: str) -> None:
+    """The test of the test: a checksum that does not match (or an architecture with no build) stops the job, nothing on PATH."""
+    result, github_path, _ = _kubectl_step(tmp_path, checksum, arch)
+    assert result.returncode != 0
+    assert not github_path.exists()
+    assert ("FAILED" if checksum else "no Linux build for runner architecture ARM32") in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("break_it", "problem"),
+    [
+        (lambda j: j.pop("environment"), "names no GitHub environment"),
+        (lambda j: j.update({"runs-on": "ubuntu-24.04"}), "is not the labels of accept_runs_on"),
+        (lambda j: j["env"].update(KUBECTL_VERSION="v1.36.0"), "outside 1.33-1.35"),
+        (
+            lambda j: [s.update(run=s["run"].replace("sha256sum --check", "true")) for s in j["steps"] if "dl.k8s.io" in s.get("run", "")],
+            "checked kubectl",
+        ),
+        (lambda j: j.pop("if"), "only with accept_runs_on"),
+    ],
+)
+def test_accept_job_check_can_fail(break_it: Any, problem: str) -> None:
+    job = copy.deepcopy(_load("deploy-environment.yml")["jobs"]["accept"])
+    break_it(job)
+    assert any(problem in p for p in accept_job_problems(job)), accept_job_problems(job)
 
 
 # --------------------------------------------------------------------------------------------

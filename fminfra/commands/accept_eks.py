@@ -4,7 +4,8 @@ How it reaches the cluster (docs/facts/jobs.md#eks-kubectl-get-token): the EKS A
 (`eks:DescribeCluster`, boto3) gives the API server's endpoint and CA; a kubeconfig written to a
 temporary folder has kubectl authenticate with `aws eks get-token` (an IAM token), as
 `aws eks update-kubeconfig` writes it. kubectl must be on PATH, version 1.33-1.35 for a 1.34
-cluster (the CDK kubectl layer fminfra deploys with ships 1.34.5: docs/facts/eks.md#eks-kubectl-layer-v34),
+cluster (checked first: `check_kubectl_version`, exit 2 outside the range; the CDK kubectl layer
+fminfra deploys with ships 1.34.5: docs/facts/eks.md#eks-kubectl-layer-v34),
 and the caller needs an EKS access entry (`compute.eks.admin_principal_arns`) and a network path to
 the endpoint (private only unless `public_access_cidrs` is set).
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -49,6 +51,34 @@ def eks_client(region: str) -> Any:
     import boto3
 
     return boto3.client("eks", region_name=region)
+
+
+def kubectl_minors(cfg: EnvironmentConfig) -> tuple[int, int]:
+    """The kubectl minor versions that work with the environment's cluster: one minor either side of
+    it (docs/facts/eks.md#kubectl-version-skew); 1.33-1.35 for a 1.34 cluster."""
+    assert cfg.compute.eks is not None
+    minor = int(cfg.compute.eks.kubernetes_version.split(".")[1])
+    return minor - 1, minor + 1
+
+
+def check_kubectl_version(cfg: EnvironmentConfig) -> str:
+    """kubectl's client version (`kubectl version --client -o json`: clientVersion.major/minor,
+    docs/facts/eks.md#kubectl-version-json); UsageError (exit 2) outside kubectl_minors. GitHub's
+    hosted runners carry the newest stable kubectl (docs/facts/pipeline.md#github-runner-kubectl-latest)."""
+    low, high = kubectl_minors(cfg)
+    wanted = f"1.{low}-1.{high} for the {cfg.compute.eks.kubernetes_version} cluster"  # type: ignore[union-attr]
+    result = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False, timeout=60)
+    try:
+        info = json.loads(result.stdout)["clientVersion"]
+        major, minor = int(info["major"]), int(re.match(r"[0-9]+", info["minor"])[0])  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(
+            f"accept: `kubectl version --client -o json` gave no client version (exit {result.returncode}): install kubectl {wanted}"
+        ) from None
+    found = info.get("gitVersion") or f"{major}.{minor}"
+    if major != 1 or not low <= minor <= high:
+        raise UsageError(f"accept: kubectl {found} on PATH; {wanted} (one minor version either side): install kubectl 1.{low + 1}.x")
+    return str(found)
 
 
 def describe_cluster(cfg: EnvironmentConfig, client: Any | None = None) -> dict[str, Any]:
@@ -280,6 +310,7 @@ def run(
     cfg = plan.cfg
     if shutil.which("kubectl") is None:
         raise UsageError("accept: kubectl not found on PATH (1.33-1.35 for a 1.34 cluster); or use --dry-run")
+    check_kubectl_version(cfg)
     cluster = describe_cluster(cfg, client)
     results.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fminfra-accept-") as tmp:

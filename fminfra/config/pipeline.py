@@ -64,6 +64,21 @@ class AcceptThresholds(_Model):
     nccl_warn_gbps: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="busbw below which accept warns (GB/s); default: nccl_fail_gbps."
     )
+    runs_on: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="GitHub workflow: the labels of the runner the gate runs on (its own job), e.g. [self-hosted, fminfra-staging]; "
+        "required where the gate needs the cluster's private endpoint (HyperPod EKS without compute.eks.public_access_cidrs): "
+        'a runner in the environment\'s VPC (docs/promotion.md, "The acceptance gate").',
+    )
+
+    @field_validator("runs_on")
+    @classmethod
+    def _labels(cls, value: list[str] | None) -> list[str] | None:
+        bad = [label for label in value or [] if not isinstance(label, str) or not label.strip()]
+        if bad:
+            raise ValueError(f"runner labels must be non-empty strings, got {bad!r}")
+        return value
 
     @model_validator(mode="after")
     def _order(self) -> AcceptThresholds:
@@ -129,6 +144,15 @@ def gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
     return has_training_gpus(cfg) if env.accept.gate is None else env.accept.gate
 
 
+def needs_private_endpoint(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
+    """A gate that talks to a private-only EKS API server: HyperPod EKS without public_access_cidrs.
+    Such an endpoint answers only from the cluster's VPC or a connected network, and only where the
+    cluster security group allows 443 from there (docs/facts/eks.md#eks-private-endpoint-reach): not
+    from a GitHub-hosted runner, nor from the pipeline's CodeBuild in the tooling account."""
+    eks = cfg.compute.eks
+    return gate_enabled(env, cfg) and cfg.compute.orchestrator == "eks" and eks is not None and not eks.public_access_cidrs
+
+
 def _format_errors(file: str, exc: PydanticValidationError) -> list[str]:
     lines = []
     for err in exc.errors():
@@ -176,6 +200,16 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                 problems.append(
                     f"{file}: environments[{i}].accept: the gate is on, but {env.config} leaves compute.eks.accept_access off:"
                     " the acceptance role would have no Kubernetes access to the cluster; set it to true, or accept: {gate: false}"
+                )
+            if needs_private_endpoint(env, cfg) and env.accept.runs_on is None:
+                problems.append(
+                    f"{file}: environments[{i}].accept.runs_on: required: the gate is on and {env.config} has a private-only EKS endpoint"
+                    " (compute.eks.public_access_cidrs: []), which GitHub-hosted runners cannot reach; give the labels of a runner in its VPC,"
+                    " e.g. [self-hosted, fminfra-" + cfg.name + "], or accept: {gate: false}"
+                )
+            if env.accept.runs_on is not None and not gate_enabled(env, cfg):
+                problems.append(
+                    f"{file}: environments[{i}].accept.runs_on: set, but the gate is off for {env.config}: remove it or turn the gate on"
                 )
     names = [c.name for c in configs]
     repeated = sorted({n for n in names if names.count(n) > 1})
