@@ -42,6 +42,9 @@ What it models, and from where:
 - `logs POD -n NS` prints the scenario's log for that pod's job kind (recorded nccl-tests output,
   the DDP result line, fio JSON), the way each job's script writes it (accept_manifests).
 - `delete RESOURCE NAME ...` removes the object.
+- `unreachable` in the state: every call that needs the server fails as kubectl fails when the
+  endpoint does not answer (`Unable to connect to the server: <error>`, exit 1; kubernetes/kubectl
+  `pkg/cmd/util/helpers.go` `StandardErrorMessage`: docs/facts/eks.md#kubectl-unable-to-connect).
 It does not model: admission (Kueue), scheduling, image pulls, or pods failing on their own.
 """
 
@@ -108,6 +111,9 @@ def main(argv: list[str]) -> None:
     if argv[:1] != ["--kubeconfig"]:
         fail("error: You must be logged in to the server (the server has asked for the client to provide credentials)")
     authenticate(yaml.safe_load(Path(argv[1]).read_text()), state)
+    if state.get("unreachable"):
+        host = state["endpoint"].removeprefix("https://")
+        fail(f"Unable to connect to the server: dial tcp: lookup {host}: i/o timeout")
     args = argv[2:]
     state.setdefault("calls", []).append(args)
     objects = state.setdefault("objects", {})

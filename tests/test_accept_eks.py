@@ -580,3 +580,18 @@ def test_docs_name_the_kubectl_the_layer_ships() -> None:
     for text in (accept_eks.__doc__ or "", (ROOT / "docs" / "first-job.md").read_text()):
         stated = re.findall(r"ships\s+(1\.34\.\d+)", text)
         assert stated and set(stated) == {shipped}, (stated, shipped)
+
+
+@pytest.mark.parametrize(("public", "hint"), [(False, "the endpoint is private"), (True, "check the network path")])
+def test_an_endpoint_that_does_not_answer_is_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, public: bool, hint: str
+) -> None:
+    state = json.loads(cluster.read_text())
+    cluster.write_text(json.dumps({**state, "unreachable": True}))
+    vpc = {**CLUSTER["resourcesVpcConfig"], "endpointPublicAccess": public}
+    _stub(monkeypatch, {"cluster": {**CLUSTER, "resourcesVpcConfig": vpc}})
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "accept: the cluster's API endpoint did not answer (Unable to connect to the server: dial tcp" in err
+    assert hint in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

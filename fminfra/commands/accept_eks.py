@@ -45,6 +45,7 @@ FAILED = "Failed"
 NOT_SUBMITTED = "NotSubmitted"
 LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
 NO_RESOURCE_TYPE = "the server doesn't have a resource type"
+UNREACHABLE = "Unable to connect to the server"  # kubectl, when the endpoint does not answer (docs/facts/eks.md#kubectl-unable-to-connect)
 
 
 def eks_client(region: str) -> Any:
@@ -131,15 +132,30 @@ def kubeconfig(cluster: dict[str, Any], region: str) -> dict[str, Any]:
 
 
 class Kubectl:
-    def __init__(self, config_file: Path) -> None:
+    def __init__(self, config_file: Path, private_endpoint: bool = False) -> None:
         self.config_file = config_file
+        self.private_endpoint = private_endpoint
 
     def __call__(self, *args: str, stdin: str | None = None) -> str:
         cmd = ["kubectl", "--kubeconfig", str(self.config_file), *args]
         result = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {(result.stderr or result.stdout).strip()}")
+            raise self.failure(args, result)
         return result.stdout
+
+    def failure(self, args: tuple[str, ...], result: subprocess.CompletedProcess[str]) -> UsageError:
+        """One line; where the API endpoint did not answer, what the caller needs (kubectl's
+        `Unable to connect to the server`: docs/facts/eks.md#kubectl-unable-to-connect)."""
+        message = (result.stderr or result.stdout).strip()
+        if UNREACHABLE in message:
+            where = (
+                "the endpoint is private (compute.eks.public_access_cidrs empty): run accept from the cluster's VPC, "
+                'with TCP 443 allowed into the cluster security group (docs/promotion.md, "A private EKS endpoint")'
+                if self.private_endpoint
+                else "check the network path to the endpoint and compute.eks.public_access_cidrs"
+            )
+            return UsageError(f"accept: the cluster's API endpoint did not answer ({message}); {where}")
+        return UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {message}")
 
     def exists(self, *args: str) -> bool:
         """False when the API server answers NotFound (kubectl's `Error from server (NotFound)`); other errors raise."""
@@ -149,7 +165,7 @@ class Kubectl:
             return True
         if "NotFound" in result.stderr:
             return False
-        raise UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {(result.stderr or result.stdout).strip()}")
+        raise self.failure(args, result)
 
     def json(self, *args: str) -> Any:
         out = self(*args, "-o", "json")
@@ -317,7 +333,8 @@ def run(
         config_file = Path(tmp) / "kubeconfig"
         config_file.write_text(yaml.safe_dump(kubeconfig(cluster, cfg.region)), encoding="utf-8")
         os.chmod(config_file, 0o600)
-        kubectl = Kubectl(config_file)
+        private = not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess", True)
+        kubectl = Kubectl(config_file, private_endpoint=private)
         check_queue(kubectl, plan, cluster["name"])
         # One job at a time, in the dry run's order: two jobs that each want every GPU of the same
         # nodes must not each start on part of them (docs/first-job.md, EKS).
