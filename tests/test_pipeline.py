@@ -237,20 +237,21 @@ def test_acceptance_step_check_can_fail(pipeline: tuple[PipelineStack, Path, dic
     stage = next(s for s in _stages(early) if s["Name"] == "prod")
     next(a for a in stage["Actions"] if a["Name"] == "Accept-prod")["RunOrder"] = 1
     assert "prod: Accept-prod runs before the deploy ends" in acceptance_step_problems(early, "prod", synth.configs["prod"])
-    # the step as it was: no install phase commands (the plugin missing on CodeBuild's image)
+    # the step as it was: no install phase commands (the plugin missing on CodeBuild's image); prod,
+    # a Slurm environment (staging's private EKS endpoint makes its Accept a manual approval)
     bare = json.loads(json.dumps(template))
-    stage = next(s for s in _stages(bare) if s["Name"] == "staging")
-    project = _projects(bare)[next(a for a in stage["Actions"] if a["Name"] == "Accept-staging")["Configuration"]["ProjectName"]["Ref"]]
+    stage = next(s for s in _stages(bare) if s["Name"] == "prod")
+    project = _projects(bare)[next(a for a in stage["Actions"] if a["Name"] == "Accept-prod")["Configuration"]["ProjectName"]["Ref"]]
     spec = json.loads(project["Properties"]["Source"]["BuildSpec"])
     unchecked = json.loads(json.dumps(spec))
     spec["phases"]["install"].pop("commands")
     project["Properties"]["Source"]["BuildSpec"] = json.dumps(spec)
-    assert acceptance_step_problems(bare, "staging", synth.configs["staging"]) == [
-        "staging: no pinned, checked session-manager-plugin install before the build: []"
+    assert acceptance_step_problems(bare, "prod", synth.configs["prod"]) == [
+        "prod: no pinned, checked session-manager-plugin install before the build: []"
     ]
     unchecked["phases"]["install"]["commands"] = [c for c in unchecked["phases"]["install"]["commands"] if "sha256sum" not in c]
     project["Properties"]["Source"]["BuildSpec"] = json.dumps(unchecked)
-    assert "no pinned, checked session-manager-plugin" in acceptance_step_problems(bare, "staging", synth.configs["staging"])[0]
+    assert "no pinned, checked session-manager-plugin" in acceptance_step_problems(bare, "prod", synth.configs["prod"])[0]
 
 
 def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path: Path) -> None:
