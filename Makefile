@@ -130,10 +130,11 @@ accept-gate: deps
 	$(PY) -m fminfra accept-remote $(CONFIG_DIR)/$(ENV).yaml --pipeline $(PIPELINE_FILE) --if-gated
 
 # FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
+# -n auto: one pytest-xdist worker per core; each worker synthesizes the apps once (tests/conftest.py).
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest
+	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest -n auto
 
 # The gate figures docs/gates.md records: checkov checks/failed/skipped, cfn-lint, cdk-nag
 # acknowledgments by rule, with each tool's version, over every template the tests synthesize.
