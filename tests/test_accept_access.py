@@ -349,3 +349,36 @@ def test_accept_uses_training_or_else_the_first_team(tmp_path: Path) -> None:
     data["compute"]["eks"]["scheduling"]["teams"].append({"name": "training", "instances": {}})
     path.write_text(yaml.safe_dump(data))
     assert load_config(path).compute.acceptance_team() == "training"
+
+
+@pytest.mark.parametrize(
+    ("region", "az_prefix", "instance_type"), [("ap-northeast-2", "apne2", "ml.p5.48xlarge"), ("ca-central-1", "cac1", "ml.p5.48xlarge")]
+)
+def test_accept_access_where_the_region_turns_task_governance_off(tmp_path: Path, region: str, az_prefix: str, instance_type: str) -> None:
+    """Where task governance defaults to off (tests/test_task_governance.py's region cases), accept_access
+    is one line at validate, not a synth crash."""
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["region"], data["network"]["az_ids"] = region, [f"{az_prefix}-az1", f"{az_prefix}-az2"]
+    data["network"]["compute_az_id"] = f"{az_prefix}-az1"
+    data["compute"]["instance_groups"][0]["instance_type"] = instance_type
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert exc.value.problems == [
+        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and task governance"
+        f" is off in {region} by default (validate's warning says why); set eks.scheduling.task_governance: true, or accept_access: false"
+    ]
+
+
+def test_accept_without_a_team_queue_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["compute"]["eks"]["scheduling"] = {"task_governance": False}
+    data["compute"]["eks"]["accept_access"] = False
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    from fminfra.cli import main as cli_main
+
+    assert cli_main(["accept", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "no task governance team" in err and "Traceback" not in err

@@ -132,7 +132,10 @@ def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], t
         env["accept"] = {k: v for k, v in env.get("accept", {}).items() if k == "runs_on"}
     pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
     assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
-    assert "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge)" in capsys.readouterr().out
+    assert (
+        "FAIL, no threshold; set accept.nccl_fail_gbps for staging in pipeline.yaml (none: instance_types.tsv has no measured"
+        " threshold for p5en.48xlarge)" in capsys.readouterr().out
+    )
 
 
 def test_inference_only_eks_has_nothing_to_accept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

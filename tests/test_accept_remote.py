@@ -369,3 +369,11 @@ def test_reply_parser_ignores_the_plugin_lines() -> None:
     )
     assert reply is not None and (reply.exit_code, reply.log_bytes, reply.text.strip()) == (1, 12, "FAIL x")
     assert parse_reply("Starting session with SessionId: s\r\n") is None
+
+
+def test_an_environment_without_training_groups_is_handed_to_accept(capsys: pytest.CaptureFixture[str]) -> None:
+    """Inference-only EKS: accept-remote says what accept says (nothing to run, exit 0), not an orchestrator error."""
+    from fminfra.cli import main as cli_main
+
+    assert cli_main(["accept-remote", str(ROOT / "tests" / "configs" / "eks-inference-only.yaml"), "--dry-run"]) == 0
+    assert "no training groups" in capsys.readouterr().out

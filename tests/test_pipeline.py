@@ -273,6 +273,21 @@ def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path
     assert gate_enabled(loaded.environments[0], cfg) is False
 
 
+def test_an_ec2_environment_is_not_gated(tmp_path: Path) -> None:
+    """`fminfra accept` does not reach ec2 Auto Scaling groups: the gate defaults to off there, and gate: true is one line."""
+    from fminfra.config.pipeline import gate_enabled
+
+    ec2 = str(ROOT / "examples" / "ec2-odcr.yaml")
+    path = _pipeline_file(tmp_path, environments=[{"config": ec2}])
+    loaded, [cfg] = load_pipeline(path)
+    assert cfg.compute.orchestrator == "ec2" and gate_enabled(loaded.environments[0], cfg) is False
+    path = _pipeline_file(tmp_path, environments=[{"config": ec2, "accept": {"gate": True}}])
+    assert _load_problems(path) == [
+        f"{path}: environments[0].accept.gate: true, but {ec2} uses orchestrator ec2, which `fminfra accept` does not reach"
+        " (allowed: slurm, eks); set gate: false or leave it out"
+    ]
+
+
 def test_synth_step_runs_make_test(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
     _, _, template = pipeline
     build = next(s for s in _stages(template) if s["Name"] == "Build")

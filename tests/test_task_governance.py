@@ -370,11 +370,13 @@ def _in_seoul(data: dict[str, Any]) -> dict[str, Any]:
     # the region and the resource schema's description).
     data = copy.deepcopy(data)
     data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
+    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/test_accept_access.py
     return data
 
 
 def _in_region(data: dict[str, Any], region: str, az_prefix: str, instance_type: str = "ml.p5en.48xlarge") -> Any:
     data = copy.deepcopy(data)
+    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/test_accept_access.py
     data["region"], data["network"]["az_ids"] = region, [f"{az_prefix}-az1", f"{az_prefix}-az2"]
     data["network"]["compute_az_id"] = f"{az_prefix}-az1"
     data["compute"]["instance_groups"][0]["instance_type"] = instance_type
@@ -504,3 +506,31 @@ def test_compute_quota_is_a_cfn_resource_only_while_the_pinned_cdk_lacks_the_l1(
     fact = (ROOT / "docs" / "facts" / "hyperpod.md").read_text()
     entry = fact[fact.index("### hyperpod-compute-quota-schema") :].split("\n### ")[0]
     assert f"aws-cdk-lib=={pinned[1]}" in entry and "`CfnComputeQuota` exists from aws-cdk-lib 2.276.0" in entry
+
+
+def test_the_cdk_cli_synthesizes_priority_classes_where_its_region_data_lacks_the_type(tmp_path: Path) -> None:
+    """us-west-2: validate warns (the region lists disagree) and the CDK CLI, whose own "CloudFormation
+    Validate" check lacks AWS::SageMaker::ClusterSchedulerConfig there (F3006), still synthesizes."""
+    import os
+
+    import yaml
+
+    data = _with_scheduling({"priority_classes": {"high": 90, "low": 10}})
+    assert data["region"] == "us-west-2"
+    path = tmp_path / "prio.yaml"
+    path.write_text(yaml.safe_dump({**data, "name": "prio"}))
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PATH": f"{root / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    out = tmp_path / "out"
+    result = subprocess.run(
+        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(out), "prio/Compute"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    template = json.loads(next(out.rglob("*Compute*.template.json")).read_text())
+    assert any(r["Type"] == "AWS::SageMaker::ClusterSchedulerConfig" for r in template["Resources"].values())

@@ -407,7 +407,7 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
             limits = (
                 f"fail < {t.fail_gbps:g} GB/s, warn < {t.warn_gbps:g} GB/s"
                 if t.fail_gbps is not None and t.warn_gbps is not None
-                else "FAIL, no threshold"
+                else f"FAIL, no threshold; set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
             )
             print(f"# nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: {limits} ({t.source})")
         print(

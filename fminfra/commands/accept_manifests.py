@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fminfra import catalog
+from fminfra.commands.common import UsageError
 from fminfra.config import EnvironmentConfig
-from fminfra.core.queues import DEFAULT_TEAM, QUEUE_LABEL, team_queue
+from fminfra.core.queues import QUEUE_LABEL, team_queue
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
 
@@ -355,7 +356,13 @@ def scripts_config_map(name: str, namespace: str, run_id: str, queue: str) -> di
 
 def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
     """The objects `accept` applies to a HyperPod EKS environment, per training group."""
-    queue = team_queue("hyperpod-eks", cfg.compute.acceptance_team() or DEFAULT_TEAM)
+    team = cfg.compute.acceptance_team()
+    if team is None:
+        raise UsageError(
+            f"accept: {cfg.name} has no task governance team (compute.eks.scheduling.task_governance is off here), so no Kueue"
+            " queue for the acceptance jobs; turn task governance on (docs/compute.md, scheduling)"
+        )
+    queue = team_queue("hyperpod-eks", team)
     plan = EksPlan(
         cfg=cfg,
         run_id=run_id,

@@ -52,7 +52,7 @@ import yaml
 
 import fminfra
 from fminfra.commands import accept
-from fminfra.commands.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
+from fminfra.commands.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
 from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig
 from fminfra.config.loader import read_yaml
 from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, gate_enabled, load_pipeline
@@ -359,12 +359,10 @@ def main(ns: argparse.Namespace) -> int:
             print(f"accept-remote {cfg.name}: the acceptance gate is off (pipeline.yaml accept.gate, or no training GPUs): nothing to run")
             return EXIT_OK
     orchestrator = cfg.compute.orchestrator
-    if orchestrator == "eks":
-        # The EKS path reaches the cluster from here: `fminfra accept` itself (docs/first-job.md).
-        return accept.main(_as_accept_namespace(ns))
     if orchestrator != "slurm":
-        print(f"{ns.config}: compute.orchestrator: accept-remote reaches slurm and eks clusters; {orchestrator} has none", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        # The EKS path reaches the cluster from here: `fminfra accept` itself (docs/first-job.md); it
+        # also says what an environment without training groups (nothing to run) or ec2 (not covered) gets.
+        return accept.main(_as_accept_namespace(ns))
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")

@@ -82,6 +82,15 @@ class EnvironmentConfig(Model):
             if problem := az_id_problem(az, self.region):
                 problems.append((f"network.az_ids[{i}]", problem))
         problems.extend(self._regional_problems())
+        # accept_access needs a team queue; the region may have turned task governance off above
+        if self.compute.eks is not None and self.compute.eks.accept_access and self.compute.acceptance_team() is None:
+            problems.append(
+                (
+                    "compute.eks.accept_access",
+                    f"`fminfra accept` queues its jobs in a task governance team's queue, and task governance is off in {self.region} "
+                    "by default (validate's warning says why); set eks.scheduling.task_governance: true, or accept_access: false",
+                )
+            )
         if self.compute.needs_eks and len(self.network.az_ids) < 2:
             problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
         for i, group in enumerate(self.compute.instance_groups):

@@ -139,9 +139,15 @@ def has_training_gpus(cfg: EnvironmentConfig) -> bool:
     return any(group.count > 0 and group.spec.gpus > 0 for group in cfg.compute.instance_groups)
 
 
+ACCEPTED_ORCHESTRATORS = ("slurm", "eks")  # what `fminfra accept` reaches (ec2 Auto Scaling groups: not yet)
+
+
 def gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
-    """The acceptance gate of one environment: `accept.gate` if set, else on with training GPUs."""
-    return has_training_gpus(cfg) if env.accept.gate is None else env.accept.gate
+    """The acceptance gate of one environment: `accept.gate` if set, else on with training GPUs on a
+    cluster `fminfra accept` reaches (HyperPod Slurm or EKS)."""
+    if env.accept.gate is not None:
+        return env.accept.gate
+    return has_training_gpus(cfg) and cfg.compute.orchestrator in ACCEPTED_ORCHESTRATORS
 
 
 def needs_private_endpoint(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
@@ -194,6 +200,11 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                 problems.append(
                     f"{file}: environments[{i}].accept.gate: true, but {env.config} has no training group with GPUs and nodes:"
                     " the acceptance jobs need GPUs; set gate: false or leave it out"
+                )
+            if env.accept.gate and cfg.compute.orchestrator not in ACCEPTED_ORCHESTRATORS and has_training_gpus(cfg):
+                problems.append(
+                    f"{file}: environments[{i}].accept.gate: true, but {env.config} uses orchestrator {cfg.compute.orchestrator}, which"
+                    f" `fminfra accept` does not reach (allowed: {', '.join(ACCEPTED_ORCHESTRATORS)}); set gate: false or leave it out"
                 )
             eks = cfg.compute.eks
             if gate_enabled(env, cfg) and cfg.compute.orchestrator == "eks" and eks is not None and not eks.accept_access:
