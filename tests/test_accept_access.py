@@ -382,3 +382,18 @@ def test_accept_without_a_team_queue_is_one_line(tmp_path: Path, capsys: pytest.
     assert cli_main(["accept", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert "no task governance team" in err and "Traceback" not in err
+
+
+def test_validate_warns_when_the_accept_team_holds_part_of_a_group(tmp_path: Path) -> None:
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["compute"]["eks"]["scheduling"] = {
+        "teams": [{"name": "alpha", "instances": {"workers": 1}}, {"name": "beta", "instances": {"workers": 1}}]
+    }
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    warnings = dict(load_config(path).warnings())
+    assert warnings["compute.eks.scheduling.teams"].startswith(
+        "`fminfra accept` queues in team 'alpha', which holds 1 of group 'workers''s 2 instances"
+    )
+    # the shipped staging (one team holding every instance) has no such warning
+    assert "compute.eks.scheduling.teams" not in dict(load_config(ROOT / "config" / "staging.yaml").warnings())

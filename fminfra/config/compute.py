@@ -571,18 +571,38 @@ class ComputeConfig(Model):
         SUPPORT_END_WARNING_DAYS of the end of its EKS standard support."""
         if self.eks is None:
             return []
+        out = self._acceptance_team_warnings()
         today = today or datetime.now(UTC).date()
         end = standard_support_end(self.eks.kubernetes_version)
         left = (end - today).days
         if left > SUPPORT_END_WARNING_DAYS:
-            return []
+            return out
         when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
         return [
+            *out,
             (
                 "eks.kubernetes_version",
                 f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
                 "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+            ),
+        ]
+
+    def _acceptance_team_warnings(self) -> list[tuple[str, str]]:
+        """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one
+        team's queue: a team holding fewer waits on borrowed quota, which task governance's default
+        sharing may never lend (docs/compute.md, scheduling)."""
+        team = self.acceptance_team()
+        if team is None:
+            return []
+        held = next(t for t in self.scheduling_teams() if t.name == team).instances
+        return [
+            (
+                "eks.scheduling.teams",
+                f"`fminfra accept` queues in team {team!r}, which holds {held.get(g.name, 0)} of group {g.name!r}'s {g.count} instances: "
+                "its acceptance jobs need them all at once and may never be admitted; give that team the whole group",
             )
+            for g in self.instance_groups
+            if g.count > 0 and held.get(g.name, 0) < g.count
         ]
 
     @model_validator(mode="after")
