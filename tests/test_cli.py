@@ -143,3 +143,17 @@ def test_cdk_cli_bad_config_fails_with_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert f"{path}: network.compute_az_id: 'usw2-az9' is not one of az_ids" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_reader_that_goes_away_gets_no_traceback() -> None:
+    """`python -m fminfra accept staging --dry-run | head -1`: the pipe closes early; no BrokenPipeError traceback."""
+    result = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -m fminfra accept staging --dry-run | head -1 >/dev/null; echo ${{PIPESTATUS[0]}}"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr, result.stderr[-2000:]
+    assert result.stdout.strip() in ("0", "141")  # 0 when the whole output fit in the pipe's buffer
