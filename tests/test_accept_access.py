@@ -346,9 +346,21 @@ def test_accept_uses_training_or_else_the_first_team(tmp_path: Path) -> None:
     plan = eks_plan(cfg, "r1")
     assert (plan.namespace, plan.queue) == ("hyperpod-ns-research", "hyperpod-ns-research-localqueue")
     # with a team named training it is that one, wherever it is listed
-    data["compute"]["eks"]["scheduling"]["teams"].append({"name": "training", "instances": {}})
+    data["compute"]["eks"]["scheduling"]["teams"][1] = {"name": "training", "instances": {"workers": 1}}
     path.write_text(yaml.safe_dump(data))
     assert load_config(path).compute.acceptance_team() == "training"
+
+
+@pytest.mark.parametrize("instances", [{}, {"workers": 0}])
+def test_a_team_holding_nothing_is_one_line(tmp_path: Path, instances: dict[str, int]) -> None:
+    """A quota of nothing: the team's queue could never admit a job (QA found it accepted, and accept could pick it)."""
+    data = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    data["compute"]["eks"]["scheduling"] = {"teams": [{"name": "a", "instances": instances}, {"name": "b", "instances": {"workers": 2}}]}
+    path = tmp_path / "staging.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as exc:
+        load_config(path)
+    assert exc.value.problems == [f"{path}: compute.eks.scheduling.teams[0].instances: team 'a' holds no instances; give it at least one"]
 
 
 @pytest.mark.parametrize(

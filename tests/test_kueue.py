@@ -230,7 +230,7 @@ def test_default_team_holds_every_inference_gpu_at_max_size() -> None:
             "compute.eks.scheduling.teams: the teams hold 5 instances of group 'serve-g6e', whose max_size is 4; allowed: at most 4 in all",
         ),
         (
-            {"kueue": True, "teams": [{"name": "kube-system"}]},
+            {"kueue": True, "teams": [{"name": "kube-system", "instances": {"serve-g6e": 1}}]},
             "compute.eks.scheduling.teams[0].name: 'kube-system' is a reserved namespace",
         ),
         ({"kueue": True, "priority_classes": {"a": 1}}, "compute.eks.scheduling.priority_classes: priority classes are task governance's"),

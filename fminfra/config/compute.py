@@ -790,6 +790,9 @@ class ComputeConfig(Model):
             capacity = {g.name: g.max_size for g in self.inference_node_groups}
         held: dict[str, int] = {}
         for i, team in enumerate(self.scheduling_teams()):
+            if scheduling.teams is not None and not any(team.instances.values()):
+                # a quota of nothing: the team's queue could never admit a job
+                problems.append((f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
             for group, count in team.instances.items():
                 if group not in groups:
                     problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
