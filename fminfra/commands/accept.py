@@ -363,23 +363,18 @@ def run_on_login_node(plan: Plan, timeout_s: float, poll_s: float, report: Path 
         if state not in DONE_STATES:
             subprocess.run(["scancel", job_id], check=False)
     checks = evaluate(plan, run_dir, states, ids)
+    return report_checks(checks, report or run_dir / "accept.json", {"environment": plan.cfg.name, "run_dir": str(run_dir)})
+
+
+def report_checks(checks: list[Check], report: Path, about: dict[str, str]) -> int:
+    """The table, then the JSON report (`about`, the result, every check); the exit code of the run.
+    Shared by the Slurm and EKS paths (accept_eks.py)."""
     width = max(len(c.name) for c in checks) if checks else 5
     for c in checks:
         print(f"{c.status:4} {c.name:{width}} {c.figure:>14}  {c.detail}")
     failed = any(c.status == "FAIL" for c in checks)
-    report = report or run_dir / "accept.json"
-    report.write_text(
-        json.dumps(
-            {
-                "environment": plan.cfg.name,
-                "run_dir": str(run_dir),
-                "result": "FAIL" if failed else "PASS",
-                "checks": [c.__dict__ for c in checks],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    result = {**about, "result": "FAIL" if failed else "PASS", "checks": [c.__dict__ for c in checks]}
+    report.write_text(json.dumps(result, indent=2) + "\n")
     print(f"report: {report}")
     return EXIT_CHECK_FAILED if failed else EXIT_OK
 

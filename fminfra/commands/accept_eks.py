@@ -353,27 +353,8 @@ def run(
             kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
         kubectl("delete", "configmap", plan.scripts["metadata"]["name"], "-n", plan.namespace, "--ignore-not-found", "--wait=false")
     checks = evaluate(plan, thresholds, baseline, results, states)
-    width = max(len(c.name) for c in checks) if checks else 5
-    for c in checks:
-        print(f"{c.status:4} {c.name:{width}} {c.figure:>14}  {c.detail}")
-    failed = any(c.status == "FAIL" for c in checks)
-    report = report or results / "accept.json"
-    report.write_text(
-        json.dumps(
-            {
-                "environment": cfg.name,
-                "cluster": cluster["name"],
-                "namespace": plan.namespace,
-                "results_dir": str(results),
-                "result": "FAIL" if failed else "PASS",
-                "checks": [c.__dict__ for c in checks],
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    print(f"report: {report}")
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
+    about = {"environment": cfg.name, "cluster": cluster["name"], "namespace": plan.namespace, "results_dir": str(results)}
+    return accept.report_checks(checks, report or results / "accept.json", about)
 
 
 def inference_only(cfg: EnvironmentConfig) -> int:
