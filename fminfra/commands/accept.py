@@ -45,7 +45,7 @@ from fminfra.commands.accept_results import (
 )
 from fminfra.commands.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, AcceptThresholds, load_pipeline
+from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS, DEFAULT_PIPELINE_FILE, AcceptThresholds, load_pipeline
 from fminfra.config.storage import lustre_throughput_gb_per_s
 from fminfra.core.resources import instance_table, scripts_root
 from fminfra.core.versions import load_versions
@@ -409,7 +409,7 @@ def main(ns: argparse.Namespace) -> int:
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
     orchestrator = cfg.compute.orchestrator
-    if orchestrator not in ("slurm", "eks", "none"):
+    if orchestrator not in (*ACCEPTED_ORCHESTRATORS, "none"):  # none: inference-only EKS, nothing to accept
         print(
             f"{ns.config}: compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; {orchestrator} is not supported yet (docs/first-job.md)",
             file=sys.stderr,
