@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,21 @@ SHIPPED_NAMES = [load_config(p).name for p in SHIPPED_CONFIGS]
 GITHUB_REPOSITORY = "example-org/fminfra"
 # The tooling account of pipeline.yaml: its acceptance steps may assume the acceptance roles.
 PIPELINE_ACCOUNT = "444444444444"
+
+
+def cdk_synth(config: Path, out: Path, *stacks: str) -> subprocess.CompletedProcess[str]:
+    """The real CDK CLI (`npx cdk synth`, the project's pinned copy) on one config, from the checkout,
+    as a user runs it: the project's .venv first on PATH, no telemetry."""
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_CLI_TELEMETRY": "true"}
+    return subprocess.run(
+        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={config}", "-o", str(out), *stacks],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=300,
+    )
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 import yaml
 
 from fminfra.cli import main
-from tests.conftest import ROOT, SHIPPED_CONFIGS
+from tests.conftest import ROOT, SHIPPED_CONFIGS, cdk_synth
 
 ALL_TRAINING_TYPES_INTERFACES = {"p5.48xlarge": "32/32", "p5en.48xlarge": "16/16", "p6-b200.48xlarge": "8/8"}
 
@@ -101,22 +100,8 @@ def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -
         network__az_ids=["euw1-az1", "euw1-az3"],
         network__compute_az_id="euw1-az3",
     )
-    env = {
-        **os.environ,
-        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        "CDK_DISABLE_CLI_TELEMETRY": "true",
-        "AWS_EC2_METADATA_DISABLED": "true",
-    }
     out = tmp_path / "out"
-    result = subprocess.run(
-        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(out), "**"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    result = cdk_synth(path, out, "**")
     assert result.returncode == 0, result.stderr[-3000:]
     from fminfra.commands.assembly import read_assembly
 
@@ -130,16 +115,7 @@ def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -
 @pytest.mark.slow
 def test_cdk_cli_bad_config_fails_with_one_line(tmp_path: Path) -> None:
     path = _write(tmp_path, "bad.yaml", network__compute_az_id="usw2-az9")
-    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_CLI_TELEMETRY": "true"}
-    result = subprocess.run(
-        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(tmp_path / "o")],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    result = cdk_synth(path, tmp_path / "o")
     assert result.returncode != 0
     assert f"{path}: network.compute_az_id: 'usw2-az9' is not one of az_ids" in result.stderr
     assert "Traceback" not in result.stderr

@@ -33,7 +33,7 @@ from fminfra.constructs.task_governance import ADDON_NAME, ADDON_VERSION_KEY, CO
 from fminfra.core.errors import ConfigError
 from fminfra.core.queues import DEFAULT_TEAM, team_queue
 from fminfra.core.versions import version
-from tests.conftest import Synth
+from tests.conftest import Synth, cdk_synth
 from tests.contract import shapes
 from tests.test_hyperpod_eks import created_before, dependency_graph
 
@@ -511,26 +511,14 @@ def test_compute_quota_is_a_cfn_resource_only_while_the_pinned_cdk_lacks_the_l1(
 def test_the_cdk_cli_synthesizes_priority_classes_where_its_region_data_lacks_the_type(tmp_path: Path) -> None:
     """us-west-2: validate warns (the region lists disagree) and the CDK CLI, whose own "CloudFormation
     Validate" check lacks AWS::SageMaker::ClusterSchedulerConfig there (F3006), still synthesizes."""
-    import os
-
     import yaml
 
     data = _with_scheduling({"priority_classes": {"high": 90, "low": 10}})
     assert data["region"] == "us-west-2"
     path = tmp_path / "prio.yaml"
     path.write_text(yaml.safe_dump({**data, "name": "prio"}))
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PATH": f"{root / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_CLI_TELEMETRY": "true"}
     out = tmp_path / "out"
-    result = subprocess.run(
-        ["npx", "--no-install", "cdk", "synth", "--quiet", "--no-notices", "-c", f"config={path}", "-o", str(out), "prio/Compute"],
-        capture_output=True,
-        text=True,
-        cwd=root,
-        env=env,
-        check=False,
-        timeout=300,
-    )
+    result = cdk_synth(path, out, "prio/Compute")
     assert result.returncode == 0, result.stderr[-3000:]
     template = json.loads(next(out.rglob("*Compute*.template.json")).read_text())
     assert any(r["Type"] == "AWS::SageMaker::ClusterSchedulerConfig" for r in template["Resources"].values())
