@@ -4,8 +4,8 @@
 For a refactor that must not change what deploys (a module move, a construct extracted): run it
 once on the commit before the change, into a folder outside the repository, then after each step:
 
-    .venv/bin/python scripts/compare_synth.py synth /tmp/before          # on the old commit
-    .venv/bin/python scripts/compare_synth.py check /tmp/after --against /tmp/before
+    .venv/bin/python .ci/compare_synth.py synth /tmp/before          # on the old commit
+    .venv/bin/python .ci/compare_synth.py check /tmp/after --against /tmp/before
 
 `synth` runs the project's pinned CDK CLI (as `make synth` does, so the context it adds, path
 metadata and version reporting, is in the templates) twice, the fewest app runs that cover it all:
@@ -18,6 +18,9 @@ metadata and version reporting, is in the templates) twice, the fewest app runs 
 assets, manifest.json, tree.json and the rest, byte for byte, and lists what is missing, extra or
 different; exit 1 when anything differs. Nothing is ignored: the assembly carries no absolute path
 and no timestamp (checked: two synths of one commit are identical), so a difference is a change.
+
+It lives in .ci/, not scripts/: the node scripts' asset is the whole scripts/ folder, so a file
+added there changes the asset hash of every ec2 template.
 """
 
 from __future__ import annotations
