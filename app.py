@@ -7,7 +7,7 @@ every file in config/ is synthesized.
 
 import sys
 
-from fminfra.synth import main
+from fminfra.app.synth import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None, cloudformation: Any = None) -> int:
     parser.add_argument("--environment", required=True)
     parser.add_argument("--config-dir", default="config", type=Path)
     ns = parser.parse_args(argv)
-    from fminfra.commands.assembly import read_assembly
+    from fminfra.core.assembly import read_assembly
     from fminfra.config import load_config
 
     if not (ns.app / "manifest.json").is_file():

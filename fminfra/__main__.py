@@ -1,5 +1,5 @@
 import sys
 
-from fminfra.cli import main
+from fminfra.cli.main import main
 
 sys.exit(main())

@@ -16,12 +16,12 @@ import aws_cdk as cdk
 import pytest
 from cdk_nag import AwsSolutionsChecks
 
-from fminfra.commands.assembly import StackTemplate, read_assembly
+from fminfra.app.pipeline import PipelineStack, build_pipeline_app
+from fminfra.app.stage import EnvironmentStage
+from fminfra.app.synth import build_app
 from fminfra.config import EnvironmentConfig, config_files, load_config
-from fminfra.pipeline import PipelineStack, build_pipeline_app
-from fminfra.stacks.github_oidc import GithubOidcStack, github_oidc_stacks
-from fminfra.stage import EnvironmentStage
-from fminfra.synth import build_app
+from fminfra.core.assembly import StackTemplate, read_assembly
+from fminfra.promotion.stack import GithubOidcStack, github_oidc_stacks
 
 # Every way botocore and the AWS SDKs find credentials outside the code: keys, profiles and their
 # files, SSO (through profiles), web identity, and the container endpoint that CodeBuild and ECS

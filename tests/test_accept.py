@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.cli import main as cli_main
-from fminfra.commands import accept
-from fminfra.commands.accept import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
-from fminfra.commands.common import UsageError
+from fminfra.cli.main import main as cli_main
 from fminfra.config.pipeline import AcceptThresholds
 from fminfra.core.versions import load_versions
+from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept.slurm import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
+from fminfra.ops.common import UsageError
 from tests.conftest import ROOT
 from tests.slurm_fakes import DATA, FakeCluster, ddp_result_line, make_cluster
 

@@ -1,4 +1,4 @@
-"""The acceptance gate's access to a HyperPod EKS cluster (fminfra/stacks/compute/accept_access.py):
+"""The acceptance gate's access to a HyperPod EKS cluster (fminfra/compute/stack/accept_access.py):
 
 - the access entry's properties against the AWS::EKS::AccessEntry schema cfn-lint ships, its
   principal (the OIDC stack's acceptance role), only where `compute.eks.accept_access` is set;
@@ -24,13 +24,13 @@ import jsonschema
 import pytest
 import yaml
 
-from fminfra.commands.accept_manifests import eks_plan
+from fminfra.compute.stack.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
 from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
-from fminfra.core.queues import team_queue
-from fminfra.stacks.compute.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
-from fminfra.stacks.github_oidc import accept_role_name
+from fminfra.eks.rules import team_queue
+from fminfra.ops.accept.manifests import eks_plan
+from fminfra.promotion.stack import accept_role_name
 from tests.conftest import ROOT, Synth
 from tests.test_accept_eks import _accept, _repo_root, cluster  # noqa: F401  (fixtures)
 
@@ -389,7 +389,7 @@ def test_accept_without_a_team_queue_is_one_line(tmp_path: Path, capsys: pytest.
     data["compute"]["eks"]["accept_access"] = False
     path = tmp_path / "staging.yaml"
     path.write_text(yaml.safe_dump(data))
-    from fminfra.cli import main as cli_main
+    from fminfra.cli.main import main as cli_main
 
     assert cli_main(["accept", str(path), "--dry-run"]) == 2
     err = capsys.readouterr().err

@@ -19,11 +19,11 @@ import yaml
 from botocore.stub import Stubber
 
 from fminfra import catalog
-from fminfra.cli import main as cli_main
-from fminfra.commands import accept_eks
-from fminfra.commands.accept_manifests import NAME_RULE, eks_plan, split_sections
+from fminfra.cli.main import main as cli_main
 from fminfra.config import load_config
-from fminfra.core.queues import QUEUE_LABEL, team_queue
+from fminfra.eks.rules import QUEUE_LABEL, team_queue
+from fminfra.ops.accept import eks as accept_eks
+from fminfra.ops.accept.manifests import NAME_RULE, eks_plan, split_sections
 from tests.conftest import ROOT
 from tests.k8s_schemas import validate
 from tests.slurm_fakes import DATA, ddp_result_line
@@ -476,7 +476,7 @@ def _torch_in_operator_range(script: str) -> bool:
 def test_ddp_runs_in_the_efa_image_with_nccl_debug() -> None:
     """The DDP pod runs where EFA's libfabric and aws-ofi-nccl are (the pinned nccl-tests image, not the NGC
     image), installs torch inside the operator's range with the elastic agent in one pip run, and logs NCCL_DEBUG=INFO."""
-    from fminfra.commands.accept_manifests import NCCL_TESTS_IMAGE, NCCL_TESTS_IMAGE_DIGEST
+    from fminfra.ops.accept.manifests import NCCL_TESTS_IMAGE, NCCL_TESTS_IMAGE_DIGEST
 
     container = _ddp_container()
     assert container["image"] == f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"

@@ -22,11 +22,12 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from fminfra.cli import main as cli_main
-from fminfra.commands import accept, accept_remote
-from fminfra.commands.accept_remote import Node, find_node, parse_reply, run_remote, start_script
-from fminfra.commands.common import UsageError, load_configs
+from fminfra.cli.main import main as cli_main
 from fminfra.config.pipeline import load_pipeline
+from fminfra.ops.accept import remote as accept_remote
+from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept.remote import Node, find_node, parse_reply, run_remote, start_script
+from fminfra.ops.common import UsageError, load_configs
 from tests.conftest import ROOT, SHIPPED_NAMES
 
 CLUSTER_ARN = "arn:aws:sagemaker:us-west-2:111111111111:cluster/aa11bbbbb222"
@@ -373,7 +374,7 @@ def test_reply_parser_ignores_the_plugin_lines() -> None:
 
 def test_an_environment_without_training_groups_is_handed_to_accept(capsys: pytest.CaptureFixture[str]) -> None:
     """Inference-only EKS: accept-remote says what accept says (nothing to run, exit 0), not an orchestrator error."""
-    from fminfra.cli import main as cli_main
+    from fminfra.cli.main import main as cli_main
 
     assert cli_main(["accept-remote", str(ROOT / "tests" / "configs" / "eks-inference-only.yaml"), "--dry-run"]) == 0
     assert "no training groups" in capsys.readouterr().out

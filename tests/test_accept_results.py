@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.commands.accept_results import (
+from fminfra.ops.accept.results import (
     GIB,
     DdpResult,
     ResultError,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fminfra.observability import (
+from fminfra.observability.rules import (
     RULES_DIR,
     alert_names,
     exporter_metrics,
@@ -145,7 +145,7 @@ def _emitted_on(path: str) -> set[str]:
     nodes run or the chart's sidecar runs, and the job lists of exporter_metrics.yaml."""
     import csv
 
-    from fminfra.stacks.compute.clusters import exporter_charts
+    from fminfra.compute.stack.clusters import exporter_charts
 
     jobs = path_jobs()[path]
     emitted = {m for job in jobs if job != "dcgm" for m in exporter_metrics()[job]}

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from fminfra import catalog
-from fminfra.checks import check_templates
-from fminfra.cli import main
-from fminfra.commands.plan import group_plans, render_plan
+from fminfra.cli.main import main
 from fminfra.config import load_config, parse_config
 from fminfra.core.errors import ConfigError
+from fminfra.ops.plan import group_plans, render_plan
+from fminfra.policy.rules import check_templates
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())

@@ -11,10 +11,10 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from fminfra.cli import main
-from fminfra.commands import capacity_blocks as capacity_blocks_command
+from fminfra.capacity.rules import duration_problem
+from fminfra.cli.main import main
 from fminfra.config import parse_config
-from fminfra.core.capacity_blocks import duration_problem
+from fminfra.ops import capacity_blocks as capacity_blocks_command
 
 ZONES = {
     "AvailabilityZones": [

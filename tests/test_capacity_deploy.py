@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from fminfra.commands.guard import capacity_block_deploy_findings
-from fminfra.commands.plan import capacity_block_deploy_notes, render_plan
 from fminfra.config import load_config
+from fminfra.ops.guard import capacity_block_deploy_findings
+from fminfra.ops.plan import capacity_block_deploy_notes, render_plan
 from tests.conftest import ROOT, Synth
 
 EXAMPLE = ROOT / "examples" / "ec2-capacity-block.yaml"
@@ -114,7 +114,7 @@ def test_guard_command_fails_a_deploy_that_resets_a_running_block_group(
     line and exits 1. The block's window is moved around the real current time."""
     import json
 
-    from fminfra.cli import main
+    from fminfra.cli.main import main
 
     _, after = _templates(synth)
     now = datetime.now(UTC)

@@ -1,5 +1,5 @@
 """checkov (pinned, its own virtual environment) over every synthesized template: zero unexplained
-failures, and every skip in `fminfra.checks.checkov.SKIPS` still covers something.
+failures, and every skip in `fminfra.ops.checkov.SKIPS` still covers something.
 
 `make setup` installs checkov into .venv-checkov; `make test` sets FMINFRA_REQUIRE_CHECKOV=1, so
 there a missing checkov fails instead of skipping."""
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from fminfra.checks.checkov import CHECKOV_VERSION, SKIPS, default_executable, run_checkov
+from fminfra.ops.checkov import CHECKOV_VERSION, SKIPS, default_executable, run_checkov
 from tests.conftest import ROOT, Synth
 
 CHECKOV = default_executable(ROOT)

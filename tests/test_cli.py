@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fminfra.cli import main
+from fminfra.cli.main import main
 from tests.conftest import ROOT, SHIPPED_CONFIGS, cdk_synth
 
 ALL_TRAINING_TYPES_INTERFACES = {"p5.48xlarge": "32/32", "p5en.48xlarge": "16/16", "p6-b200.48xlarge": "8/8"}
@@ -103,7 +103,7 @@ def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -
     out = tmp_path / "out"
     result = cdk_synth(path, out, "**")
     assert result.returncode == 0, result.stderr[-3000:]
-    from fminfra.commands.assembly import read_assembly
+    from fminfra.core.assembly import read_assembly
 
     stacks = read_assembly(out)
     assert list(stacks) == ["euro"]

@@ -27,9 +27,9 @@ import yaml
 from aws_cdk.assertions import Template
 
 from fminfra import catalog
+from fminfra.compute.config import CAPACITY_TYPES
+from fminfra.compute.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.config import parse_config
-from fminfra.config.compute import CAPACITY_TYPES
-from fminfra.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.core.errors import ConfigError
 from tests.conftest import ROOT, Synth
 from tests.contract import iam, shapes

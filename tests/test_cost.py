@@ -11,10 +11,10 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from fminfra.cli import main
-from fminfra.commands.cost import HOURS_PER_MONTH, RESERVED, RUNNING, UPFRONT, estimate
+from fminfra.cli.main import main
 from fminfra.config import load_config
-from fminfra.pricing import PriceBook, live_price, table
+from fminfra.ops.cost import HOURS_PER_MONTH, RESERVED, RUNNING, UPFRONT, estimate
+from fminfra.ops.pricing import PriceBook, live_price, table
 from tests.conftest import ROOT, Synth
 
 
@@ -134,7 +134,7 @@ def test_a_live_book_falls_back_to_the_table() -> None:
 
 def test_baseline_shows_the_monthly_cost_before_and_after(synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """A pull request that doubles the reservation: before (the baseline) and after, for the job summary."""
-    from fminfra.commands.guard import read_templates, write_baseline
+    from fminfra.ops.guard import read_templates, write_baseline
 
     templates = read_templates(synth.outdir, "cost-ec2")
     for template in templates.values():

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from fminfra.commands.grafana import CLOUDWATCH_UID, PROMETHEUS_UID
-from fminfra.observability import (
+from fminfra.observability.rules import (
     cloudwatch_metrics,
     dashboard_files,
     exporter_metrics,
@@ -18,6 +17,7 @@ from fminfra.observability import (
     promql_metric_names,
     recording_names,
 )
+from fminfra.ops.grafana import CLOUDWATCH_UID, PROMETHEUS_UID
 
 PANEL_TYPES = {"timeseries", "stat", "table", "gauge", "bargauge"}
 DASHBOARDS = dashboard_files()

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fminfra.commands.assembly import read_assembly
-from fminfra.commands.diagram import build, mermaid, png, svg
 from fminfra.config import load_config, parse_config
+from fminfra.core.assembly import read_assembly
+from fminfra.ops.diagram import build, mermaid, png, svg
 from tests.conftest import ROOT, SHIPPED_CONFIGS, Synth
 
 PARSER = ROOT / "tests" / "mermaid_parse.mjs"
@@ -71,7 +71,7 @@ def test_a_thousand_nodes_draw_like_two(synth: Synth) -> None:
 
 
 def test_diagram_command_writes_each_format(synth: Synth, tmp_path: Path) -> None:
-    from fminfra.cli import main
+    from fminfra.cli.main import main
 
     for fmt in ("mermaid", "svg", "png"):
         out = tmp_path / f"dev.{fmt}"

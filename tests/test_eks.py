@@ -11,9 +11,9 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 
-from fminfra.constructs.eks_cluster import EksCluster, EksClusterProps
 from fminfra.core.errors import ValidationError
 from fminfra.core.versions import version
+from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
 from tests.conftest import Synth
 
 PINNED_ADDONS = {

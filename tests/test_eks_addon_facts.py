@@ -13,11 +13,11 @@ import re
 
 import pytest
 
-from fminfra.config.compute import default_kubernetes_version
-from fminfra.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
-from fminfra.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
+from fminfra.compute.config import default_kubernetes_version
+from fminfra.compute.stack.clusters import ADDONS, HYPERPOD_ADDONS
 from fminfra.core.resources import versions_manifest
-from fminfra.stacks.compute.clusters import ADDONS, HYPERPOD_ADDONS
+from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from tests.test_facts import all_entries
 
 ADDON_KEY = re.compile(r"^(EKS_ADDON_[A-Z0-9_]+_VERSION)=(.*)$")

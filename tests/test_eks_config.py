@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from fminfra import cli
-from fminfra.commands.plan import render_plan
+from fminfra.cli import main as cli
 from fminfra.config import parse_config, read_yaml, standard_support_end
 from fminfra.core.errors import ConfigError
+from fminfra.ops.plan import render_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGING = read_yaml(ROOT / "config" / "staging.yaml")  # HyperPod EKS + a tainted inference group

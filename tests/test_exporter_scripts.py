@@ -371,7 +371,7 @@ def test_slurm_states_become_slurm_nodes_metrics(tmp_path: Path) -> None:
 def test_collectors_emit_only_metric_names_the_record_lists() -> None:
     """Every name the collectors write is in exporter_metrics.yaml, and every node_amazonefa_ or
     slurm_ name listed there is written by a collector."""
-    from fminfra.observability import exporter_metrics
+    from fminfra.observability.rules import exporter_metrics
 
     efa_text = COLLECT_EFA.read_text()
     efa = efa_text.split('DEVICE_COUNTERS="')[1].split('"')[0].split() + efa_text.split('PORT_COUNTERS="')[1].split('"')[0].split()

@@ -12,10 +12,10 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from fminfra import cli
-from fminfra.commands.grafana import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
+from fminfra.cli import main as cli
 from fminfra.config import load_config
-from fminfra.observability import load_dashboards, partition_dns_suffix, workspace_urls
+from fminfra.observability.rules import load_dashboards, partition_dns_suffix, workspace_urls
+from fminfra.ops.grafana import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
 from tests.conftest import ROOT
 
 CONFIG = ROOT / "tests" / "configs" / "obs-grafana.yaml"

@@ -13,8 +13,8 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from fminfra.cli import main
-from fminfra.commands import guard
+from fminfra.cli.main import main
+from fminfra.ops import guard
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 
 FSX_ID = "LustreFileSystem8A1B2C3D"

@@ -14,11 +14,11 @@ import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 
-from fminfra.checks import check_templates
 from fminfra.config import parse_config
-from fminfra.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.core.errors import ConfigError, ValidationError
-from fminfra.core.hyperpod_types import hyperpod_instance_types
+from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.hyperpod.rules import hyperpod_instance_types
+from fminfra.policy.rules import check_templates
 from tests.conftest import ROOT, Synth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())

@@ -19,8 +19,8 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from fminfra.constructs.hyperpod_dependencies_handler import index
 from fminfra.core.versions import version
+from fminfra.hyperpod.constructs.dependencies_handler import index
 
 DATA = Path(__file__).parent / "data" / "hyperpod_dependencies"
 COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from fminfra.constructs.hyperpod_dependencies import CHART_PATH, NAMESPACE, RELEASE, REPOSITORY, RESOURCE_TYPE
+from fminfra.compute.stack.clusters import DEVICE_PLUGIN_VALUE_KEYS, KUBECTL_LAYERS
 from fminfra.core.versions import version
-from fminfra.stacks.compute.clusters import DEVICE_PLUGIN_VALUE_KEYS, KUBECTL_LAYERS
+from fminfra.hyperpod.constructs.dependencies import CHART_PATH, NAMESPACE, RELEASE, REPOSITORY, RESOURCE_TYPE
 from tests.conftest import Synth
 
 HYPERPOD_EKS = ("staging", "cap-eks")
@@ -313,8 +313,8 @@ def test_values_keys_are_read_by_the_pinned_charts(synth: Synth) -> None:
 
 
 def test_hyperpod_eks_without_inference_groups_has_no_fminfra_device_plugin(synth: Synth) -> None:
+    from fminfra.compute.stack.clusters import device_plugin_charts
     from fminfra.config import parse_config
-    from fminfra.stacks.compute.clusters import device_plugin_charts
 
     raw = json.loads(synth.configs["staging"].model_dump_json(exclude_none=True))
     raw["compute"]["inference_node_groups"] = []

@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fminfra.cli import main
+from fminfra.cli.main import main
 from fminfra.config import format_warnings, load_config, parse_config
 from fminfra.config.loader import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 from fminfra.core.errors import ConfigError

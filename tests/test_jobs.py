@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.commands.accept_results import busbw_at, parse_nccl_tests, read_fsx_results
 from fminfra.core.versions import load_versions
+from fminfra.ops.accept.results import busbw_at, parse_nccl_tests, read_fsx_results
 from tests.slurm_fakes import DATA, JOBS, FakeCluster, make_cluster
 
 DIGEST = "sha256:" + "ab" * 32

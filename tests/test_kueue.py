@@ -22,10 +22,10 @@ import yaml
 from aws_cdk import Stack
 
 from fminfra.config import parse_config, read_yaml
-from fminfra.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps
 from fminfra.core.errors import ConfigError, ValidationError
-from fminfra.core.queues import team_queue
 from fminfra.core.versions import version
+from fminfra.eks.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps
+from fminfra.eks.rules import team_queue
 from tests.conftest import Synth
 from tests.test_hyperpod_eks import created_before, dependency_graph
 

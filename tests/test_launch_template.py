@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from fminfra import catalog
-from fminfra.constructs.launch_template import (
+from fminfra.compute.constructs.launch_template import (
     IMDS_HOP_LIMIT_FOR_PODS,
     ROOT_DEVICE_UBUNTU,
     CapacityReservationTarget,

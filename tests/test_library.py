@@ -13,10 +13,10 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from fminfra.commands.guard import read_templates
+from fminfra.app.stage import FEATURE_FLAGS, REQUIRED_FLAGS, EnvironmentStage
 from fminfra.config import load_config
 from fminfra.core.errors import ValidationError
-from fminfra.stage import FEATURE_FLAGS, REQUIRED_FLAGS, EnvironmentStage
+from fminfra.ops.guard import read_templates
 from tests.conftest import ROOT, Synth
 
 

@@ -32,11 +32,11 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from fminfra.compute.stack.clusters import FsxMount, provisioning_parameters
 from fminfra.config import load_config
-from fminfra.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.core.errors import ValidationError
 from fminfra.core.versions import load_versions
-from fminfra.stacks.compute.clusters import FsxMount, provisioning_parameters
+from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from tests.conftest import ROOT, Synth
 from tests.hyperpod_fakes import Cluster, Node, download, prepare_download, publish, reboot
 

@@ -15,7 +15,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
+from fminfra.compute.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
 from fminfra.core.errors import ValidationError
 from fminfra.core.resources import scripts_root
 

@@ -12,12 +12,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Match, Template
 
-from fminfra.constructs.alerting import AlertTopic, AlertTopicProps, FsxLustreAlarms, FsxLustreAlarmsProps
-from fminfra.constructs.amp_scraper import AmpScraper, AmpScraperProps
-from fminfra.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
-from fminfra.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
 from fminfra.core.errors import ValidationError
-from fminfra.observability import expected_node_count, expected_nodes_group, load_rule_groups
+from fminfra.observability.constructs.alerting import AlertTopic, AlertTopicProps, FsxLustreAlarms, FsxLustreAlarmsProps
+from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
+from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
+from fminfra.observability.rules import expected_node_count, expected_nodes_group, load_rule_groups
 from tests.conftest import SHIPPED_NAMES, Synth
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
@@ -384,7 +384,7 @@ def test_workspace_log_retention_is_validated() -> None:
 
 def _observability_stack(section: dict) -> Template:
     from fminfra.config import parse_config
-    from fminfra.stacks.observability import ObservabilityStack
+    from fminfra.observability.stack import ObservabilityStack
     from tests.test_config import DEV, _with
 
     cfg = parse_config(_with(DEV, "observability", section))
@@ -413,8 +413,8 @@ def test_eks_dcgm_chart_collects_the_same_counters_file() -> None:
     """The chart's default list leaves out the ECC, violation, NVLink error and Xid-count fields
     the rules use; customMetrics (the chart's ConfigMap, mounted over its default-counters.csv)
     ships ours (docs/facts/observability.md#dcgm-exporter-chart-custom-metrics)."""
-    from fminfra.observability import dcgm_counters_file
-    from fminfra.stacks.compute.clusters import exporter_charts
+    from fminfra.compute.stack.clusters import exporter_charts
+    from fminfra.observability.rules import dcgm_counters_file
 
     dcgm = next(c for c in exporter_charts() if c.chart == "dcgm-exporter")
     assert dcgm.values["customMetrics"] == dcgm_counters_file().read_text(encoding="utf-8")
@@ -425,8 +425,8 @@ def test_eks_node_exporter_runs_the_efa_collector_beside_it() -> None:
     """A sidecar of the node exporter pod runs collect_efa.sh (from a ConfigMap, in the node exporter
     image's busybox sh) into a volume the node exporter's textfile collector reads; /sys is the
     chart's own host mount named sys (docs/facts/observability.md#chart-node-exporter-sidecar-values)."""
+    from fminfra.compute.stack.clusters import exporter_charts
     from fminfra.core.resources import scripts_root
-    from fminfra.stacks.compute.clusters import exporter_charts
 
     node = next(c for c in exporter_charts() if c.chart == "prometheus-node-exporter")
     values = node.values
@@ -450,7 +450,7 @@ def test_eks_node_exporter_runs_the_efa_collector_beside_it() -> None:
 def test_rule_namespace_records_the_expected_node_count(synth: Synth) -> None:
     """NodesMissing compares the reporting nodes with the count the config expects: the stack writes
     it into the rule groups namespace."""
-    from fminfra.observability import EXPECTED_NODES_RECORD, expected_node_count
+    from fminfra.observability.rules import EXPECTED_NODES_RECORD, expected_node_count
 
     for env in SHIPPED_NAMES:
         cfg = synth.configs[env]
@@ -464,7 +464,7 @@ def test_rule_namespace_records_the_expected_node_count(synth: Synth) -> None:
 
 
 def test_expected_node_count_counts_every_node_with_an_exporter(synth: Synth) -> None:
-    from fminfra.observability import expected_node_count
+    from fminfra.observability.rules import expected_node_count
 
     for env in SHIPPED_NAMES:
         cfg = synth.configs[env]

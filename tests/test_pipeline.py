@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from fminfra.commands import guard
-from fminfra.commands.gate import cfn_lint
+from fminfra.app.pipeline import PipelineStack, load_pipeline
 from fminfra.core.errors import ConfigError
-from fminfra.pipeline import PipelineStack, load_pipeline
+from fminfra.ops import guard
+from fminfra.ops.gate import cfn_lint
 from tests.conftest import ROOT, Synth
 
 # cfn-lint findings on what CDK Pipelines itself generates (not on fminfra's stacks), ignored for

@@ -10,8 +10,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
 
-from fminfra.checks import check_templates
-from fminfra.commands.gate import cfn_lint
+from fminfra.ops.gate import cfn_lint
+from fminfra.policy.rules import check_templates
 from tests.conftest import ROOT, Synth
 
 

@@ -16,10 +16,10 @@ import yaml
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from fminfra.cli import main
-from fminfra.commands import preflight
-from fminfra.commands.preflight import Clients, Row, run_preflight
+from fminfra.cli.main import main
 from fminfra.config import EnvironmentConfig, parse_config
+from fminfra.ops import preflight
+from fminfra.ops.preflight import Clients, Row, run_preflight
 from tests.conftest import ROOT
 
 NOW = datetime(2027, 1, 12, 8, 0, tzinfo=UTC)

@@ -15,11 +15,11 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_s3 as s3
 from aws_cdk.assertions import Match, Template
 
-from fminfra.checks import check_templates
+from fminfra.app.synth import build_app
 from fminfra.config import load_config
-from fminfra.constructs.lustre import LustreFileSystem, LustreFileSystemProps
 from fminfra.core.errors import ValidationError
-from fminfra.synth import build_app
+from fminfra.policy.rules import check_templates
+from fminfra.storage.constructs.lustre import LustreFileSystem, LustreFileSystemProps
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 
 STORAGE_ENVS = [*SHIPPED_NAMES, "storage-existing"]

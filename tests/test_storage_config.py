@@ -9,8 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from fminfra.cli import main
-from fminfra.commands.plan import render_plan
+from fminfra.cli.main import main
 from fminfra.config import (
     format_warnings,
     lustre_capacity_for_throughput,
@@ -19,6 +18,7 @@ from fminfra.config import (
     parse_config,
 )
 from fminfra.core.errors import ConfigError
+from fminfra.ops.plan import render_plan
 from tests.conftest import ROOT
 
 PROD = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())
@@ -302,7 +302,7 @@ def test_fsx_capacity_has_the_services_upper_bound() -> None:
     """A throughput target that derives more than CreateFileSystem accepts is one line (the bound is botocore's)."""
     import botocore.session
 
-    from fminfra.config.storage import LUSTRE_MAX_CAPACITY_GIB
+    from fminfra.storage.config import LUSTRE_MAX_CAPACITY_GIB
 
     shape = botocore.session.get_session().get_service_model("fsx").shape_for("StorageCapacity")
     assert shape.metadata["max"] == LUSTRE_MAX_CAPACITY_GIB

@@ -8,7 +8,7 @@
   and the HyperPod dependency chart at the pinned commit has none
   (docs/facts/hyperpod.md#hyperpod-dependency-chart-no-kueue);
 - the config: teams, quotas and priority classes, each broken input one line naming the field;
-- the queue names jobs use (`fminfra.core.queues`) are the namespaces the quotas create.
+- the queue names jobs use (`fminfra.eks.rules`) are the namespaces the quotas create.
 
 Each check is shown to fail on a deliberately broken input (the `*_flags_*`/`*_rejects_*` tests).
 """
@@ -29,10 +29,10 @@ import pytest
 import regex
 
 from fminfra.config import parse_config, read_yaml
-from fminfra.constructs.task_governance import ADDON_NAME, ADDON_VERSION_KEY, COMPUTE_QUOTA_TYPE
 from fminfra.core.errors import ConfigError
-from fminfra.core.queues import DEFAULT_TEAM, team_queue
 from fminfra.core.versions import version
+from fminfra.eks.rules import DEFAULT_TEAM, team_queue
+from fminfra.hyperpod.constructs.task_governance import ADDON_NAME, ADDON_VERSION_KEY, COMPUTE_QUOTA_TYPE
 from tests.conftest import Synth, cdk_synth
 from tests.contract import shapes
 from tests.test_hyperpod_eks import created_before, dependency_graph
@@ -473,7 +473,7 @@ def test_priority_classes_where_only_the_description_offers_quotas_are_allowed(r
 
 
 def test_plan_lists_the_teams_their_quotas_and_queues() -> None:
-    from fminfra.commands.plan import render_plan
+    from fminfra.ops.plan import render_plan
 
     text = render_plan(parse_config(STAGING, "f.yaml"))
     assert "  team training: 16 GPUs (2 x ml.p5en.48xlarge); queue hyperpod-ns-training-localqueue in hyperpod-ns-training" in text
@@ -484,7 +484,7 @@ def _l1_problem(module: Any, pinned: str) -> str | None:
     """Why the quota should now be an L1 class: the installed aws-cdk-lib has `CfnComputeQuota`."""
     if hasattr(module, "CfnComputeQuota"):
         return (
-            f"aws-cdk-lib {pinned} has CfnComputeQuota: use it in fminfra/constructs/task_governance.py in place of the "
+            f"aws-cdk-lib {pinned} has CfnComputeQuota: use it in fminfra/hyperpod/constructs/task_governance.py in place of the "
             "CfnResource and drop its CloudFormation-Validate::F3006 acknowledgment "
             "(docs/facts/hyperpod.md#hyperpod-compute-quota-schema)"
         )

@@ -1,5 +1,5 @@
 """Config forms and CLI behaviour a new user meets, each through the real entry point
-(`fminfra.cli.main` or `python -m fminfra`): the exit code and the one line."""
+(`fminfra.cli.main.main` or `python -m fminfra`): the exit code and the one line."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import yaml
 
-from fminfra.cli import main
-from fminfra.commands.show import render
+from fminfra.cli.main import main
 from fminfra.config import load_config, parse_config
+from fminfra.ops.show import render
 from tests.conftest import ROOT, SHIPPED_CONFIGS, Synth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
@@ -245,7 +245,7 @@ def test_the_schema_accepts_every_shipped_config_and_catches_what_users_get_wron
 
 def test_the_gate_reads_stacks_outside_a_stage(tmp_path: Path) -> None:
     """The pipeline and GitHub OIDC stacks live at the app's top level; the gate reads them too."""
-    from fminfra.commands.assembly import APP_STACKS, read_assembly
+    from fminfra.core.assembly import APP_STACKS, read_assembly
 
     (tmp_path / "Top.template.json").write_text('{"Resources": {"R": {"Type": "AWS::SNS::Topic"}}}')
     manifest = {"artifacts": {"Top": {"type": "aws:cloudformation:stack", "properties": {"templateFile": "Top.template.json"}}}}
@@ -288,8 +288,8 @@ def test_gate_names_a_config_missing_from_the_assembly(synth: Synth, tmp_path: P
 def test_gate_lints_each_environment_against_its_own_region(synth: Synth) -> None:
     """dev's HyperPod workers are ml.p5.48xlarge; in a region whose HyperPod list lacks that type,
     cfn-lint with that region fails the template, and with dev's own region passes it."""
-    from fminfra.commands.gate import cfn_lint
     from fminfra.core.regional import _data
+    from fminfra.ops.gate import cfn_lint
 
     lists = _data()["hyperpod_instance_types"]
     elsewhere = next(r for r, types in sorted(lists.items()) if "ml.p5.48xlarge" not in types)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.config.compute import default_kubernetes_version
+from fminfra.compute.config import default_kubernetes_version
 from fminfra.core.errors import ValidationError
 from fminfra.core.resources import versions_manifest
 from fminfra.core.versions import NODE_KEYS, load_versions, manifest_problems, parse_manifest, unpinned_commits, version

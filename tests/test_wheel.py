@@ -26,9 +26,9 @@ from aws_cdk import aws_iam as iam
 
 import fminfra
 from fminfra.config import load_config
-from fminfra.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
+from fminfra.compute.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
 from fminfra.core.resources import scripts_root
-from fminfra.synth import build_app
+from fminfra.app.synth import build_app
 from fminfra.core.versions import version
 
 config, outdir, context = sys.argv[1], sys.argv[2], json.loads(Path(sys.argv[3]).read_text())["context"]
@@ -93,7 +93,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     )
     for path in packaged + jobs:
         assert f"fminfra/_scripts/{path}" in names
-    assert "fminfra/constructs/hyperpod_dependencies_handler/index.py" in names  # the installer Lambda's asset
+    assert "fminfra/hyperpod/constructs/dependencies_handler/index.py" in names  # the installer Lambda's asset
 
     # A fresh venv; its dependencies come from the test environment through a .pth file, so
     # nothing is downloaded. The installed fminfra comes first on sys.path.

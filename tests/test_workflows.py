@@ -18,9 +18,9 @@ import aws_cdk as cdk
 import pytest
 import yaml
 
-from fminfra.commands.gate import cfn_lint
 from fminfra.core.errors import ValidationError
-from fminfra.stacks.github_oidc import DEPLOY_SESSION_SECONDS, GithubOidcStack, github_oidc_stacks
+from fminfra.ops.gate import cfn_lint
+from fminfra.promotion.stack import DEPLOY_SESSION_SECONDS, GithubOidcStack, github_oidc_stacks
 from tests.conftest import GITHUB_REPOSITORY, PIPELINE_ACCOUNT, ROOT, SHIPPED_NAMES, Synth
 
 WORKFLOWS = ROOT / ".github" / "workflows"
@@ -653,9 +653,9 @@ def _pipeline_file(tmp_path: Path, name: str) -> Path:
 
 def test_acceptance_roles_trust_the_step_roles_of_the_named_pipeline(tmp_path: Path) -> None:
     """synth.py reads the pipeline's name (pipeline.yaml `name`) and the acceptance roles trust the
-    step roles fminfra/pipeline.py names after it: not always `fminfra-ENV-accept-step`."""
-    from fminfra.pipeline import accept_step_role_name
-    from fminfra.synth import add_github_oidc_stacks
+    step roles fminfra/app/pipeline.py names after it: not always `fminfra-ENV-accept-step`."""
+    from fminfra.app.pipeline import accept_step_role_name
+    from fminfra.app.synth import add_github_oidc_stacks
 
     context = {"github_repository": REPO, "pipeline_account": PIPELINE_ACCOUNT, "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
     app = cdk.App(outdir=str(tmp_path / "out"), context=context)
@@ -669,8 +669,8 @@ def test_acceptance_roles_trust_the_step_roles_of_the_named_pipeline(tmp_path: P
 
 
 def test_a_pipeline_file_of_another_account_is_one_line(tmp_path: Path) -> None:
+    from fminfra.app.synth import add_github_oidc_stacks
     from fminfra.core.errors import ConfigError
-    from fminfra.synth import add_github_oidc_stacks
 
     context = {"github_repository": REPO, "pipeline_account": "999999999999", "pipeline_file": str(_pipeline_file(tmp_path, "mlplat"))}
     with pytest.raises(ConfigError, match=r"account: the pipeline runs in 444444444444, but -c pipeline_account=999999999999"):

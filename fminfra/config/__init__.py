@@ -1,4 +1,4 @@
-"""Typed environment config: one pydantic model per section, mirroring `fminfra/stacks/`.
+"""Typed environment config: one pydantic model per section, each defined in its concept package (`fminfra/<concept>/config.py`).
 
 Every section is a pydantic model with `extra="forbid"`, so a misspelled field is an error and
 never a silently ignored value. Cross-field rules (AZ IDs of the region, capacity types per
@@ -13,8 +13,7 @@ one reader of YAML: `load_config` turns every problem into one line `FILE: field
 This package imports no CDK.
 """
 
-from fminfra.config.base import LOG_RETENTION_DAYS, Model, Problems, check_account, check_region
-from fminfra.config.compute import (
+from fminfra.compute.config import (
     CAPACITY_TYPES,
     CONTROLLER_GROUP_NAME,
     EC2_CAPACITY_TYPES,
@@ -37,9 +36,10 @@ from fminfra.config.compute import (
 )
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import config_files, format_warnings, load_config, parse_config, read_yaml, resolve_config_path
-from fminfra.config.network import NetworkConfig
-from fminfra.config.observability import AlertsConfig, GrafanaConfig, ObservabilityConfig
-from fminfra.config.storage import (
+from fminfra.core.config_base import LOG_RETENTION_DAYS, Model, Problems, check_account, check_region
+from fminfra.network.config import NetworkConfig
+from fminfra.observability.config import AlertsConfig, GrafanaConfig, ObservabilityConfig
+from fminfra.storage.config import (
     LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB,
     LUSTRE_EFA_CAPACITY_STEP_GIB,
     LUSTRE_MAX_REPOSITORIES,

@@ -8,11 +8,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fminfra.config.base import Model, _raise_problems, check_account, check_region
-from fminfra.config.compute import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLAN_ARN_RULE, ComputeConfig
-from fminfra.config.network import NetworkConfig
-from fminfra.config.observability import SNS_TOPIC_ARN_RULE, ObservabilityConfig
-from fminfra.config.storage import StorageConfig
+from fminfra.compute.config import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLAN_ARN_RULE, ComputeConfig
+from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
 from fminfra.core.regional import (
     SERVICE_NAMES,
     compute_quota_sources,
@@ -21,6 +18,9 @@ from fminfra.core.regional import (
     resource_types_in,
 )
 from fminfra.core.regions import az_id_problem
+from fminfra.network.config import NetworkConfig
+from fminfra.observability.config import SNS_TOPIC_ARN_RULE, ObservabilityConfig
+from fminfra.storage.config import StorageConfig
 
 NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
 # docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags

@@ -11,8 +11,8 @@ import yaml
 from pydantic import BaseModel
 from pydantic import ValidationError as PydanticValidationError
 
-from fminfra.config.base import Problems
 from fminfra.config.environment import EnvironmentConfig
+from fminfra.core.config_base import Problems
 from fminfra.core.errors import ConfigError
 
 # Limits on what the one YAML reader accepts: an environment file is a few KB, nests about six

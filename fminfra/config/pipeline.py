@@ -1,5 +1,5 @@
 """`pipeline.yaml`: the promotion pipeline that spans the environments (it is not in config/,
-since it names several of them). Read by `load_pipeline`; the stack is `fminfra.pipeline`."""
+since it names several of them). Read by `load_pipeline`; the stack is `fminfra.app.pipeline`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
 
-from fminfra.config.base import check_account, check_region
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import load_config, read_yaml
+from fminfra.core.config_base import check_account, check_region
 from fminfra.core.errors import ConfigError
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")

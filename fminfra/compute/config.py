@@ -1,0 +1,879 @@
+"""The `compute` section: instance groups, capacity, Slurm, EKS and inference node groups
+(mirrors compute/stack/)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import UTC, date, datetime, timedelta
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fminfra import catalog
+from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
+from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.versions import version
+from fminfra.eks.rules import DEFAULT_TEAM, RESERVED_NAMESPACES
+from fminfra.hyperpod.rules import hyperpod_instance_types
+
+# HyperPod's rule for cluster and instance group names.
+GROUP_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
+TRAINING_PLAN_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
+IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
+CONTROLLER_GROUP_NAME = "controller"
+LOGIN_GROUP_NAME = "login"
+HYPERPOD_MAX_INSTANCES = 6758
+CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
+HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
+EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
+# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
+MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
+
+
+class CapacityConfig(Model):
+    """Where a group's instances come from. Which fields apply depends on `type`."""
+
+    type: Literal["on-demand", "odcr", "reservation", "capacity-block", "training-plan"] = "on-demand"
+    end_date: datetime | None = Field(default=None, description="odcr: when the reservation ends (none: open-ended).")
+    reservation_ids: list[str] | None = Field(default=None, description="reservation, capacity-block: cr-... ids.")
+    starts_at: datetime | None = Field(default=None, description="capacity-block: start of the block.")
+    ends_at: datetime | None = Field(default=None, description="capacity-block: end of the block (11:30 UTC).")
+    drain_minutes: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DRAIN_MINUTES,
+        description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations (default 10).",
+    )
+    training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
+    upfront_fee_usd: float | None = Field(
+        default=None,
+        ge=0,
+        allow_inf_nan=False,
+        description="capacity-block, training-plan: the fee paid up front (in no template); `fminfra cost` shows it.",
+    )
+
+    @model_validator(mode="after")
+    def _fields_for_type(self) -> CapacityConfig:
+        allowed = {
+            "on-demand": set(),
+            "odcr": {"end_date"},
+            "reservation": {"reservation_ids"},
+            "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes", "upfront_fee_usd"},
+            "training-plan": {"training_plan_arn", "upfront_fee_usd"},
+        }[self.type]
+        required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
+            self.type, set()
+        )
+        problems: list[tuple[str, str]] = []
+        for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn", "upfront_fee_usd"):
+            value = getattr(self, field)
+            if value is not None and field not in allowed:
+                problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
+            if value is None and field in required:
+                problems.append((field, f"required with type {self.type}"))
+        for i, rid in enumerate(self.reservation_ids or []):
+            if not RESERVATION_ID_RULE.match(rid):
+                problems.append((f"reservation_ids[{i}]", f"must be 'cr-' followed by 17 lowercase hex digits, got {rid!r}"))
+        if self.reservation_ids is not None and not self.reservation_ids:
+            problems.append(("reservation_ids", "must list at least one reservation id"))
+        if self.reservation_ids and len(set(self.reservation_ids)) != len(self.reservation_ids):
+            problems.append(("reservation_ids", "reservation ids must be unique"))
+        if self.training_plan_arn is not None and not TRAINING_PLAN_ARN_RULE.match(self.training_plan_arn):
+            problems.append(
+                (
+                    "training_plan_arn",
+                    f"must be arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME, got {self.training_plan_arn!r}",
+                )
+            )
+        for field in ("end_date", "starts_at", "ends_at"):
+            value = getattr(self, field)
+            if value is not None and value.tzinfo is None:
+                problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
+        problems.extend(self._block_window_problems())
+        if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
+            given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
+            problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
+        _raise_problems(problems)
+        return self
+
+    @property
+    def drain(self) -> timedelta:
+        """The drain window before EC2 terminates a block's instances (capacity-block)."""
+        return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
+
+    def _block_window_problems(self) -> list[tuple[str, str]]:
+        """A Capacity Block's window: blocks end at 11:30 UTC and an offering can be a little
+        shorter or longer than the duration asked for (docs/facts/capacity.md#capacity-block-end-time),
+        so the window is checked against that, not against whole days."""
+        start, end = self.starts_at, self.ends_at
+        if not (start and end and start.tzinfo and end.tzinfo):
+            if self.drain_minutes is not None and self.type == "capacity-block" and start is None and end is None:
+                return [("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
+            return []
+        if end <= start:
+            return [("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
+        problems: list[tuple[str, str]] = []
+        if problem := end_time_problem(end):
+            problems.append(("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
+        if end - start > MAX_BLOCK_LENGTH:
+            problems.append(
+                ("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
+            )
+        if scale_in_time(end, self.drain) <= start:
+            problems.append(
+                (
+                    "ends_at",
+                    f"the block ({end - start}) must outlast EC2's 30-minute reclaim and the {self.drain} drain, "
+                    f"or the group scales in before it scales out",
+                )
+            )
+        return problems
+
+
+def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> tuple[str, str] | None:
+    """A group whose capacity type AWS does not sell its instance type through
+    (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
+    allowed = catalog.capacity_types(instance_type)
+    if allowed is None or capacity_type in allowed:
+        return None
+    return (
+        f"{path}.capacity.type",
+        f"group {name!r}: AWS sells {catalog.normalize_instance_type(instance_type)} only through {', '.join(allowed)}, "
+        f"not {capacity_type}; allowed: {', '.join(allowed)}",
+    )
+
+
+def _check_group_name(value: str) -> str:
+    if not GROUP_NAME_RULE.match(value):
+        raise ValueError(f"must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}")
+    return value
+
+
+def _instance_type_problem(value: str, *, training: bool) -> str | None:
+    name = catalog.normalize_instance_type(value)
+    spec = catalog.CATALOG.get(name)
+    if spec is None:
+        known = catalog.TRAINING_TYPES if training else tuple(catalog.CATALOG)
+        return f"{value!r} is not in the GPU catalog; allowed: {', '.join(known)}"
+    if training and not spec.training:
+        return f"{value!r} is not an EFA training type; allowed: {', '.join(catalog.TRAINING_TYPES)}"
+    return None
+
+
+class InstanceGroupConfig(Model):
+    """A training group: a HyperPod instance group (slurm, eks) or an Auto Scaling group (ec2)."""
+
+    name: str = Field(description="1-63 letters, digits and hyphens (HyperPod's rule); unique.")
+    instance_type: str = Field(
+        description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).",
+        json_schema_extra={"enum": [*catalog.TRAINING_TYPES, *(f"ml.{n}" for n in catalog.TRAINING_TYPES)]},
+    )
+    count: int = Field(ge=0, le=HYPERPOD_MAX_INSTANCES, description="Number of instances.")
+    placement: Literal["cluster", "none"] | None = Field(
+        default=None, description="ec2 groups: cluster (default) or none; capacity-block defaults to none."
+    )
+    root_volume_gib: int | None = Field(default=None, ge=8, le=16384, description="ec2 groups: root gp3 volume (default 500).")
+    instance_storage_gib: int | None = Field(
+        default=None, ge=1, le=16384, description="HyperPod groups: extra EBS volume per node (default 500)."
+    )
+    threads_per_core: Literal[1, 2] = Field(default=1, description="1 (no hyper-threading) or 2.")
+    deep_health_checks: list[Literal["instance_stress", "instance_connectivity"]] | None = Field(
+        default=None,
+        description="HyperPod groups: deep health checks on start (default both; instance_connectivity only with count >= 2).",
+    )
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_group_name(value)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        problem = _instance_type_problem(value, training=True)
+        if problem:
+            raise ValueError(problem)
+        return catalog.normalize_instance_type(value)
+
+    @property
+    def spec(self) -> catalog.GpuInstanceType:
+        return catalog.get(self.instance_type)
+
+
+# Kubernetes label keys: an optional DNS-subdomain prefix (<= 253) and "/", then a name of 1-63
+# alphanumerics, "-", "_", "." beginning and ending alphanumeric; values: the name form or empty
+# (docs/facts/eks.md#kubernetes-label-syntax). Taint keys and values follow the same rules.
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
+K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
+
+
+def _k8s_problems(field: str, key: str, value: str) -> list[tuple[str, str]]:
+    problems = []
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    if not K8S_KEY_RULE.match(key) or len(prefix) > 253:
+        problems.append(
+            (
+                field,
+                f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
+            )
+        )
+    if not K8S_VALUE_RULE.match(value):
+        problems.append(
+            (
+                field,
+                f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
+            )
+        )
+    return problems
+
+
+class Taint(Model):
+    """A Kubernetes taint on inference nodes."""
+
+    key: str = Field(min_length=1, max_length=317)
+    value: str = Field(default="", max_length=63)
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class InferenceNodeGroupConfig(Model):
+    """An EKS managed node group of GPU instances for serving."""
+
+    name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
+    instance_type: str = Field(
+        description="Any GPU type of the catalog (g5, g6, g6e, p4, p5, p6).", json_schema_extra={"enum": [*sorted(catalog.CATALOG)]}
+    )
+    min_size: int = Field(default=0, ge=0, le=1000)
+    desired_size: int = Field(default=1, ge=0, le=1000)
+    max_size: int = Field(default=1, ge=1, le=1000)
+    placement: Literal["cluster", "none"] = Field(default="none", description="cluster puts the nodes in a placement group.")
+    root_volume_gib: int = Field(default=200, ge=20, le=16384)
+    capacity: CapacityConfig = Field(default_factory=CapacityConfig)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_group_name(value)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        problem = _instance_type_problem(value, training=False)
+        if problem:
+            raise ValueError(problem)
+        return catalog.normalize_instance_type(value)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> InferenceNodeGroupConfig:
+        k8s = [p for key, value in self.labels.items() for p in _k8s_problems("labels", key, value)]
+        k8s += [p for i, taint in enumerate(self.taints) for p in _k8s_problems(f"taints[{i}]", taint.key, taint.value)]
+        _raise_problems(k8s)
+        if not self.min_size <= self.desired_size <= self.max_size:
+            raise Problems(
+                [
+                    (
+                        "desired_size",
+                        f"must satisfy min_size <= desired_size <= max_size, got {self.min_size} <= {self.desired_size} <= {self.max_size}",
+                    )
+                ]
+            )
+        return self
+
+    @property
+    def spec(self) -> catalog.GpuInstanceType:
+        return catalog.get(self.instance_type)
+
+
+class SlurmNodeConfig(Model):
+    """The Slurm controller group (always one node)."""
+
+    instance_type: str = Field(default="ml.m5.12xlarge", description="HyperPod instance type of the controller.")
+    instance_storage_gib: int = Field(default=500, ge=1, le=16384)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _ml(cls, value: str) -> str:
+        name = value if value.startswith("ml.") else f"ml.{value}"
+        if name not in hyperpod_instance_types():
+            raise ValueError(
+                f"{value!r} is not an instance type SageMaker HyperPod supports (botocore's ClusterInstanceType), e.g. ml.m5.12xlarge, ml.c5.4xlarge"
+            )
+        return name
+
+
+class SlurmLoginConfig(SlurmNodeConfig):
+    """The optional Slurm login group."""
+
+    instance_type: str = Field(default="ml.m5.4xlarge", description="HyperPod instance type of the login nodes.")
+    count: int = Field(default=0, ge=0, le=16, description="Login nodes (0: no login group).")
+
+
+class SlurmConfig(Model):
+    controller: SlurmNodeConfig = Field(default_factory=SlurmNodeConfig)
+    login: SlurmLoginConfig = Field(default_factory=SlurmLoginConfig)
+
+
+def supported_kubernetes_versions() -> tuple[str, ...]:
+    """Kubernetes versions fminfra builds EKS clusters with (the version manifest's list)."""
+    return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
+
+
+def standard_support_end(kubernetes_version: str) -> date:
+    """The day EKS standard support of a supported version ends (the manifest's
+    EKS_KUBERNETES_<major>_<minor>_STANDARD_SUPPORT_END; docs/facts/eks.md#eks-kubernetes-version)."""
+    return date.fromisoformat(version(f"EKS_KUBERNETES_{kubernetes_version.replace('.', '_')}_STANDARD_SUPPORT_END"))
+
+
+def default_kubernetes_version() -> str:
+    """The newest version of the manifest's list (in EKS standard support and HyperPod's list)."""
+    return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
+# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
+SUPPORT_END_WARNING_DAYS = 60
+# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
+DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
+REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
+# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
+HEALTH_MONITORING_AGENT_REGIONS = (
+    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
+    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
+)  # fmt: skip
+EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+
+
+class SystemNodesConfig(Model):
+    """A small untainted CPU node group for CoreDNS and other system pods (EKS managed node group)."""
+
+    count: int | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="Nodes (0: none). Default: 2 when every node group of the cluster is tainted (inference-only), "
+        "0 when untainted nodes exist (HyperPod instance groups, untainted inference groups).",
+    )
+    instance_type: str = Field(default="m6i.large", description="EC2 instance type (CPU), e.g. m6i.large.")
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if not EC2_INSTANCE_TYPE_RULE.match(value) or value.startswith("ml."):
+            raise ValueError(f"must be an EC2 instance type such as m6i.large (no ml. prefix), got {value!r}")
+        if value in catalog.CATALOG:
+            raise ValueError(
+                f"{value!r} is a GPU type; system nodes are for CoreDNS and other system pods, use a CPU type such as m6i.large"
+            )
+        return value
+
+
+# Team (compute quota) names. Task governance makes the namespace `hyperpod-ns-<team>` and the Kueue
+# LocalQueue `hyperpod-ns-<team>-localqueue`, which jobs name in a label value (at most 63
+# characters): 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or
+# digit (docs/facts/hyperpod.md#hyperpod-task-governance-names, docs/facts/eks.md#kubernetes-label-syntax).
+TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+TEAM_NAME_MAX = 40
+# A compute quota lists at most 15 instance types; a cluster policy at most 10 priority classes,
+# each weighted 0-100 (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
+QUOTA_MAX_INSTANCE_TYPES = 15
+PRIORITY_CLASSES_MAX = 10
+
+
+class TeamConfig(Model):
+    """A team: its own namespace and queue, and a quota of training instances."""
+
+    name: str = Field(description="1-40 lowercase letters, digits and hyphens (the team's namespace is hyperpod-ns-<name>).")
+    instances: dict[str, int] = Field(
+        default_factory=dict,
+        description="Instance group name -> instances of that group in the team's quota; all teams together hold at most the group's count.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TEAM_NAME_RULE.match(value):
+            raise ValueError(
+                f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
+            )
+        return value
+
+    @field_validator("instances")
+    @classmethod
+    def _instances(cls, value: dict[str, int]) -> dict[str, int]:
+        _raise_problems([(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
+        return value
+
+
+class SchedulingConfig(Model):
+    """Who may use the training instances of a HyperPod EKS cluster, through HyperPod task governance."""
+
+    task_governance: bool | None = Field(
+        default=None,
+        description="orchestrator eks: install HyperPod task governance (its Kueue) and a compute quota per team. "
+        "Default: on where both region sources list compute quotas, off elsewhere (with a warning; docs/compute.md).",
+    )
+    teams: list[TeamConfig] | None = Field(
+        default=None,
+        description="Teams and their quotas. Default: one team 'training' holding every instance of every instance group.",
+    )
+    priority_classes: dict[str, int] = Field(
+        default_factory=dict,
+        description="Cluster policy: priority class name -> weight 0-100 (at most 10); none: no cluster policy (tasks rank 0, FIFO).",
+    )
+    kueue: bool = Field(
+        default=False,
+        description="EKS without HyperPod: install a pinned Kueue (waitForPodsReady on) and a queue per team over the "
+        "inference node groups' GPUs. Default: off (no Kueue).",
+    )
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, value: list[TeamConfig] | None) -> list[TeamConfig] | None:
+        if value is None:
+            return None
+        problems: list[tuple[str, str]] = [] if value else [("", "list at least one team, or leave teams out for the default team")]
+        seen: set[str] = set()
+        for i, team in enumerate(value):
+            if team.name in seen:
+                problems.append((f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
+            seen.add(team.name)
+        _raise_problems(problems)
+        return value
+
+    @field_validator("priority_classes")
+    @classmethod
+    def _priority_classes(cls, value: dict[str, int]) -> dict[str, int]:
+        problems: list[tuple[str, str]] = []
+        if len(value) > PRIORITY_CLASSES_MAX:
+            problems.append(("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
+        for name, weight in value.items():
+            if not TEAM_NAME_RULE.match(name):
+                problems.append(
+                    (
+                        f"[{name!r}]",
+                        f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit",
+                    )
+                )
+            if not 0 <= weight <= 100:
+                problems.append((f"[{name!r}]", f"weight must be 0-100, got {weight}"))
+        _raise_problems(problems)
+        return value
+
+
+class EksConfig(Model):
+    kubernetes_version: str = Field(
+        default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
+    )
+    admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
+    public_access_cidrs: list[str] = Field(
+        default_factory=list, description="CIDRs allowed to the public API endpoint; empty: private endpoint only."
+    )
+    system_nodes: SystemNodesConfig = Field(default_factory=SystemNodesConfig, description="CPU nodes for system pods.")
+    scheduling: SchedulingConfig = Field(
+        default_factory=SchedulingConfig, description="orchestrator eks: teams and their quotas (HyperPod task governance)."
+    )
+    accept_access: bool = Field(
+        default=False,
+        description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
+        "an access entry and a Role in the namespace of the team its jobs queue in, what `fminfra accept` needs (docs/compute.md).",
+    )
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if not re.match(r"^1\.[0-9]{2}$", value):
+            raise ValueError(f"must be a Kubernetes minor version such as '1.34' (quote it in YAML), got {value!r}")
+        supported = supported_kubernetes_versions()
+        if value not in supported:
+            raise ValueError(
+                f"{value!r} is not a supported version; allowed: {', '.join(supported)} "
+                "(in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+            )
+        return value
+
+    @field_validator("admin_principal_arns")
+    @classmethod
+    def _arns(cls, value: list[str]) -> list[str]:
+        _raise_problems(
+            [
+                (f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
+                for i, arn in enumerate(value)
+                if not IAM_PRINCIPAL_ARN_RULE.match(arn)
+            ]
+        )
+        return value
+
+    @field_validator("public_access_cidrs")
+    @classmethod
+    def _cidrs(cls, value: list[str]) -> list[str]:
+        problems = []
+        for i, cidr in enumerate(value):
+            try:
+                ipaddress.IPv4Network(cidr, strict=True)
+            except ValueError as exc:
+                problems.append((f"[{i}]", f"must be an IPv4 CIDR, got {cidr!r} ({exc})"))
+        _raise_problems(problems)
+        return value
+
+
+class ComputeConfig(Model):
+    """Training groups, the orchestrator that runs them, and inference node groups."""
+
+    orchestrator: Literal["slurm", "eks", "ec2", "none"] = Field(
+        default="none",
+        description="slurm | eks (HyperPod) | ec2 (Auto Scaling groups) | none (no training cluster: inference_node_groups only).",
+    )
+    instance_groups: list[InstanceGroupConfig] = Field(default_factory=list)
+    slurm: SlurmConfig | None = Field(default=None, description="orchestrator slurm only.")
+    eks: EksConfig | None = Field(default=None, description="orchestrator eks, or when inference_node_groups exist.")
+    inference_node_groups: list[InferenceNodeGroupConfig] = Field(default_factory=list)
+
+    @property
+    def hyperpod(self) -> bool:
+        return self.orchestrator in ("slurm", "eks")
+
+    @property
+    def needs_eks(self) -> bool:
+        return self.orchestrator == "eks" or bool(self.inference_node_groups)
+
+    def untainted_node_sources(self) -> list[str]:
+        """Node groups of the EKS cluster on which CoreDNS and other system pods can run: HyperPod
+        instance groups with nodes (fminfra sets no Kubernetes taints on them) and inference groups
+        with nodes whose taints (the GPU taint by default) keep no pod off."""
+        sources: list[str] = []
+        if self.orchestrator == "eks":
+            sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
+        for g in self.inference_node_groups:
+            taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
+                sources.append(f"inference node group {g.name!r}")
+        return sources
+
+    def system_node_count(self) -> int:
+        """Nodes of the system node group: the config's count, or 2 when nothing else could run
+        CoreDNS and 0 otherwise (HyperPod EKS with nodes, untainted inference groups)."""
+        assert self.eks is not None
+        if self.eks.system_nodes.count is not None:
+            return self.eks.system_nodes.count
+        return 0 if self.untainted_node_sources() else 2
+
+    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+        """(field path, message) for what does not reject the config: a Kubernetes version within
+        SUPPORT_END_WARNING_DAYS of the end of its EKS standard support."""
+        if self.eks is None:
+            return []
+        out = self._acceptance_team_warnings()
+        today = today or datetime.now(UTC).date()
+        end = standard_support_end(self.eks.kubernetes_version)
+        left = (end - today).days
+        if left > SUPPORT_END_WARNING_DAYS:
+            return out
+        when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
+        return [
+            *out,
+            (
+                "eks.kubernetes_version",
+                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
+                "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+            ),
+        ]
+
+    def _acceptance_team_warnings(self) -> list[tuple[str, str]]:
+        """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one
+        team's queue: a team holding fewer waits on borrowed quota, which task governance's default
+        sharing may never lend (docs/compute.md, scheduling)."""
+        team = self.acceptance_team()
+        if team is None:
+            return []
+        held = next(t for t in self.scheduling_teams() if t.name == team).instances
+        return [
+            (
+                "eks.scheduling.teams",
+                f"`fminfra accept` queues in team {team!r}, which holds {held.get(g.name, 0)} of group {g.name!r}'s {g.count} instances: "
+                "its acceptance jobs need them all at once and may never be admitted; give that team the whole group",
+            )
+            for g in self.instance_groups
+            if g.count > 0 and held.get(g.name, 0) < g.count
+        ]
+
+    @model_validator(mode="after")
+    def _rules(self) -> ComputeConfig:
+        problems: list[tuple[str, str]] = []
+        if self.hyperpod and not self.instance_groups:
+            problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
+        if self.orchestrator == "none":
+            if self.instance_groups:
+                problems.append(
+                    ("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
+                )
+            elif not self.inference_node_groups:
+                problems.append(
+                    (
+                        "",
+                        "give instance_groups with an orchestrator (slurm, eks, ec2), or inference_node_groups for an inference-only EKS cluster",
+                    )
+                )
+        if self.slurm is not None and self.orchestrator != "slurm":
+            problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
+        if self.eks is not None and not self.needs_eks:
+            problems.append(("eks", "only with orchestrator eks or when inference_node_groups exist"))
+        if self.eks is not None and self.eks.accept_access and self.orchestrator != "eks":
+            problems.append(
+                ("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
+            )
+        seen: dict[str, str] = {}
+        reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
+        groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
+            *((f"instance_groups[{i}]", g) for i, g in enumerate(self.instance_groups)),
+            *((f"inference_node_groups[{i}]", g) for i, g in enumerate(self.inference_node_groups)),
+        ]
+        for path, group in groups:
+            if group.name in reserved:
+                problems.append((f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))
+            elif group.name in seen:
+                problems.append((f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
+            seen.setdefault(group.name, path)
+        for i, group in enumerate(self.instance_groups):
+            problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
+        for i, igroup in enumerate(self.inference_node_groups):
+            path = f"inference_node_groups[{i}]"
+            if igroup.capacity.type not in EC2_CAPACITY_TYPES:
+                problems.append(
+                    (
+                        f"{path}.capacity.type",
+                        f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
+                    )
+                )
+            if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
+                problems.append(purchase)
+            if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
+                problems.append(
+                    (
+                        f"{path}.placement",
+                        f"group {igroup.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
+                    )
+                )
+        _raise_problems(problems)
+        if self.orchestrator == "slurm" and self.slurm is None:
+            self.slurm = SlurmConfig()
+        if self.needs_eks and self.eks is None:
+            self.eks = EksConfig()
+        if self.eks is not None:
+            _raise_problems(self._scheduling_problems())
+        if self.eks is not None and self.eks.accept_access and self.acceptance_team() is None:
+            _raise_problems(
+                [
+                    (
+                        "eks.accept_access",
+                        "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; "
+                        "keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false",
+                    )
+                ]
+            )
+        if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
+            _raise_problems(
+                [
+                    (
+                        "eks.system_nodes.count",
+                        "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
+                        "(default nvidia.com/gpu=true:NoSchedule)"
+                        + (" and no HyperPod instance group has nodes" if self.orchestrator == "eks" else "")
+                        + "; set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint",
+                    )
+                ]
+            )
+        return self
+
+    def scheduling_teams(self) -> list[TeamConfig]:
+        """The teams of the cluster's Kueue: on HyperPod EKS with task governance, the config's or one
+        team (`DEFAULT_TEAM`) holding every instance of every instance group; on EKS without HyperPod
+        with `kueue`, the config's or one team holding every inference group at its max_size; none otherwise."""
+        if self.eks is None:
+            return []
+        scheduling = self.eks.scheduling
+        if self.orchestrator == "eks":
+            if scheduling.task_governance is False:
+                return []
+            default = {g.name: g.count for g in self.instance_groups}
+        elif scheduling.kueue:
+            default = {g.name: g.max_size for g in self.inference_node_groups}
+        else:
+            return []
+        return list(scheduling.teams) if scheduling.teams is not None else [TeamConfig(name=DEFAULT_TEAM, instances=default)]
+
+    def acceptance_team(self) -> str | None:
+        """The team whose queue `fminfra accept` submits to on HyperPod EKS: `DEFAULT_TEAM` when the
+        cluster has it, else the first configured team; None without task governance teams."""
+        if self.orchestrator != "eks":
+            return None
+        names = [t.name for t in self.scheduling_teams()]
+        if not names:
+            return None
+        return DEFAULT_TEAM if DEFAULT_TEAM in names else names[0]
+
+    def kueue_quotas(self) -> dict[str, dict[str, int]]:
+        """EKS without HyperPod, with `kueue`: team -> EC2 instance type -> GPUs."""
+        if self.orchestrator == "eks":
+            return {}
+        groups = {g.name: g for g in self.inference_node_groups}
+        quotas: dict[str, dict[str, int]] = {}
+        for team in self.scheduling_teams():
+            by_type = quotas.setdefault(team.name, {})
+            for name, count in team.instances.items():
+                spec = groups[name].spec
+                by_type[spec.name] = by_type.get(spec.name, 0) + count * spec.gpus
+        return quotas
+
+    def team_quotas(self) -> dict[str, dict[str, int]]:
+        """HyperPod EKS: team -> HyperPod (ml.) instance type -> instances, summed over the groups of that type."""
+        if self.orchestrator != "eks":
+            return {}
+        types = {g.name: g.spec.hyperpod_name for g in self.instance_groups}
+        quotas: dict[str, dict[str, int]] = {}
+        for team in self.scheduling_teams():
+            by_type = quotas.setdefault(team.name, {})
+            for group, count in team.instances.items():
+                by_type[types[group]] = by_type.get(types[group], 0) + count
+        return quotas
+
+    def _scheduling_problems(self) -> list[tuple[str, str]]:
+        assert self.eks is not None
+        scheduling = self.eks.scheduling
+        base = "eks.scheduling"
+        problems: list[tuple[str, str]] = []
+        if self.orchestrator == "eks":
+            if scheduling.kueue:
+                # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
+                problems.append((f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+            if scheduling.task_governance is False:
+                for name in ("teams", "priority_classes"):
+                    if name in scheduling.model_fields_set:
+                        problems.append(
+                            (f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
+                        )
+                return problems
+            groups: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in self.instance_groups}
+            capacity = {g.name: g.count for g in self.instance_groups}
+        elif not scheduling.kueue:
+            if scheduling != SchedulingConfig():
+                return [
+                    (base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}")
+                ]
+            return []
+        else:
+            if scheduling.task_governance:
+                problems.append(
+                    (f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
+                )
+            if scheduling.priority_classes:
+                problems.append(
+                    (f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
+                )
+            for i, team in enumerate(self.scheduling_teams()):
+                if team.name in RESERVED_NAMESPACES:
+                    problems.append(
+                        (
+                            f"{base}.teams[{i}].name",
+                            f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
+                        )
+                    )
+            groups = {g.name: g for g in self.inference_node_groups}
+            capacity = {g.name: g.max_size for g in self.inference_node_groups}
+        held: dict[str, int] = {}
+        for i, team in enumerate(self.scheduling_teams()):
+            if scheduling.teams is not None and not any(team.instances.values()):
+                # a quota of nothing: the team's queue could never admit a job
+                problems.append((f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
+            for group, count in team.instances.items():
+                if group not in groups:
+                    problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
+                    continue
+                held[group] = held.get(group, 0) + count
+            types = {groups[g].spec.name for g in team.instances if g in groups}
+            if len(types) > QUOTA_MAX_INSTANCE_TYPES:
+                problems.append(
+                    (
+                        f"{base}.teams[{i}].instances",
+                        f"a team's quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(types)}",
+                    )
+                )
+        most = "count" if self.orchestrator == "eks" else "max_size"
+        for name, total in held.items():
+            if total > capacity[name]:
+                problems.append(
+                    (
+                        f"{base}.teams",
+                        f"the teams hold {total} instances of group {name!r}, whose {most} is {capacity[name]}; allowed: at most {capacity[name]} in all",
+                    )
+                )
+        return problems
+
+    def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        kind = "HyperPod groups" if self.hyperpod else "ec2 groups"
+        allowed = HYPERPOD_CAPACITY_TYPES if self.hyperpod else EC2_CAPACITY_TYPES
+        if group.capacity.type not in allowed:
+            problems.append(
+                (
+                    f"{path}.capacity.type",
+                    f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
+                )
+            )
+        if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
+            problems.append(purchase)
+        if self.hyperpod:
+            if group.spec.hyperpod_name not in hyperpod_instance_types():
+                problems.append(
+                    (
+                        f"{path}.instance_type",
+                        f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
+                    )
+                )
+            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
+                # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
+                problems.append(
+                    (
+                        f"{path}.deep_health_checks",
+                        f"group {group.name!r}: instance_connectivity runs NCCL tests across nodes and needs count of at least 2, got {group.count}",
+                    )
+                )
+            for field in ("placement", "root_volume_gib"):
+                if getattr(group, field) is not None:
+                    problems.append(
+                        (f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)")
+                    )
+        else:
+            if group.capacity.type == "odcr" and group.count == 0:
+                problems.append(
+                    (f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
+                )
+            for field in ("instance_storage_gib", "deep_health_checks"):
+                if getattr(group, field) is not None:
+                    problems.append((f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
+            if group.capacity.type == "capacity-block" and group.placement == "cluster":
+                problems.append(
+                    (
+                        f"{path}.placement",
+                        f"group {group.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
+                    )
+                )
+        return problems
+
+    def placement_of(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:
+        """Effective placement of an ec2 or inference group: cluster or none (HyperPod: managed)."""
+        if isinstance(group, InstanceGroupConfig):
+            if self.hyperpod:
+                return "managed"
+            if group.placement is not None:
+                return group.placement
+            return "none" if group.capacity.type == "capacity-block" else "cluster"
+        return group.placement

@@ -1,0 +1,107 @@
+"""The acceptance gate's access to a HyperPod EKS cluster (`compute.eks.accept_access`).
+
+CI runs `fminfra accept ENV` from the runner with the role `fminfra-ENV-accept` (the GitHub OIDC
+stack, `fminfra/promotion/stack.py`). IAM lets that role describe the cluster; Kubernetes must
+authorize it too. This module gives it, in the environment's Compute stack:
+
+- an EKS access entry (type STANDARD) for the role's ARN with one Kubernetes group, `ACCEPT_GROUP`,
+  and no access policy: the EKS access policies are fixed rule lists of built-in API groups only,
+  so none of them grants MPIJob, HyperPodPyTorchJob or LocalQueue (docs/facts/eks.md#eks-access-policy-permissions);
+- in the namespace of the team accept's jobs queue in (`ComputeConfig.acceptance_team`: `training`,
+  else the first configured team; the Compute stack applies it after the teams' compute quotas), a Role with exactly
+  the requests `fminfra accept` makes
+  (`fminfra/ops/accept/eks.py`), bound to that group, applied with the cluster's kubectl
+  provider as the AMP scraper's RBAC is. The Role grants nothing outside its namespace; `get` on the
+  namespace object itself is inside it (docs/facts/eks.md#k8s-rbac-request-attributes).
+
+EKS stores the role's unique id when the entry is created, so the role must exist first: deploy
+the GitHub OIDC stack before the environment (docs/facts/iam.md#eks-access-entry-existing-principal).
+
+The manifest carries the Namespace object too: task governance creates `hyperpod-ns-<team>` when
+the team's compute quota is created, but whether it exists the moment CloudFormation reports the
+quota created is not documented; applying an existing namespace again only annotates it, while
+applying a Role into a namespace that does not exist yet fails the deploy. Hence also
+`overwrite`: the provider then creates with `kubectl apply`, which accepts an existing namespace.
+Deleting the stack deletes the namespace (the provider's `kubectl delete -f`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks as eks_l1
+from aws_cdk import aws_eks_v2 as eks
+from constructs import IDependable
+
+from fminfra.config import EnvironmentConfig
+from fminfra.eks.constructs.cluster import EksCluster
+from fminfra.promotion.stack import accept_role_name
+
+# The Kubernetes group of the acceptance role's access entry (a RoleBinding subject, kind Group).
+ACCEPT_GROUP = "fminfra-accept"
+ACCEPT_ROLE = "fminfra-accept"
+
+# What `fminfra accept` does in the team namespace, as Kubernetes authorizes it: `kubectl get` of the
+# namespace and its LocalQueue; `kubectl apply` (get, then create or patch) of the scripts' ConfigMap
+# and the three job kinds; `kubectl get -o json` of each job while it runs; `kubectl get pods -l`
+# (list) and `kubectl logs` (get of the pod, then of pods/log); `kubectl delete` of the jobs and the
+# ConfigMap (docs/facts/eks.md#k8s-rbac-request-attributes).
+APPLY_VERBS = ["get", "create", "patch", "delete"]
+ACCEPT_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues"], "verbs": ["get"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": APPLY_VERBS},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": APPLY_VERBS},
+    {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": APPLY_VERBS},
+    {"apiGroups": ["sagemaker.amazonaws.com"], "resources": ["hyperpodpytorchjobs"], "verbs": APPLY_VERBS},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+)
+
+
+def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """Per namespace: the Namespace, the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP."""
+    objects: list[dict[str, Any]] = []
+    for ns in namespaces:
+        objects += [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": {"name": ACCEPT_ROLE, "namespace": ns},
+                "rules": [{key: list(values) for key, values in rule.items()} for rule in ACCEPT_RULES],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "RoleBinding",
+                "metadata": {"name": ACCEPT_ROLE, "namespace": ns},
+                "subjects": [{"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
+                "roleRef": {"kind": "Role", "name": ACCEPT_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
+            },
+        ]
+    return objects
+
+
+def add_accept_access(
+    stack: cdk.Stack, cfg: EnvironmentConfig, eks_cluster: EksCluster, namespaces: Sequence[str], after: Sequence[IDependable] = ()
+) -> eks_l1.CfnAccessEntry:
+    """The access entry of `fminfra-<env>-accept` and the RBAC of `accept_rbac(namespaces)`; the RBAC is
+    applied after `after` (what creates the namespaces' other contents, e.g. the teams' quotas)."""
+    principal = stack.format_arn(service="iam", region="", resource="role", resource_name=accept_role_name(cfg.name))
+    entry = eks_l1.CfnAccessEntry(
+        stack,
+        "AcceptAccessEntry",
+        cluster_name=eks_cluster.cluster_name,
+        principal_arn=principal,
+        type="STANDARD",
+        kubernetes_groups=[ACCEPT_GROUP],
+    )
+    # overwrite: the kubectl provider creates with `kubectl apply`, not `kubectl create`, which would
+    # fail on a namespace task governance has already created (docs/facts/eks.md#cdk-kubernetes-manifest-overwrite).
+    rbac = eks.KubernetesManifest(
+        stack, "AcceptRbac", cluster=cast(eks.ICluster, eks_cluster.cluster), manifest=accept_rbac(namespaces), overwrite=True
+    )
+    rbac.node.add_dependency(entry, *after)
+    return entry

@@ -1,1 +1,0 @@
-"""Reusable constructs: one file per AWS concept. They never read config files or context."""

@@ -1,0 +1,117 @@
+"""An EKS managed node group of GPU instances for serving models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from fminfra import catalog
+from fminfra.core.errors import ValidationError
+from fminfra.policy.constructs.acknowledge import acknowledge
+
+_EFFECTS = {
+    "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
+    "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
+    "NoExecute": eks.TaintEffect.NO_EXECUTE,
+}
+GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceNodeGroupProps:
+    """Props of `InferenceNodeGroup`.
+
+    cluster: the EKS cluster the nodes join.
+    nodegroup_name: physical name; include the environment name.
+    instance_type: a GPU type of the catalog (EC2 form, e.g. g6e.12xlarge, p5.48xlarge).
+    min_size, desired_size, max_size: min <= desired <= max.
+    subnets: where the nodes run (the compute subnet for EFA or placement groups).
+    node_role: the role of the nodes. Default: a new role with the EKS worker, CNI and ECR
+      read-only managed policies.
+    labels: Kubernetes labels; `fminfra/gpu-type` is always added.
+    taints: (key, value, effect) tuples. Default: the GPU taint nvidia.com/gpu=true:NoSchedule.
+    root_volume_gib: root volume size; only without a launch template. Default: 200.
+    launch_template: a launch template (e.g. `EfaLaunchTemplate` for EFA types) that sets the
+      instance type itself (the node group then names none, as EKS requires). Default: none,
+      the AMI's default networking (one ENA interface).
+    capacity_block: the launch template targets a Capacity Block (node group capacity type
+      CAPACITY_BLOCK). Default: false (on-demand).
+    """
+
+    cluster: eks.ICluster
+    nodegroup_name: str
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    subnets: Sequence[ec2.ISubnet]
+    node_role: iam.IRole | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[tuple[str, str, str]] | None = None
+    root_volume_gib: int = 200
+    launch_template: eks.LaunchTemplateSpec | None = None
+    capacity_block: bool = False
+
+
+class InferenceNodeGroup(Construct):
+    """Creates a managed node group on the EKS-optimized accelerated AMI (AL2023 NVIDIA, or
+    ARM64 NVIDIA for Graviton GPU types), with GPU labels and taints.
+
+    Attributes: `nodegroup`, `node_role`.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: InferenceNodeGroupProps) -> None:
+        super().__init__(scope, construct_id)
+        spec = catalog.get(props.instance_type)
+        if not props.min_size <= props.desired_size <= props.max_size:
+            raise ValidationError(
+                f"sizes must satisfy min_size <= desired_size <= max_size, got {props.min_size} <= {props.desired_size} <= {props.max_size}"
+            )
+        taints = list(props.taints) if props.taints is not None else [GPU_TAINT]
+        for key, _, effect in taints:
+            if effect not in _EFFECTS:
+                raise ValidationError(f"taint {key!r}: effect must be one of {', '.join(_EFFECTS)}, got {effect!r}")
+        if props.capacity_block and props.launch_template is None:
+            raise ValidationError("capacity_block needs a launch_template that targets the Capacity Block's reservation")
+        if not props.subnets:
+            raise ValidationError("subnets must list at least one subnet, got none")
+        self.node_role = props.node_role or iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(n)
+                for n in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+            ],
+        )
+        if props.node_role is None:
+            for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"):
+                acknowledge(
+                    self.node_role,
+                    f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
+                    "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
+                )
+        ami = eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA if spec.architecture == "arm64" else eks.NodegroupAmiType.AL2023_X86_64_NVIDIA
+        self.nodegroup = eks.Nodegroup(
+            self,
+            "Nodegroup",
+            cluster=props.cluster,
+            nodegroup_name=props.nodegroup_name,
+            instance_types=None if props.launch_template else [ec2.InstanceType(spec.name)],
+            ami_type=ami,
+            min_size=props.min_size,
+            desired_size=props.desired_size,
+            max_size=props.max_size,
+            subnets=ec2.SubnetSelection(subnets=list(props.subnets)),
+            node_role=self.node_role,
+            labels={"fminfra/gpu-type": spec.name, **props.labels},
+            taints=[eks.TaintSpec(key=k, value=v, effect=_EFFECTS[e]) for k, v, e in taints],
+            disk_size=None if props.launch_template else props.root_volume_gib,
+            launch_template_spec=props.launch_template,
+            capacity_type=eks.CapacityType.CAPACITY_BLOCK if props.capacity_block else None,
+        )

@@ -1,0 +1,162 @@
+"""Kueue on an EKS cluster without HyperPod: the Kueue Helm chart of kubernetes-sigs/kueue at a pinned
+version with `waitForPodsReady` set (all-or-nothing with ready pods), and per team a namespace, a
+ClusterQueue and a LocalQueue whose GPU quota is drawn from one ResourceFlavor per GPU instance type.
+
+Never on HyperPod EKS, where HyperPod task governance is the cluster's Kueue
+(docs/facts/hyperpod.md#hyperpod-task-governance-addon). Chart values and Kueue objects follow the
+chart and CRDs at the pinned version (docs/facts/eks.md#chart-kueue, #kueue-all-or-nothing); the
+queue names are `fminfra.eks.rules.team_queue("eks", team)`'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from fminfra.core.errors import ValidationError
+from fminfra.eks.rules import RESERVED_NAMESPACES, team_queue
+
+CHART = "kueue"
+REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
+NAMESPACE = "kueue-system"
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+GPU_RESOURCE = "nvidia.com/gpu"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The values keys fminfra sets (each read by the chart's templates at the pinned version).
+VALUE_KEYS = ("managerConfig",)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+LABEL_VALUE_MAX = 63
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuFlavor:
+    """A ResourceFlavor: the nodes of one EC2 instance type, and the tolerations of their taints
+    (Kueue adds them to the pods it admits on this flavor)."""
+
+    instance_type: str
+    tolerations: Sequence[Mapping[str, str]] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class KueueProps:
+    """Props of `Kueue`.
+
+    cluster: the EKS cluster.
+    version: the chart version (the Kueue release, without the v).
+    flavors: one per GPU instance type whose GPUs teams get.
+    teams: team -> instance type -> GPUs of that type in the team's quota.
+    pods_ready_timeout: waitForPodsReady.timeout (Kueue duration, e.g. 30m). Default: 30m, Kueue's default.
+    block_admission: waitForPodsReady.blockAdmission: admit one workload at a time. Default: false.
+    """
+
+    cluster: eks.Cluster
+    version: str
+    flavors: Sequence[GpuFlavor]
+    teams: Mapping[str, Mapping[str, int]]
+    pods_ready_timeout: str = "30m"
+    block_admission: bool = False
+
+
+def kueue_configuration(props: KueueProps) -> dict[str, Any]:
+    """The Kueue configuration (config.kueue.x-k8s.io/v1beta2): the chart's ports and leader election,
+    waitForPodsReady written out, and quota checked only for the resources a ClusterQueue declares
+    (GPUs), so that pods' CPU and memory requests do not make them inadmissible."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "health": {"healthProbeBindAddress": ":8081"},
+        "metrics": {"bindAddress": ":8443"},
+        "webhook": {"port": 9443},
+        "leaderElection": {"leaderElect": True, "resourceName": "c1f6bfd2.kueue.x-k8s.io"},
+        "waitForPodsReady": {"timeout": props.pods_ready_timeout, "blockAdmission": props.block_admission},
+        "resources": {"quotaCheckStrategy": "IgnoreUndeclared"},
+        "integrations": {"frameworks": ["batch/job", "kubeflow.org/mpijob", "kubeflow.org/pytorchjob", "jobset.x-k8s.io/jobset"]},
+    }
+
+
+def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
+    """The ResourceFlavors, and per team its Namespace, ClusterQueue and LocalQueue."""
+    objects: list[dict[str, Any]] = []
+    for flavor in props.flavors:
+        spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: flavor.instance_type}}
+        if flavor.tolerations:
+            spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+        objects.append({"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.instance_type}, "spec": spec})
+    for team, gpus in props.teams.items():
+        queue = team_queue("eks", team)
+        cluster_queue = f"{team}-clusterqueue"
+        flavors = [
+            {"name": f.instance_type, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus.get(f.instance_type, 0)}]}
+            for f in props.flavors
+        ]
+        objects += [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": queue.namespace}},
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ClusterQueue",
+                "metadata": {"name": cluster_queue},
+                "spec": {
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": queue.namespace}},
+                    "resourceGroups": [{"coveredResources": [GPU_RESOURCE], "flavors": flavors}],
+                },
+            },
+            {
+                "apiVersion": API_VERSION,
+                "kind": "LocalQueue",
+                "metadata": {"name": queue.local_queue, "namespace": queue.namespace},
+                "spec": {"clusterQueue": cluster_queue},
+            },
+        ]
+    return objects
+
+
+class Kueue(Construct):
+    """The Kueue chart (release `kueue` in `kueue-system`, waited for) and the queue objects after it.
+    Attributes: `chart`, `queues` (the manifest of `kueue_objects`)."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: KueueProps) -> None:
+        super().__init__(scope, construct_id)
+        _validate(props)
+        self.chart = props.cluster.add_helm_chart(
+            f"{construct_id}Chart",
+            chart=CHART,
+            repository=REPOSITORY,
+            version=props.version,
+            namespace=NAMESPACE,
+            release="kueue",
+            create_namespace=True,
+            wait=True,  # the webhooks must answer before the queue objects are applied
+            values={"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_configuration(props), sort_keys=False)}},
+        )
+        self.queues = props.cluster.add_manifest(f"{construct_id}Queues", *kueue_objects(props))
+        self.queues.node.add_dependency(self.chart)
+
+
+def _validate(props: KueueProps) -> None:
+    if not props.flavors:
+        raise ValidationError("flavors must list at least one GPU instance type, got none")
+    if not props.teams:
+        raise ValidationError("teams must list at least one team, got none")
+    types = {f.instance_type for f in props.flavors}
+    for team, gpus in props.teams.items():
+        if not DNS_LABEL.match(team) or team in RESERVED_NAMESPACES:
+            raise ValidationError(f"team names are namespaces: a DNS label other than {', '.join(RESERVED_NAMESPACES)}, got {team!r}")
+        # The LocalQueue's name is also the value of a job's queue label, which has at most 63 characters
+        # (docs/facts/eks.md#kubernetes-label-syntax).
+        queue = team_queue("eks", team).local_queue
+        if len(queue) > LABEL_VALUE_MAX:
+            raise ValidationError(
+                f"team {team!r}: its queue {queue!r} is a label value of at most {LABEL_VALUE_MAX} characters, got {len(queue)}; "
+                f"allowed: team names of at most {LABEL_VALUE_MAX - len(queue) + len(team)} characters"
+            )
+        for instance_type, count in gpus.items():
+            if instance_type not in types:
+                raise ValidationError(f"team {team!r}: {instance_type!r} is not a flavor; allowed: {', '.join(sorted(types))}")
+            if count < 0:
+                raise ValidationError(f"team {team!r}: GPUs must be 0 or more, got {count}")

@@ -1,0 +1,199 @@
+"""SageMaker HyperPod cluster (`AWS::SageMaker::Cluster`): typed, validated instance groups."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from fminfra import catalog
+from fminfra.core.errors import ValidationError
+from fminfra.hyperpod.rules import hyperpod_instance_types
+
+NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_INSTANCES = 6758
+# The deep health checks the CloudFormation schema (cfn-lint 1.58) accepts.
+DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+# InstanceConnectivity runs NCCL tests across nodes and needs at least 2
+# (docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes).
+CONNECTIVITY_MIN_INSTANCES = 2
+NODE_RECOVERY = ("Automatic", "None")
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodInstanceGroup:
+    """One instance group.
+
+    name: 1-63 letters, digits and hyphens (HyperPod's rule), unique in the cluster.
+    instance_type: an `ml.` type SageMaker HyperPod supports (botocore's ClusterInstanceType).
+    instance_count: 0-6758.
+    threads_per_core: 1 (no hyper-threading) or 2. Default: 1.
+    instance_storage_gib: an extra EBS volume per node, 1-16384 GiB. Default: none.
+    deep_health_checks: checks run when nodes start, from InstanceStress, InstanceConnectivity
+      (the latter needs instance_count of at least 2). Default: for GPU types of the catalog,
+      InstanceStress, plus InstanceConnectivity when instance_count is 2 or more; none for other
+      types.
+    training_plan_arn: a SageMaker training plan the group runs on. Default: on-demand.
+    """
+
+    name: str
+    instance_type: str
+    instance_count: int
+    threads_per_core: int = 1
+    instance_storage_gib: int | None = None
+    deep_health_checks: Sequence[str] | None = None
+    training_plan_arn: str | None = None
+
+    @property
+    def effective_deep_health_checks(self) -> list[str]:
+        if self.deep_health_checks is not None:
+            return list(self.deep_health_checks)
+        if catalog.normalize_instance_type(self.instance_type) not in catalog.CATALOG:
+            return []
+        return [c for c in DEEP_HEALTH_CHECKS if c != "InstanceConnectivity" or self.instance_count >= CONNECTIVITY_MIN_INSTANCES]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodClusterProps:
+    """Props of `HyperPodCluster`.
+
+    cluster_name: 1-63 letters, digits and hyphens; include the environment name.
+    instance_groups: at least one.
+    execution_role: the role every instance group's nodes run as; it must carry the managed
+      policy AmazonSageMakerClusterInstanceRolePolicy (see `NodeRole`).
+    subnets: the subnets of the nodes (1-16); for EFA, the one compute subnet.
+    security_groups: 1-5; for EFA, include the EFA security group.
+    lifecycle_source_s3_uri: the S3 prefix holding the unpacked lifecycle scripts.
+    lifecycle_entry_script: the script HyperPod runs on creation (LifeCycleConfig.OnCreate).
+    eks_cluster_arn: orchestrate with this EKS cluster. Default: Slurm (classic mode, configured
+      by the lifecycle scripts from provisioning_parameters.json).
+    node_recovery: Automatic or None. Default: Automatic.
+    """
+
+    cluster_name: str
+    instance_groups: Sequence[HyperPodInstanceGroup]
+    execution_role: iam.IRole
+    subnets: Sequence[ec2.ISubnet]
+    security_groups: Sequence[ec2.ISecurityGroup]
+    lifecycle_source_s3_uri: str
+    lifecycle_entry_script: str = "on_create.sh"
+    eks_cluster_arn: str | None = None
+    node_recovery: str = "Automatic"
+
+
+def _check_name(field: str, value: str) -> None:
+    if not NAME_RULE.match(value):
+        raise ValidationError(
+            f"{field} must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
+        )
+
+
+def _check_group(index: int, group: HyperPodInstanceGroup) -> None:
+    where = f"instance_groups[{index}]"
+    _check_name(f"{where}.name", group.name)
+    if group.instance_type not in hyperpod_instance_types():
+        raise ValidationError(
+            f"{where}.instance_type must be an ml. type SageMaker HyperPod supports (botocore ClusterInstanceType), got {group.instance_type!r}"
+        )
+    if not 0 <= group.instance_count <= MAX_INSTANCES:
+        raise ValidationError(f"{where}.instance_count must be 0-{MAX_INSTANCES}, got {group.instance_count}")
+    if group.threads_per_core not in (1, 2):
+        raise ValidationError(f"{where}.threads_per_core must be 1 or 2, got {group.threads_per_core}")
+    if group.instance_storage_gib is not None and not 1 <= group.instance_storage_gib <= 16384:
+        raise ValidationError(f"{where}.instance_storage_gib must be 1-16384, got {group.instance_storage_gib}")
+    unknown = [c for c in group.effective_deep_health_checks if c not in DEEP_HEALTH_CHECKS]
+    if unknown:
+        raise ValidationError(f"{where}.deep_health_checks must be among {', '.join(DEEP_HEALTH_CHECKS)}, got {', '.join(unknown)}")
+    if "InstanceConnectivity" in group.effective_deep_health_checks and group.instance_count < CONNECTIVITY_MIN_INSTANCES:
+        raise ValidationError(
+            f"{where}.deep_health_checks: InstanceConnectivity runs NCCL tests across nodes and needs instance_count of at least "
+            f"{CONNECTIVITY_MIN_INSTANCES}, got {group.instance_count}"
+        )
+
+
+class HyperPodCluster(Construct):
+    """Creates a SageMaker HyperPod cluster: its instance groups with lifecycle scripts, deep
+    health checks and training plans, node recovery, and the VPC config of the nodes.
+
+    Attributes: `cluster` (the L1), `cluster_name`, `cluster_arn`, `execution_role`.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: HyperPodClusterProps) -> None:
+        super().__init__(scope, construct_id)
+        _check_name("cluster_name", props.cluster_name)
+        if not props.instance_groups:
+            raise ValidationError("instance_groups must list at least one group, got none")
+        for i, group in enumerate(props.instance_groups):
+            _check_group(i, group)
+        names = [g.name for g in props.instance_groups]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValidationError(f"instance group names must be unique, repeated: {', '.join(repeated)}")
+        if props.node_recovery not in NODE_RECOVERY:
+            raise ValidationError(f"node_recovery must be Automatic or None, got {props.node_recovery!r}")
+        if not 1 <= len(props.subnets) <= 16:
+            raise ValidationError(f"subnets must list 1-16 subnets, got {len(props.subnets)}")
+        if not 1 <= len(props.security_groups) <= 5:
+            raise ValidationError(f"security_groups must list 1-5 groups, got {len(props.security_groups)}")
+        uri = props.lifecycle_source_s3_uri
+        if not cdk.Token.is_unresolved(uri) and not uri.startswith("s3://"):
+            raise ValidationError(f"lifecycle_source_s3_uri must be an s3:// prefix, got {uri!r}")
+
+        self.execution_role = props.execution_role
+        life_cycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(source_s3_uri=uri, on_create=props.lifecycle_entry_script)
+        groups = []
+        for group in props.instance_groups:
+            checks = group.effective_deep_health_checks
+            groups.append(
+                sagemaker.CfnCluster.ClusterInstanceGroupProperty(
+                    instance_group_name=group.name,
+                    instance_type=group.instance_type,
+                    instance_count=group.instance_count,
+                    execution_role=props.execution_role.role_arn,
+                    life_cycle_config=life_cycle,
+                    threads_per_core=group.threads_per_core,
+                    instance_storage_configs=[
+                        sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
+                            ebs_volume_config=sagemaker.CfnCluster.ClusterEbsVolumeConfigProperty(
+                                volume_size_in_gb=group.instance_storage_gib
+                            )
+                        )
+                    ]
+                    if group.instance_storage_gib
+                    else None,
+                    on_start_deep_health_checks=checks or None,
+                    training_plan_arn=group.training_plan_arn,
+                )
+            )
+        orchestrator = (
+            sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster_arn)
+            )
+            if props.eks_cluster_arn
+            else None
+        )
+        self.cluster = sagemaker.CfnCluster(
+            self,
+            "Cluster",
+            cluster_name=props.cluster_name,
+            instance_groups=groups,
+            node_recovery=props.node_recovery,
+            orchestrator=orchestrator,
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                subnets=[s.subnet_id for s in props.subnets],
+                security_group_ids=[g.security_group_id for g in props.security_groups],
+            ),
+        )
+        # The role's inline policy (lifecycle read, logs) must exist before nodes start; the
+        # role itself is already a dependency through its ARN.
+        policy = props.execution_role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            self.cluster.node.add_dependency(policy)
+        self.cluster_name = props.cluster_name
+        self.cluster_arn = self.cluster.attr_cluster_arn

@@ -1,0 +1,152 @@
+"""HyperPod task governance's quotas on an EKS-orchestrated HyperPod cluster: one compute quota per
+team (`AWS::SageMaker::ComputeQuota`) and, when priority classes are given, the cluster policy
+(`AWS::SageMaker::ClusterSchedulerConfig`).
+
+Task governance itself is the EKS add-on `ADDON_NAME` (it installs and manages Kueue:
+docs/facts/hyperpod.md#hyperpod-task-governance-addon), one of the EKS cluster's add-ons; make this
+construct depend on it. Each quota makes task governance create the team's namespace and Kueue
+LocalQueue (`fminfra.eks.rules.team_queue` spells them:
+docs/facts/hyperpod.md#hyperpod-task-governance-names). Properties follow the CloudFormation schemas
+(docs/facts/hyperpod.md#hyperpod-compute-quota-schema); the pinned aws-cdk-lib (2.275) has no L1 class for ComputeQuota (2.276 adds one), so
+it is a `CfnResource`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aws_cdk as cdk
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from fminfra.core.errors import ValidationError
+
+ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
+ADDON_VERSION_KEY = "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION"
+COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
+# Team and priority class names (the schemas' pattern, bounded so that hyperpod-ns-<team>-localqueue
+# stays a Kubernetes label value of at most 63 characters); quota and policy names.
+TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
+ENTITY_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+MAX_INSTANCE_TYPES = 15
+MAX_PRIORITY_CLASSES = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamQuota:
+    """A team and the instances its quota holds: HyperPod (ml.) instance type -> instances."""
+
+    team: str
+    instances: Mapping[str, int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskGovernanceProps:
+    """Props of `TaskGovernance`.
+
+    cluster_arn: the HyperPod cluster's ARN (its `AttrClusterArn`).
+    name_prefix: prefix of the quota and policy names (`<prefix>-<team>`, `<prefix>-policy`), e.g. the
+      environment's physical name prefix; names are 1-63 letters, digits and hyphens.
+    teams: one quota per team; the namespaces and queues follow the team names.
+    priority_classes: the cluster policy's priority classes, name -> weight 0-100. Default: none, and
+      no cluster policy (jobs without a priority class rank 0).
+    tags: tags of the quotas. CDK's tag aspect does not reach them (no L1 class for the type in the pinned aws-cdk-lib), so
+      they are written out; the cluster policy is an L1 and gets the scope's tags. Default: none.
+    """
+
+    cluster_arn: str
+    name_prefix: str
+    teams: Sequence[TeamQuota]
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+class TaskGovernance(Construct):
+    """Compute quotas per team and the optional cluster policy. Attributes: `quotas` (team -> the
+    ComputeQuota resource), `cluster_policy` (or None)."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: TaskGovernanceProps) -> None:
+        super().__init__(scope, construct_id)
+        _validate(props)
+        self.quotas: dict[str, cdk.CfnResource] = {}
+        for quota in props.teams:
+            resources = [{"InstanceType": t, "Count": n} for t, n in sorted(quota.instances.items())]
+            self.quotas[quota.team] = cdk.CfnResource(
+                self,
+                f"Quota-{quota.team}",
+                type=COMPUTE_QUOTA_TYPE,
+                properties={
+                    "Name": f"{props.name_prefix}-{quota.team}",
+                    "Description": f"Instances of team {quota.team} (namespace hyperpod-ns-{quota.team})",
+                    "ClusterArn": props.cluster_arn,
+                    "ComputeQuotaConfig": {"ComputeQuotaResources": resources},
+                    "ComputeQuotaTarget": {"TeamName": quota.team},
+                    "ActivationState": "Enabled",
+                    **({"Tags": [{"Key": k, "Value": v} for k, v in sorted(props.tags.items())]} if props.tags else {}),
+                },
+            )
+            # CDK's own template validation lags the CloudFormation registry: cfn-lint's schemas (which
+            # the tests hold this resource to) have the type, CDK 2.275's validator does not.
+            cdk.Validations.of(self.quotas[quota.team]).acknowledge(
+                cdk.Acknowledgment(
+                    id="CloudFormation-Validate::F3006",
+                    reason=f"{COMPUTE_QUOTA_TYPE} is in CloudFormation's registry (cfn-lint's schemas); CDK's validator does not know it yet",
+                )
+            )
+        self.cluster_policy: sagemaker.CfnClusterSchedulerConfig | None = None
+        if props.priority_classes:
+            self.cluster_policy = sagemaker.CfnClusterSchedulerConfig(
+                self,
+                "ClusterPolicy",
+                name=f"{props.name_prefix}-policy",
+                cluster_arn=props.cluster_arn,
+                scheduler_config=sagemaker.CfnClusterSchedulerConfig.SchedulerConfigProperty(
+                    priority_classes=[
+                        sagemaker.CfnClusterSchedulerConfig.PriorityClassProperty(name=name, weight=weight)
+                        for name, weight in sorted(props.priority_classes.items())
+                    ]
+                ),
+            )
+            # The CDK CLI's validator checks its own per-region type list, which lacks the type in
+            # some regions cfn-lint's does not (docs/facts/hyperpod.md#hyperpod-compute-quota-schema):
+            # validate warns there, and the deploy is the judge.
+            cdk.Validations.of(self.cluster_policy).acknowledge(
+                cdk.Acknowledgment(
+                    id="CloudFormation-Validate::F3006",
+                    reason="AWS::SageMaker::ClusterSchedulerConfig: region lists disagree (validate warns); CloudFormation decides at deploy",
+                )
+            )
+
+
+def _validate(props: TaskGovernanceProps) -> None:
+    """One check per rule of the schemas (docs/facts/hyperpod.md#hyperpod-compute-quota-schema)."""
+    if not props.teams:
+        raise ValidationError("teams must list at least one team, got none")
+    seen: set[str] = set()
+    for quota in props.teams:
+        if not TEAM_NAME_RULE.match(quota.team):
+            raise ValidationError(f"team names must be 1-40 lowercase letters, digits and hyphens, got {quota.team!r}")
+        if quota.team in seen:
+            raise ValidationError(f"team names must be unique, got {quota.team!r} twice")
+        seen.add(quota.team)
+        name = f"{props.name_prefix}-{quota.team}"
+        if not cdk.Token.is_unresolved(props.name_prefix) and not ENTITY_NAME_RULE.match(name):
+            raise ValidationError(f"quota names must be 1-63 letters, digits and hyphens, got {name!r}")
+        if len(quota.instances) > MAX_INSTANCE_TYPES:
+            raise ValidationError(
+                f"a quota names at most {MAX_INSTANCE_TYPES} instance types, got {len(quota.instances)} for {quota.team!r}"
+            )
+        for instance_type, count in quota.instances.items():
+            if not instance_type.startswith("ml."):
+                raise ValidationError(f"quota instance types are HyperPod (ml.) types, got {instance_type!r}")
+            if count < 0:
+                raise ValidationError(f"quota instance counts must be 0 or more, got {count} for {quota.team!r}")
+    if len(props.priority_classes) > MAX_PRIORITY_CLASSES:
+        raise ValidationError(f"priority_classes allows at most {MAX_PRIORITY_CLASSES} classes, got {len(props.priority_classes)}")
+    for name, weight in props.priority_classes.items():
+        if not TEAM_NAME_RULE.match(name) or not 0 <= weight <= 100:
+            raise ValidationError(
+                f"priority classes are 1-40 lowercase letters, digits and hyphens with a weight 0-100, got {name!r}: {weight}"
+            )

@@ -1,0 +1,411 @@
+"""`fminfra accept ENV` for HyperPod on EKS: apply the jobs of accept_manifests, wait, read the logs, check.
+
+How it reaches the cluster (docs/facts/jobs.md#eks-kubectl-get-token): the EKS API
+(`eks:DescribeCluster`, boto3) gives the API server's endpoint and CA; a kubeconfig written to a
+temporary folder has kubectl authenticate with `aws eks get-token` (an IAM token), as
+`aws eks update-kubeconfig` writes it. kubectl must be on PATH, version 1.33-1.35 for a 1.34
+cluster (checked first: `check_kubectl_version`, exit 2 outside the range; the CDK kubectl layer
+fminfra deploys with ships 1.34.5: docs/facts/eks.md#eks-kubectl-layer-v34),
+and the caller needs an EKS access entry (`compute.eks.admin_principal_arns`) and a network path to
+the endpoint (private only unless `public_access_cidrs` is set).
+
+Then: `kubectl apply` the ConfigMap and jobs, poll each job's conditions every --poll-seconds
+(printing each change), read the pods' logs into --results-dir (default ./accept-RUN), run the
+checks of accept.py on them (the same parsers and thresholds as on Slurm), print the table and
+write the JSON report; on timeout the jobs are deleted. Exit 0 / 1 / 2 as accept.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fminfra.config import EnvironmentConfig
+from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
+from fminfra.ops.accept.results import ResultError, nccl_ofi_provider
+from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from fminfra.storage.config import lustre_throughput_gb_per_s
+
+# The condition types that end a job, per resource, and the one that means success
+# (docs/facts/jobs.md#acceptance-job-conditions).
+SUCCESS = {"mpijobs.kubeflow.org": "Succeeded", "hyperpodpytorchjobs.sagemaker.amazonaws.com": "Completed", "jobs.batch": "Complete"}
+FAILED = "Failed"
+NOT_SUBMITTED = "NotSubmitted"
+LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
+NO_RESOURCE_TYPE = "the server doesn't have a resource type"
+UNREACHABLE = "Unable to connect to the server"  # kubectl, when the endpoint does not answer (docs/facts/eks.md#kubectl-unable-to-connect)
+
+
+def eks_client(region: str) -> Any:
+    import boto3
+
+    return boto3.client("eks", region_name=region)
+
+
+def kubectl_minors(cfg: EnvironmentConfig) -> tuple[int, int]:
+    """The kubectl minor versions that work with the environment's cluster: one minor either side of
+    it (docs/facts/eks.md#kubectl-version-skew); 1.33-1.35 for a 1.34 cluster."""
+    assert cfg.compute.eks is not None
+    minor = int(cfg.compute.eks.kubernetes_version.split(".")[1])
+    return minor - 1, minor + 1
+
+
+def check_kubectl_version(cfg: EnvironmentConfig) -> str:
+    """kubectl's client version (`kubectl version --client -o json`: clientVersion.major/minor,
+    docs/facts/eks.md#kubectl-version-json); UsageError (exit 2) outside kubectl_minors. GitHub's
+    hosted runners carry the newest stable kubectl (docs/facts/pipeline.md#github-runner-kubectl-latest)."""
+    low, high = kubectl_minors(cfg)
+    wanted = f"1.{low}-1.{high} for the {cfg.compute.eks.kubernetes_version} cluster"  # type: ignore[union-attr]
+    result = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, check=False, timeout=60)
+    try:
+        info = json.loads(result.stdout)["clientVersion"]
+        major, minor = int(info["major"]), int(re.match(r"[0-9]+", info["minor"])[0])  # type: ignore[index]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(
+            f"accept: `kubectl version --client -o json` gave no client version (exit {result.returncode}): install kubectl {wanted}"
+        ) from None
+    found = info.get("gitVersion") or f"{major}.{minor}"
+    if major != 1 or not low <= minor <= high:
+        raise UsageError(f"accept: kubectl {found} on PATH; {wanted} (one minor version either side): install kubectl 1.{low + 1}.x")
+    return str(found)
+
+
+def describe_cluster(cfg: EnvironmentConfig, client: Any | None = None) -> dict[str, Any]:
+    """The EKS cluster fminfra created for the environment (`fminfra-ENV-eks`); UsageError when absent or not ACTIVE."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    name = cfg.physical_name("eks")
+    client = client or eks_client(cfg.region)
+    try:
+        cluster = client.describe_cluster(name=name)["cluster"]
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code == "ResourceNotFoundException":
+            raise UsageError(f"accept: EKS cluster {name} not found in {cfg.region}: deploy {cfg.name} first (cdk deploy)") from None
+        raise UsageError(f"accept: eks:DescribeCluster {name}: {code}: {exc.response.get('Error', {}).get('Message', '')}") from None
+    except BotoCoreError as exc:
+        raise UsageError(f"accept: eks:DescribeCluster {name}: {exc}") from None
+    if cluster.get("status") != "ACTIVE":
+        raise UsageError(f"accept: EKS cluster {name} is {cluster.get('status')}, not ACTIVE")
+    return cluster
+
+
+def kubeconfig(cluster: dict[str, Any], region: str) -> dict[str, Any]:
+    """What `aws eks update-kubeconfig` writes: endpoint, CA, and an exec credential from `aws eks get-token`."""
+    name = cluster["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": name,
+                "cluster": {"server": cluster["endpoint"], "certificate-authority-data": cluster["certificateAuthority"]["data"]},
+            }
+        ],
+        "users": [
+            {
+                "name": name,
+                "user": {
+                    "exec": {
+                        "apiVersion": "client.authentication.k8s.io/v1beta1",
+                        "command": "aws",
+                        "args": ["--region", region, "eks", "get-token", "--cluster-name", name, "--output", "json"],
+                    }
+                },
+            }
+        ],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+
+
+class Kubectl:
+    def __init__(self, config_file: Path, private_endpoint: bool = False) -> None:
+        self.config_file = config_file
+        self.private_endpoint = private_endpoint
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        cmd = ["kubectl", "--kubeconfig", str(self.config_file), *args]
+        result = subprocess.run(cmd, input=stdin, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise self.failure(args, result)
+        return result.stdout
+
+    def failure(self, args: tuple[str, ...], result: subprocess.CompletedProcess[str]) -> UsageError:
+        """One line; where the API endpoint did not answer, what the caller needs (kubectl's
+        `Unable to connect to the server`: docs/facts/eks.md#kubectl-unable-to-connect)."""
+        message = (result.stderr or result.stdout).strip()
+        if UNREACHABLE in message:
+            where = (
+                "the endpoint is private (compute.eks.public_access_cidrs empty): run accept from the cluster's VPC, "
+                'with TCP 443 allowed into the cluster security group (docs/promotion.md, "A private EKS endpoint")'
+                if self.private_endpoint
+                else "check the network path to the endpoint and compute.eks.public_access_cidrs"
+            )
+            return UsageError(f"accept: the cluster's API endpoint did not answer ({message}); {where}")
+        return UsageError(f"kubectl {' '.join(args[:3])}: exit {result.returncode}: {message}")
+
+    def exists(self, *args: str) -> bool:
+        """False when the API server answers NotFound (kubectl's `Error from server (NotFound)`); other errors raise."""
+        cmd = ["kubectl", "--kubeconfig", str(self.config_file), *args, "-o", "name"]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode == 0:
+            return True
+        if "NotFound" in result.stderr:
+            return False
+        raise self.failure(args, result)
+
+    def json(self, *args: str) -> Any:
+        out = self(*args, "-o", "json")
+        try:
+            return json.loads(out)
+        except json.JSONDecodeError:
+            raise UsageError(f"kubectl {' '.join(args[:3])}: not JSON: {out[:200]!r}") from None
+
+
+def print_manifests(plan: EksPlan, out: Callable[[str], None] = print) -> None:
+    """The YAML stream `accept` applies (`kubectl apply -f -`), exactly."""
+    out(manifests_yaml(plan).rstrip("\n"))
+
+
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (scripts) as literal blocks, so the dry run reads like the files."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def manifests_yaml(plan: EksPlan) -> str:
+    return yaml.dump_all(plan.manifests, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
+def _yaml(obj: dict[str, Any]) -> str:
+    return yaml.dump(obj, Dumper=_Dumper, sort_keys=False, width=1000)
+
+
+def job_state(resource: str, obj: dict[str, Any]) -> str:
+    """The type of the last condition whose status is True (the state HyperPod's CLI shows), else Pending."""
+    state = "Pending"
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("status") == "True":
+            state = str(cond.get("type"))
+    return state
+
+
+def done(resource: str, state: str) -> bool:
+    return state in (SUCCESS[resource], FAILED)
+
+
+def wait_for(
+    kubectl: Kubectl, namespace: str, job: EksJob, deadline: float, poll_s: float, clock: Callable[[], float] = time.monotonic
+) -> str:
+    """Poll one job until it ends or the deadline passes; print each change of state; return the last state."""
+    state = "Submitted"
+    while True:
+        new = job_state(job.resource, kubectl.json("get", job.resource, job.name, "-n", namespace))
+        if new != state:
+            print(f"{datetime.now(UTC):%H:%M:%S} {job.kind} {job.group} ({job.name}): {new}", flush=True)
+            state = new
+        if done(job.resource, state) or clock() >= deadline:
+            return state
+        time.sleep(poll_s)
+
+
+def check_queue(kubectl: Kubectl, plan: EksPlan, cluster: str) -> None:
+    """The team's namespace and Kueue LocalQueue must exist: a job labelled for a missing queue would wait forever."""
+    for args in (("namespace", plan.namespace), (LOCAL_QUEUE, plan.queue, "-n", plan.namespace)):
+        try:
+            found = kubectl.exists("get", *args)
+        except UsageError as exc:
+            # kubectl names a resource the API server does not serve so (docs/facts/jobs.md#kubectl-no-resource-type):
+            # without Kueue's CRDs there is no LocalQueue to submit to.
+            if NO_RESOURCE_TYPE not in str(exc):
+                raise
+            raise UsageError(
+                f'accept: {cluster} has no Kueue (kubectl: the server doesn\'t have a resource type "localqueues"): '
+                "install HyperPod task governance (the amazon-sagemaker-hyperpod-taskgovernance add-on, which brings "
+                "Kueue and the team's LocalQueue) before accept (docs/first-job.md, EKS)"
+            ) from None
+        if not found:
+            raise UsageError(
+                f"accept: {args[0]} {args[1]} not found on {cluster}: task governance creates the team's namespace and "
+                "LocalQueue with its compute quota (docs/first-job.md, EKS)"
+            )
+
+
+def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
+    """The job's pods' logs into `folder` in the layout accept.py's checks read (nccl-*.log, ddp.log, fio-NODE-RW.json)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    pods = kubectl.json("get", "pods", "-n", plan.namespace, "-l", job.logs_selector)
+    names = sorted(p["metadata"]["name"] for p in pods.get("items", []))
+    logs = {name: kubectl("logs", name, "-n", plan.namespace) for name in names}
+    for name, text in logs.items():
+        (folder / f"pod-{name}.log").write_text(text, encoding="utf-8")
+    if job.kind == "ddp":
+        (folder / "ddp.log").write_text("".join(logs.values()), encoding="utf-8")
+        return
+    for text in logs.values():
+        for section, body in split_sections(text).items():
+            if job.kind == "nccl" and section in COLLECTIVES:
+                (folder / f"nccl-{section}.log").write_text(body, encoding="utf-8")
+            elif job.kind == "fsx":
+                (folder / f"fio-{section}.json").write_text(body, encoding="utf-8")
+
+
+def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
+    """On an EFA type the DDP job must have run NCCL over EFA: its log (NCCL_DEBUG=INFO) names the
+    provider aws-ofi-nccl selected (docs/facts/jobs.md#nccl-ofi-provider-line), as the nccl-tests check requires."""
+    if not efa or check.status == "FAIL":
+        return check
+    log = folder / "ddp.log"
+    provider = nccl_ofi_provider(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "")
+    if provider == "efa":
+        return check
+    found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+    return accept.Check(check.name, "FAIL", check.figure, f"{check.detail}; NCCL did not use EFA: {found}")
+
+
+def evaluate(
+    plan: EksPlan, thresholds: dict[str, accept.NcclThreshold], baseline: float | None, results: Path, states: dict[str, str]
+) -> list[accept.Check]:
+    checks: list[accept.Check] = []
+    for job in plan.jobs:
+        name = f"{job.kind} {job.group}"
+        state = states.get(job.name, "?")
+        folder = results / job.group / job.kind
+        if state == NOT_SUBMITTED:
+            checks.append(accept.Check(name, "FAIL", "-", f"{job.name} not submitted: the time ran out before its turn"))
+            continue
+        if not done(job.resource, state):
+            checks.append(accept.Check(name, "FAIL", "-", f"{job.name} did not finish in time (last state {state}); deleted"))
+            continue
+        if state != SUCCESS[job.resource]:
+            checks.append(accept.Check(name, "FAIL", "-", f"{job.name} ended {state} (logs in {folder})"))
+            continue
+        # accept.py's checks take a Slurm job: the same group, node and GPU counts.
+        as_slurm = accept.SlurmJob(job.kind, job.group, job.nodes, job.gpus_per_node, "", str(folder), efa=job.efa)
+        try:
+            if job.kind == "nccl":
+                checks.extend(accept.nccl_checks(as_slurm, folder, thresholds[job.group], job.efa))
+            elif job.kind == "ddp":
+                checks.append(ddp_efa_check(accept.ddp_check(as_slurm, folder), folder, job.efa))
+            else:
+                checks.extend(accept.fsx_checks(as_slurm, folder, baseline))
+        except ResultError as exc:
+            checks.append(accept.Check(name, "FAIL", "-", str(exc)))
+    return checks
+
+
+def run(
+    plan: EksPlan,
+    thresholds: dict[str, accept.NcclThreshold],
+    baseline: float | None,
+    timeout_s: float,
+    poll_s: float,
+    results: Path,
+    report: Path | None,
+    client: Any | None = None,
+) -> int:
+    cfg = plan.cfg
+    if shutil.which("kubectl") is None:
+        raise UsageError("accept: kubectl not found on PATH (1.33-1.35 for a 1.34 cluster); or use --dry-run")
+    check_kubectl_version(cfg)
+    cluster = describe_cluster(cfg, client)
+    results.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fminfra-accept-") as tmp:
+        config_file = Path(tmp) / "kubeconfig"
+        config_file.write_text(yaml.safe_dump(kubeconfig(cluster, cfg.region)), encoding="utf-8")
+        os.chmod(config_file, 0o600)
+        private = not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess", True)
+        kubectl = Kubectl(config_file, private_endpoint=private)
+        check_queue(kubectl, plan, cluster["name"])
+        # One job at a time, in the dry run's order: two jobs that each want every GPU of the same
+        # nodes must not each start on part of them (docs/first-job.md, EKS).
+        print(kubectl("apply", "-f", "-", stdin=_yaml(plan.scripts)).rstrip(), flush=True)
+        deadline = time.monotonic() + timeout_s
+        states: dict[str, str] = {}
+        for job in plan.jobs:
+            if time.monotonic() >= deadline:
+                states[job.name] = NOT_SUBMITTED
+                continue
+            print(kubectl("apply", "-f", "-", stdin=_yaml(job.manifest)).rstrip(), flush=True)
+            states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s)
+            if done(job.resource, states[job.name]):
+                collect(kubectl, plan, job, results / job.group / job.kind)
+            # Ended or not, the job goes (its logs are saved): nothing of it holds GPUs for the next one.
+            kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
+        kubectl("delete", "configmap", plan.scripts["metadata"]["name"], "-n", plan.namespace, "--ignore-not-found", "--wait=false")
+    checks = evaluate(plan, thresholds, baseline, results, states)
+    about = {"environment": cfg.name, "cluster": cluster["name"], "namespace": plan.namespace, "results_dir": str(results)}
+    return accept.report_checks(checks, report or results / "accept.json", about)
+
+
+def inference_only(cfg: EnvironmentConfig) -> int:
+    """EKS with inference node groups only: no training GPUs, nothing to accept (docs/first-job.md, "Environments without training groups")."""
+    print(
+        f"# fminfra accept {cfg.name}: no training groups (orchestrator {cfg.compute.orchestrator}; "
+        "inference node groups only): the acceptance jobs measure multi-node training (NCCL over EFA, DDP, FSx), "
+        "so nothing runs and the gate passes (docs/first-job.md)"
+    )
+    return EXIT_OK
+
+
+def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, timeout_s: float, poll_s: float, report: Path | None) -> int:
+    """accept.main's EKS branch; the logs and the report go to ./accept-RUN (beside --report when given)."""
+    run_id = run_id.lower()
+    try:
+        plan = eks_plan(cfg, run_id)
+    except ValueError as exc:
+        raise UsageError(f"accept: --run-id: {exc}") from None
+    table = accept.read_instance_thresholds()
+    thresholds = {j.group: accept.nccl_threshold(catalog_name(cfg, j.group), overrides, table) for j in plan.jobs if j.kind == "nccl"}
+    lustre = cfg.storage.lustre if cfg.storage is not None else None
+    baseline = lustre_throughput_gb_per_s(lustre.capacity_gib, lustre.mb_per_tib) if lustre is not None else None
+    image = accept.unpinned_image()
+    passable = all(t.fail_gbps is not None for t in thresholds.values()) and image is None
+    if dry_run:
+        print(
+            f"# fminfra accept {cfg.name} (dry run): HyperPod EKS; `kubectl apply -f -` of each object below, one job at a time in this order, namespace {plan.namespace}, queue {plan.queue}"
+        )
+        for group, t in thresholds.items():
+            limits = (
+                f"fail < {t.fail_gbps:g} GB/s, warn < {t.warn_gbps:g} GB/s"
+                if t.fail_gbps is not None and t.warn_gbps is not None
+                else f"FAIL, no threshold; set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
+            )
+            print(f"# nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: {limits} ({t.source})")
+        print(
+            "# ddp: the loss must fall (mean of the last 10 steps below half the first 10), and on an EFA type NCCL must "
+            "select the efa provider (NET/OFI line, NCCL_DEBUG=INFO); step time reported"
+        )
+        if baseline is not None:
+            print(f"# fsx: fio read and write summed over the nodes: warn below the baseline {baseline:.2f} GB/s")
+        if image is not None:
+            print(f"# fsx: FAIL, image {image} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env)")
+        for note in plan.notes:
+            print(f"# note: {note}")
+        print_manifests(plan)
+        return EXIT_OK if passable else EXIT_CHECK_FAILED
+    results = (report.parent if report else Path()) / f"accept-{run_id}"
+    return run(plan, thresholds, baseline, timeout_s, poll_s, results, report)
+
+
+def catalog_name(cfg: EnvironmentConfig, group: str) -> str:
+    return next(g.spec.name for g in cfg.compute.instance_groups if g.name == group)

@@ -1,0 +1,400 @@
+"""The acceptance jobs of `fminfra accept` as Kubernetes objects, for HyperPod on EKS.
+
+Per training group (docs/first-job.md, "EKS"):
+- nccl-tests `all_reduce_perf`, `all_gather_perf`, `reduce_scatter_perf` on two nodes as an MPIJob
+  (kubeflow.org/v2beta1, the MPI operator 0.5.0 that the HyperPod dependency chart installs:
+  docs/facts/jobs.md#hyperpod-chart-mpi-operator), in AWS's public nccl-tests image with EFA,
+  aws-ofi-nccl and Open MPI (docs/facts/jobs.md#accept-nccl-tests-image);
+- the DDP smoke job (scripts/jobs/ddp_smoke.py) on every node of the group as a HyperPodPyTorchJob
+  (sagemaker.amazonaws.com/v1) of HyperPod's training operator, started by `hyperpodrun`
+  (docs/facts/jobs.md#hyperpod-pytorch-job-shape), in the same nccl-tests image (EFA libfabric,
+  aws-ofi-nccl) with PyTorch and the HyperPod elastic agent installed at pod start, as AWS's
+  training-operator image is built (docs/facts/jobs.md#accept-eks-ddp-image); NCCL_DEBUG=INFO, so
+  the check can see that NCCL selected EFA;
+- the FSx for Lustre fio probe (scripts/jobs/fio_probe.sh) as an Indexed batch/v1 Job, one pod per
+  node, on the file system fminfra's lifecycle scripts mount at /fsx on every HyperPod node
+  (docs/facts/jobs.md#hyperpod-eks-fsx-hostpath).
+
+GPU and EFA requests come from the catalog (`gpus`, `max_efa_interfaces`;
+docs/facts/jobs.md#eks-efa-resource-requests). Every job carries the Kueue queue label of the
+training team's queue (`fminfra.eks.rules.team_queue`). The scripts travel in a ConfigMap.
+Results are read back from the pods' logs: each job prints marker lines (`MARK ...`) that
+`split_sections` cuts on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from fminfra import catalog
+from fminfra.config import EnvironmentConfig
+from fminfra.core.resources import scripts_root
+from fminfra.core.versions import load_versions
+from fminfra.eks.rules import QUEUE_LABEL, team_queue
+from fminfra.ops.common import UsageError
+
+MARK = "fminfra-accept"
+# docs/facts/jobs.md#accept-nccl-tests-image
+NCCL_TESTS_IMAGE = "public.ecr.aws/hpc-cloud/nccl-tests:cuda13.0.2-efa1.48.0-ofiv1.19.0-ncclv2.30.4-1-testsv2.18.3"
+NCCL_TESTS_IMAGE_DIGEST = "sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
+# docs/facts/jobs.md#hyperpod-elastic-agent
+ELASTIC_AGENT = "hyperpod-elastic-agent==1.1.3"
+# The DDP job's PyTorch: within the training operator's supported 2.4.0-2.7.1 and the agent's
+# torch>=2.4.0,<2.12.0, from the CUDA 12.8 index AWS's FSDP image uses (docs/facts/jobs.md#accept-eks-ddp-image).
+DDP_TORCH = "torch==2.7.1"
+DDP_TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
+ELASTIC_AGENT_PORT = 8080
+FSX_MOUNT = "/fsx"  # where scripts/lifecycle/on_create.sh mounts FSx on every HyperPod node (mount_fsx)
+JOBS_MOUNT = "/fminfra/jobs"
+SHM = "/dev/shm"  # noqa: S108 # the pod's shared memory (NCCL), a memory-backed emptyDir, not a temporary file
+POD_RESULTS = "/tmp/fminfra-results"  # noqa: S108 # inside the fio pod only; printed to the log, then gone
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # docs/facts/eks.md#k8s-instance-type-label
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+NCCL_NODES = 2
+# Labels the operators put on the pods (docs/facts/jobs.md#acceptance-pod-labels).
+MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+HPJOB_LABEL = "HPJob"
+BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_MAX = 63
+# mpi-operator 0.5.0 names the launcher Job `<name>-launcher` and sets the workers' pod hostname to
+# `<name>-worker-<i>`: both must be DNS labels, so the MPIJob's name is shorter by the longest suffix
+# (docs/facts/jobs.md#mpijob-name-length).
+MPI_NAME_SUFFIXES = ("-launcher", f"-worker-{NCCL_NODES - 1}")
+
+
+@dataclass(frozen=True)
+class EksJob:
+    kind: str  # nccl | ddp | fsx
+    group: str
+    nodes: int
+    gpus_per_node: int
+    name: str
+    resource: str  # what `kubectl get` calls it
+    manifest: dict[str, Any]
+    logs_selector: str  # the pods whose logs hold the results
+    efa: bool = True
+
+
+@dataclass
+class EksPlan:
+    cfg: EnvironmentConfig
+    run_id: str
+    namespace: str
+    queue: str
+    scripts: dict[str, Any]  # the ConfigMap
+    jobs: list[EksJob] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def manifests(self) -> list[dict[str, Any]]:
+        return [self.scripts, *(j.manifest for j in self.jobs)]
+
+
+def pytorch_image() -> str:
+    versions = load_versions()
+    image = versions.get("ACCEPT_PYTORCH_IMAGE", "")
+    digest = versions.get("ACCEPT_PYTORCH_IMAGE_DIGEST", "")
+    return f"{image}@{digest}" if digest else image
+
+
+def k8s_name(*parts: str, limit: int = DNS_LABEL_MAX) -> str:
+    """A DNS-1123 label from parts (lower case; a group name may carry capitals); at most `limit` characters."""
+    name = "-".join(parts).lower()
+    if len(name) > limit or not NAME_RULE.match(name):
+        raise ValueError(f"{name!r} is not a Kubernetes name (lower-case letters, digits and '-', at most {limit})")
+    return name
+
+
+def job_name(run_id: str, kind: str, group: str, limit: int = DNS_LABEL_MAX) -> str:
+    """`accept-RUN-KIND-GROUP`; a group name too long for `limit` is cut and given 6 hex digits of its
+    SHA-256, so that two long groups still get two names (the run id is the caller's and is not cut)."""
+    whole = f"accept-{run_id}-{kind}-{group}".lower()
+    if len(whole) <= limit:
+        return k8s_name("accept", run_id, kind, group, limit=limit)
+    digest = hashlib.sha256(group.lower().encode()).hexdigest()[:6]
+    room = limit - len(f"accept-{run_id}-{kind}--{digest}")
+    if room < 1:
+        raise ValueError(f"run id {run_id!r} is too long for a Kubernetes name of at most {limit} characters")
+    return k8s_name("accept", run_id, kind, group.lower()[:room].rstrip("-"), digest, limit=limit)
+
+
+def resources(instance_type: str) -> dict[str, dict[str, int | str]]:
+    """Requests = limits of a whole node: every GPU and every EFA interface of the type (catalog)."""
+    spec = catalog.get(instance_type)
+    amounts: dict[str, int | str] = {"nvidia.com/gpu": spec.gpus}
+    if spec.max_efa_interfaces:
+        amounts["vpc.amazonaws.com/efa"] = spec.max_efa_interfaces
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _meta(name: str, plan: EksPlan, kind: str, group: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": plan.namespace,
+        "labels": {
+            QUEUE_LABEL: plan.queue,
+            "app.kubernetes.io/managed-by": "fminfra",
+            "fminfra/accept-run": plan.run_id,
+            "fminfra/accept-job": kind,
+            "fminfra/group": group.lower(),
+        },
+    }
+
+
+def _shm() -> dict[str, Any]:
+    return {"name": "shm", "emptyDir": {"medium": "Memory"}}
+
+
+def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
+    spec = catalog.get(instance_type)
+    name = job_name(plan.run_id, "nccl", group, DNS_LABEL_MAX - max(map(len, MPI_NAME_SUFFIXES)))
+    np = NCCL_NODES * spec.gpus
+    mpirun = [
+        "mpirun", "--allow-run-as-root", "--tag-output", "-np", str(np), "-N", str(spec.gpus), "--bind-to", "none",
+        "-x", "PATH", "-x", "LD_LIBRARY_PATH", "-x", "FI_PROVIDER=efa", "-x", "FI_EFA_FORK_SAFE=1", "-x", "NCCL_DEBUG=INFO",
+        "--mca", "pml", "^ucx", "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_exclude", "lo,docker0,veth_def_agent",
+    ]  # fmt: skip
+    steps = [
+        f"echo {MARK} begin {c}; {shlex.join([*mpirun, f'/opt/nccl-tests/build/{c}_perf', '-b', '8', '-e', '2G', '-f', '2', '-g', '1'])}"
+        for c in COLLECTIVES
+    ]
+    script = "set -o errexit -o pipefail\n" + "\n".join(steps) + f"\necho {MARK} end\n"
+    image = f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
+    manifest = {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": _meta(name, plan, "nccl", group),
+        "spec": {
+            "slotsPerWorker": spec.gpus,
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            # Running: the workers (sshd) stop when the launcher ends and free the GPUs for the next job;
+            # the launcher's pod stays for its log (AWS's nccl-tests MPIJob uses the same policy).
+            "runPolicy": {"cleanPodPolicy": "Running", "backoffLimit": 2},
+            "mpiReplicaSpecs": {
+                "Launcher": {
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "restartPolicy": "OnFailure",
+                            "containers": [{"name": "launcher", "image": image, "command": ["/bin/bash", "-c", script]}],
+                        }
+                    },
+                },
+                "Worker": {
+                    "replicas": NCCL_NODES,
+                    "template": {
+                        "spec": {
+                            "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
+                            "containers": [
+                                {
+                                    "name": "worker",
+                                    "image": image,
+                                    "resources": resources(instance_type),
+                                    "volumeMounts": [{"name": "shm", "mountPath": SHM}],
+                                }
+                            ],
+                            "volumes": [_shm()],
+                        }
+                    },
+                },
+            },
+        },
+    }
+    selector = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=launcher"
+    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, "mpijobs.kubeflow.org", manifest, selector, spec.max_efa_interfaces > 0)
+
+
+def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
+    spec = catalog.get(instance_type)
+    name = job_name(plan.run_id, "ddp", group)
+    launch = shlex.join(
+        [
+            "hyperpodrun", f"--nnodes={nodes}", f"--nproc-per-node={spec.gpus}", "--rdzv-backend", "hyperpod",
+            f"{JOBS_MOUNT}/ddp_smoke.py",
+        ]
+    )  # fmt: skip
+    # AWS's training-operator image: the nccl-tests image plus PyTorch and the elastic agent
+    # (docs/facts/jobs.md#accept-eks-ddp-image); here installed at start, in one resolver run so the
+    # agent's torch requirement cannot move torch out of the operator's range.
+    install = shlex.join(["pip", "install", "--no-cache-dir", "--extra-index-url", DDP_TORCH_INDEX, DDP_TORCH, ELASTIC_AGENT])
+    script = f"set -o errexit\n{install}\nexec {launch}\n"
+    efa = spec.max_efa_interfaces > 0
+    # NCCL_DEBUG=INFO prints `NET/OFI Selected provider is efa` (docs/facts/jobs.md#nccl-ofi-provider-line),
+    # which the DDP check requires on an EFA type; FI_PROVIDER=efa as AWS's FSDP job sets it.
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    if efa:
+        env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
+    manifest = {
+        "apiVersion": "sagemaker.amazonaws.com/v1",
+        "kind": "HyperPodPyTorchJob",
+        "metadata": _meta(name, plan, "ddp", group),
+        "spec": {
+            "nprocPerNode": str(spec.gpus),
+            # None keeps the ended pods for their logs (docs/facts/jobs.md#hyperpod-pytorch-job-shape); accept deletes the job after reading them.
+            "runPolicy": {"cleanPodPolicy": "None", "jobMaxRetryCount": 0},
+            "replicaSpecs": [
+                {
+                    "name": "pod",
+                    "replicas": nodes,
+                    "template": {
+                        "metadata": {"labels": {QUEUE_LABEL: plan.queue}},
+                        "spec": {
+                            "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
+                            "containers": [
+                                {
+                                    "name": "pytorch",
+                                    "image": f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}",
+                                    "command": ["/bin/bash", "-c", script],
+                                    "env": env,
+                                    "ports": [{"containerPort": ELASTIC_AGENT_PORT}],
+                                    "resources": resources(instance_type),
+                                    "volumeMounts": [
+                                        {"name": "jobs", "mountPath": JOBS_MOUNT, "readOnly": True},
+                                        {"name": "shm", "mountPath": SHM},
+                                    ],
+                                }
+                            ],
+                            "volumes": [{"name": "jobs", "configMap": {"name": plan.scripts["metadata"]["name"]}}, _shm()],
+                        },
+                    },
+                }
+            ],
+        },
+    }
+    resource = "hyperpodpytorchjobs.sagemaker.amazonaws.com"
+    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, f"{HPJOB_LABEL}={name}", efa)
+
+
+def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
+    spec = catalog.get(instance_type)
+    name = job_name(plan.run_id, "fsx", group)
+    results = POD_RESULTS
+    script = "\n".join(
+        [
+            "set -o errexit -o pipefail",
+            # the PyTorch image has no fio (docs/facts/jobs.md#hyperpod-eks-fsx-hostpath)
+            "command -v fio >/dev/null || { apt-get update -qq && apt-get install -y -qq fio >/dev/null; }",
+            f"mkdir -p {results}",
+            f"bash {JOBS_MOUNT}/fio_probe.sh",
+            f'for f in {results}/fio-*.json; do b=${{f##*/}}; b=${{b#fio-}}; echo "{MARK} fio ${{b%.json}}"; cat "$f"; echo; done',
+            f"echo {MARK} end",
+        ]
+    )
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(name, plan, "fsx", group),
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": nodes,
+            "parallelism": nodes,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"fminfra/accept-job": name}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
+                    # one pod per node: all nodes write and read at the same time
+                    "affinity": {
+                        "podAntiAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": [
+                                {"labelSelector": {"matchLabels": {"fminfra/accept-job": name}}, "topologyKey": "kubernetes.io/hostname"}
+                            ]
+                        }
+                    },
+                    "containers": [
+                        {
+                            "name": "fio",
+                            "image": pytorch_image(),
+                            "command": ["/bin/bash", "-c", script],
+                            "env": [
+                                {"name": "FSX_DIR", "value": FSX_MOUNT},
+                                {"name": "FMINFRA_RESULTS_DIR", "value": results},
+                                {"name": "FMINFRA_RUN_ID", "value": name},
+                                {"name": "FMINFRA_NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                            ],
+                            "volumeMounts": [
+                                {"name": "jobs", "mountPath": JOBS_MOUNT, "readOnly": True},
+                                # HostToContainer: /fsx on the node is an x-systemd.automount point
+                                # (scripts/lifecycle/mount_fsx.sh); the Lustre mount systemd makes there
+                                # when first touched, or again after a reboot, must reach the container
+                                # (docs/facts/jobs.md#hostpath-mount-propagation).
+                                {"name": "fsx", "mountPath": FSX_MOUNT, "mountPropagation": "HostToContainer"},
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "jobs", "configMap": {"name": plan.scripts["metadata"]["name"]}},
+                        {"name": "fsx", "hostPath": {"path": FSX_MOUNT, "type": "Directory"}},
+                    ],
+                },
+            },
+        },
+    }
+    return EksJob("fsx", group, nodes, spec.gpus, name, "jobs.batch", manifest, f"{BATCH_JOB_NAME_LABEL}={name}")
+
+
+def scripts_config_map(name: str, namespace: str, run_id: str, queue: str) -> dict[str, Any]:
+    jobs = scripts_root() / "jobs"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "fminfra", "fminfra/accept-run": run_id},
+        },
+        "data": {f: (jobs / f).read_text(encoding="utf-8") for f in ("ddp_smoke.py", "fio_probe.sh")},
+    }
+
+
+def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
+    """The objects `accept` applies to a HyperPod EKS environment, per training group."""
+    team = cfg.compute.acceptance_team()
+    if team is None:
+        raise UsageError(
+            f"accept: {cfg.name} has no task governance team (compute.eks.scheduling.task_governance is off here), so no Kueue"
+            " queue for the acceptance jobs; turn task governance on (docs/compute.md, scheduling)"
+        )
+    queue = team_queue("hyperpod-eks", team)
+    plan = EksPlan(
+        cfg=cfg,
+        run_id=run_id,
+        namespace=queue.namespace,
+        queue=queue.local_queue,
+        scripts=scripts_config_map(k8s_name("accept", run_id, "scripts"), queue.namespace, run_id, queue.local_queue),
+    )
+    for group in cfg.compute.instance_groups:
+        if group.count == 0:
+            plan.notes.append(f"group {group.name}: count 0, nothing to run")
+            continue
+        if group.count >= NCCL_NODES:
+            plan.jobs.append(nccl_job(plan, group.name, group.spec.name))
+        else:
+            plan.notes.append(f"group {group.name}: {group.count} node; the NCCL thresholds are for {NCCL_NODES} nodes, no NCCL job")
+        plan.jobs.append(ddp_job(plan, group.name, group.spec.name, group.count))
+        if cfg.storage is not None and cfg.storage.lustre is not None:
+            plan.jobs.append(fsx_job(plan, group.name, group.spec.name, group.count))
+    return plan
+
+
+def split_sections(log: str) -> dict[str, str]:
+    """Cut a job's log on `fminfra-accept begin NAME` / `fminfra-accept fio NAME` / `fminfra-accept end` lines
+    (a launcher prefix such as mpirun's `[1,0]<stdout>:` is allowed before the marker)."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    marker = re.compile(rf"{MARK} (?:(?:begin|fio) (\S+)|end)\s*$")
+    for line in log.splitlines():
+        m = marker.search(line)
+        if m:
+            current = sections.setdefault(m[1], []) if m[1] else None
+            continue
+        if current is not None:
+            current.append(line)
+    return {k: "\n".join(v) + "\n" for k, v in sections.items()}

@@ -1,0 +1,454 @@
+"""`cost ENV`: what an environment costs, read from its synthesized templates (what will really be
+deployed) and priced from the dated table in `fminfra/ops/pricing/prices.yaml` (or, with `--live`, the
+AWS Price List API).
+
+Three kinds of money:
+- per hour while running: the GPU groups (EC2 prices for ec2 and EKS groups, SageMaker `ml.*`
+  prices for HyperPod groups; they differ);
+- reserved capacity that bills whether used or not: On-Demand Capacity Reservations (at the
+  On-Demand rate, docs/facts/pricing.md#odcr-billing), and the fees paid up front for Capacity
+  Blocks and training plans, which no template holds (`capacity.upfront_fee_usd` in the config);
+- fixed items: NAT gateways, interface endpoints per AZ, FSx for Lustre, EKS control planes,
+  the HyperPod controller and login nodes, Grafana users, AMP ingestion (the last two from
+  assumptions you can change, shown as such).
+An item without a known price says "price unknown" and is left out of the totals, which then say
+so: never a guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fminfra import catalog
+from fminfra.config import EnvironmentConfig
+from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.ops.common import EXIT_OK, UsageError, load_configs
+from fminfra.ops.plan import format_table
+from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
+
+HELP = "what an environment costs per hour, per month and per GPU-hour, from its synthesized templates"
+HOURS_PER_MONTH = 730  # docs/facts/pricing.md#hours-per-month
+
+RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "paid up front", "fixed"
+
+
+@dataclass
+class Item:
+    """One line of the estimate."""
+
+    kind: str  # RUNNING, RESERVED, UPFRONT or FIXED
+    name: str  # as a user knows it
+    quantity: float
+    unit: str  # what the price is per: instance-hour, hour, GB-month, user-month, 10M samples
+    key: str | None  # price table key; None for up-front fees from the config
+    gpus: int = 0
+    usd_each: float | None = None  # filled from the price book (or the config's fee)
+    source: str = ""
+    assumption: str = ""
+    per_hour: float | None = field(default=None)
+    per_month: float | None = field(default=None)
+
+    def price(self, book: PriceBook, hours_per_month: float) -> None:
+        if self.key is not None:
+            found: Price | None = book.get(self.key)
+            if found is None:
+                self.source = "price unknown"
+                return
+            self.usd_each, self.source = found.usd, found.source
+        if self.usd_each is None:
+            return
+        total = self.quantity * self.usd_each
+        if self.unit in ("instance-hour", "hour"):
+            self.per_hour, self.per_month = total, total * hours_per_month
+        elif self.kind == UPFRONT:
+            self.per_hour, self.per_month = None, None
+        else:  # priced per month
+            self.per_hour, self.per_month = total / hours_per_month, total
+
+
+@dataclass
+class Estimate:
+    environment: str
+    region: str
+    items: list[Item]
+    hours_per_month: float
+    live: bool
+
+    @property
+    def gpus(self) -> int:
+        return sum(i.gpus for i in self.items if i.kind == RUNNING)
+
+    def total(self, attr: str, kinds: tuple[str, ...]) -> float:
+        return sum(getattr(i, attr) or 0.0 for i in self.items if i.kind in kinds)
+
+    @property
+    def unknown(self) -> list[Item]:
+        return [i for i in self.items if i.source.startswith("price unknown")]
+
+    @property
+    def upfront(self) -> float:
+        return sum(i.quantity * (i.usd_each or 0) for i in self.items if i.kind == UPFRONT)
+
+    def summary(self) -> dict[str, Any]:
+        hourly = self.total("per_hour", (RUNNING, RESERVED, FIXED))
+        monthly = self.total("per_month", (RUNNING, RESERVED, FIXED))
+        return {
+            "per_hour_running": round(hourly, 4),
+            "per_month": round(monthly, 2),
+            "per_gpu_hour": round(hourly / self.gpus, 4) if self.gpus else None,
+            "idle_per_month": round(self.total("per_month", (RESERVED, FIXED)), 2),
+            "paid_up_front": round(self.upfront, 2),
+            "items_price_unknown": len(self.unknown),
+        }
+
+
+# ------------------------------------------------------------------------------------------ templates
+
+
+def _resources(stacks: list[StackTemplate]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(logical id, resource, template) of every resource of the environment."""
+    return [(lid, res, s.template) for s in stacks for lid, res in (s.template.get("Resources") or {}).items()]
+
+
+def _gpus(instance_type: str) -> int:
+    spec = catalog.CATALOG.get(catalog.normalize_instance_type(instance_type))
+    return spec.gpus if spec else 0
+
+
+def items_from_templates(
+    cfg: EnvironmentConfig, stacks: list[StackTemplate], *, grafana_users: tuple[int, int], amp_samples: float
+) -> list[Item]:
+    """Every billable item the environment's templates create, with quantities (prices come later)."""
+    items: list[Item] = []
+    groups = {g.name: g for g in cfg.compute.instance_groups}
+    nat_gateways = 0
+    endpoints: list[tuple[str, int]] = []
+    for lid, res, template in _resources(stacks):
+        kind, props = res.get("Type"), res.get("Properties") or {}
+        if kind == "AWS::SageMaker::Cluster":
+            for g in props.get("InstanceGroups") or []:
+                name, itype, count = g.get("InstanceGroupName"), g.get("InstanceType"), int(g.get("InstanceCount") or 0)
+                if g.get("TrainingPlanArn"):
+                    items.append(
+                        Item(
+                            RUNNING,
+                            f"{name}: {count} x {itype} (HyperPod, training plan)",
+                            0,
+                            "instance-hour",
+                            None,
+                            _gpus(itype) * count,
+                            0.0,
+                            "covered by the training plan's fee",
+                        )
+                    )
+                    continue
+                gpu = _gpus(itype)
+                items.append(
+                    Item(
+                        RUNNING if gpu else FIXED,
+                        f"{name}: {count} x {itype} (HyperPod)",
+                        count,
+                        "instance-hour",
+                        f"sagemaker-hyperpod:{itype}",
+                        gpu * count,
+                    )
+                )
+        elif kind == "AWS::AutoScaling::AutoScalingGroup":
+            itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
+            group = groups.get(auto_scaling_group_name(lid, groups) or "")
+            count = group.count if group else int(props.get("MaxSize") or 0)
+            capacity = group.capacity.type if group else "on-demand"
+            if capacity in ("odcr", "capacity-block", "reservation"):
+                note = {
+                    "odcr": "billed by its reservation",
+                    "capacity-block": "covered by the block's fee",
+                    "reservation": "billed by its reservations",
+                }[capacity]
+                items.append(
+                    Item(
+                        RUNNING,
+                        f"{group.name if group else lid}: {count} x {itype} (ec2, {capacity})",
+                        0,
+                        "instance-hour",
+                        None,
+                        _gpus(itype) * count,
+                        0.0,
+                        note,
+                    )
+                )
+            else:
+                items.append(
+                    Item(
+                        RUNNING,
+                        f"{group.name if group else lid}: {count} x {itype} (ec2)",
+                        count,
+                        "instance-hour",
+                        f"ec2:{itype}",
+                        _gpus(itype) * count,
+                    )
+                )
+        elif kind == "AWS::EKS::Nodegroup":
+            types = props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"]
+            scaling = props.get("ScalingConfig") or {}
+            desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
+            itype = types[0]
+            items.append(
+                Item(
+                    RUNNING,
+                    f"{props.get('NodegroupName') or lid}: {desired} x {itype} (EKS, up to {maximum})",
+                    desired,
+                    "instance-hour",
+                    f"ec2:{itype}",
+                    _gpus(itype) * desired,
+                    assumption=f"desired size {desired}; at the maximum {maximum} it costs {maximum}/{desired or 1}x",
+                )
+            )
+        elif kind == "AWS::EC2::CapacityReservation":
+            itype, count = props.get("InstanceType"), int(props.get("InstanceCount") or 0)
+            group_name = re.sub(r"Reservation[0-9A-F]{8}$", "", lid.removeprefix("CapacityReservation"))
+            items.append(Item(RESERVED, f"ODCR for {group_name}: {count} x {itype}", count, "instance-hour", f"ec2:{itype}"))
+        elif kind == "AWS::EC2::NatGateway":
+            nat_gateways += 1
+        elif kind == "AWS::EC2::VPCEndpoint" and props.get("VpcEndpointType") == "Interface":
+            endpoints.append((str(props.get("ServiceName", "")).split(".", 3)[-1], len(props.get("SubnetIds") or [])))
+        elif kind == "AWS::FSx::FileSystem":
+            lustre = props.get("LustreConfiguration") or {}
+            deployment = str(lustre.get("DeploymentType", "")).lower()
+            tier = lustre.get("PerUnitStorageThroughput") or "baseline"
+            gib = int(props.get("StorageCapacity") or 0)
+            items.append(
+                Item(FIXED, f"FSx for Lustre {gib} GiB {deployment} at {tier} MB/s/TiB", gib, "GB-month", f"fsx-lustre:{deployment}:{tier}")
+            )
+            metadata = lustre.get("MetadataConfiguration") or {}
+            if metadata.get("Mode") == "USER_PROVISIONED":
+                items.append(
+                    Item(
+                        FIXED,
+                        f"FSx metadata {metadata.get('Iops')} IOPS",
+                        int(metadata.get("Iops") or 0),
+                        "IOPS-month",
+                        "fsx-lustre:metadata-iops",
+                    )
+                )
+        elif kind == "AWS::EKS::Cluster":
+            support = (props.get("UpgradePolicy") or {}).get("SupportType", "EXTENDED")
+            items.append(
+                Item(
+                    FIXED,
+                    f"EKS control plane {props.get('Name') or lid} (Kubernetes {props.get('Version')})",
+                    1,
+                    "hour",
+                    "eks-cluster:standard",
+                    assumption=f"standard support rate; upgrade policy {support}: past standard support it bills the extended rate",
+                )
+            )
+        elif kind == "AWS::Grafana::Workspace":
+            editors, viewers = grafana_users
+            items.append(
+                Item(FIXED, f"Grafana editors ({editors})", editors, "user-month", "grafana:editor", assumption="--grafana-editors")
+            )
+            items.append(
+                Item(FIXED, f"Grafana viewers ({viewers})", viewers, "user-month", "grafana:viewer", assumption="--grafana-viewers")
+            )
+        elif kind == "AWS::APS::Workspace":
+            tens = amp_samples * 3600 * HOURS_PER_MONTH / 1e7
+            items.append(
+                Item(
+                    FIXED,
+                    f"AMP ingestion ({amp_samples:g} samples/s)",
+                    tens,
+                    "10M samples",
+                    "amp:ingestion",
+                    assumption="--amp-samples-per-second",
+                )
+            )
+    if nat_gateways:
+        items.append(
+            Item(
+                FIXED,
+                f"NAT gateways ({nat_gateways})",
+                nat_gateways,
+                "hour",
+                "nat-gateway",
+                assumption="NAT gateways: the hourly charge only; data processed is extra",
+            )
+        )
+    if endpoints:
+        endpoint_azs = sum(azs for _, azs in endpoints)
+        items.append(
+            Item(
+                FIXED,
+                f"interface endpoints: {len(endpoints)} services in {endpoint_azs} endpoint-AZs",
+                endpoint_azs,
+                "hour",
+                "vpc-interface-endpoint",
+            )
+        )
+    for g in cfg.compute.instance_groups:
+        fee = g.capacity.upfront_fee_usd
+        if g.capacity.type in ("capacity-block", "training-plan"):
+            window = ""
+            if g.capacity.type == "capacity-block" and g.capacity.starts_at and g.capacity.ends_at:
+                hours = (g.capacity.ends_at - g.capacity.starts_at).total_seconds() / 3600
+                window = f", {hours:g} h window"
+            known = fee is not None
+            items.append(
+                Item(
+                    UPFRONT,
+                    f"{g.name}: {g.capacity.type} fee{window}",
+                    1,
+                    "window",
+                    None,
+                    usd_each=float(fee) if fee is not None else None,
+                    source="the config's capacity.upfront_fee_usd" if known else "price unknown: set capacity.upfront_fee_usd",
+                )
+            )
+    return items
+
+
+# ------------------------------------------------------------------------------------------ the command
+
+
+def stacks_of(cfg: EnvironmentConfig, folder: Path) -> list[StackTemplate]:
+    """The environment's stacks from a cloud assembly (cdk.out) or a folder of templates (baselines/ENV)."""
+    if (folder / "manifest.json").exists():
+        return environment_stacks(folder, cfg.name)
+    if not folder.is_dir() or not any(folder.glob("*.template.json")):
+        raise UsageError(
+            f"{folder}: (folder): no cloud assembly (manifest.json) or templates (*.template.json) here; run `make synth` first"
+        )
+    from fminfra.ops.guard import GuardInputError, read_templates
+
+    try:
+        templates = read_templates(folder)
+    except GuardInputError as exc:
+        raise UsageError(str(exc)) from None
+    return [StackTemplate(cfg.name, name, name, folder / f"{name}.template.json", template) for name, template in templates.items()]
+
+
+def estimate(
+    cfg: EnvironmentConfig,
+    outdir: Path,
+    *,
+    book: PriceBook,
+    hours_per_month: float = HOURS_PER_MONTH,
+    grafana_users: tuple[int, int] = (1, 0),
+    amp_samples: float = 10000.0,
+) -> Estimate:
+    """Price the environment's templates, read from a cloud assembly or a folder of templates."""
+    stacks = stacks_of(cfg, outdir)
+    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples)
+    for item in items:
+        item.price(book, hours_per_month)
+    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None)
+
+
+def _money(value: float | None) -> str:
+    return "price unknown" if value is None else f"${value:,.2f}"
+
+
+def render(est: Estimate) -> str:
+    rows = []
+    for i in est.items:
+        unit_price = (
+            "price unknown"
+            if i.usd_each is None and i.source.startswith("price unknown")
+            else (f"${i.usd_each:,.4g}/{i.unit}" if i.usd_each is not None else "-")
+        )
+        rows.append(
+            [
+                i.kind,
+                i.name,
+                unit_price,
+                _money(i.per_hour) if i.kind != UPFRONT else "-",
+                _money(i.per_month) if i.kind != UPFRONT else _money(i.quantity * i.usd_each if i.usd_each is not None else None),
+            ]
+        )
+    s = est.summary()
+    bound = "at least " if est.unknown else ""
+    lines = [
+        f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
+        format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
+        f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
+        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else ""),
+        f"bills while idle (reserved and fixed): ${s['idle_per_month']:,.2f} a month; paid up front: ${s['paid_up_front']:,.2f}",
+    ]
+    if est.unknown:
+        lines.append(f"{len(est.unknown)} item(s) have no known price and are not in the totals: the totals are a lower bound (try --live)")
+    assumptions = sorted({i.assumption for i in est.items if i.assumption})
+    lines.extend(f"assumption: {a}" for a in assumptions)
+    return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
+    p.add_argument("--outdir", default="cdk.out", help="the synthesized cloud assembly (default cdk.out, from `make synth`)")
+    p.add_argument("--live", action="store_true", help="prices from the AWS Price List API (needs credentials)")
+    p.add_argument("--hours-per-month", type=float, default=HOURS_PER_MONTH)
+    p.add_argument("--grafana-editors", type=int, default=1, help="assumption: Grafana editor users (default 1)")
+    p.add_argument("--grafana-viewers", type=int, default=0, help="assumption: Grafana viewer users (default 0)")
+    p.add_argument("--amp-samples-per-second", type=float, default=10000.0, help="assumption: samples/s ingested into AMP (default 10000)")
+    p.add_argument("--baseline", metavar="DIR", help="also price these templates (e.g. baselines/ENV) and show before -> after")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print the estimate as JSON")
+    out.add_argument("--markdown", action="store_true", help="a Markdown block for a pull request summary (before -> after)")
+
+
+def markdown(after: Estimate, before: Estimate | None) -> str:
+    """A Markdown block for a pull request's job summary: monthly cost before -> after, known items only."""
+    a = after.summary()
+    lines = [f"#### Cost of {after.environment} ({after.region})", "", "| | before | after |", "|---|---|---|"]
+    b = before.summary() if before is not None else None
+
+    def row(label: str, key: str) -> str:
+        old = f"${b[key]:,.2f}" if b is not None and b[key] is not None else "-"
+        new = f"${a[key]:,.2f}" if a[key] is not None else "-"
+        return f"| {label} | {old} | {new} |"
+
+    lines += [row("per month", "per_month"), row("per hour while running", "per_hour_running"), row("paid up front", "paid_up_front")]
+    unknown = a["items_price_unknown"]
+    if unknown:
+        lines += ["", f"{unknown} item(s) have no sourced price and are not in these figures (a lower bound; `fminfra cost --live`)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(ns: argparse.Namespace) -> int:
+    (_, cfg), *_ = load_configs([ns.config])
+    client = None
+    if ns.live:
+        from fminfra.ops.aws import client as aws_client
+        from fminfra.ops.aws import make_session
+
+        endpoint = cfg.region if cfg.region in PRICE_LIST_REGIONS else PRICE_LIST_REGIONS[0]
+        client = aws_client(make_session(region=endpoint), "pricing")
+    book = PriceBook(cfg.region, pricing_client=client)
+    options = {
+        "book": book,
+        "hours_per_month": ns.hours_per_month,
+        "grafana_users": (ns.grafana_editors, ns.grafana_viewers),
+        "amp_samples": ns.amp_samples_per_second,
+    }
+    est = estimate(cfg, Path(ns.outdir), **options)  # type: ignore[arg-type]
+    before = estimate(cfg, Path(ns.baseline), **options) if ns.baseline else None  # type: ignore[arg-type]
+    if ns.json:
+        data: dict[str, Any] = {
+            "environment": est.environment,
+            "region": est.region,
+            "summary": est.summary(),
+            "items": [asdict(i) for i in est.items],
+        }
+        if before is not None:
+            data["before"] = before.summary()
+        print(json.dumps(data, indent=2))
+    elif ns.markdown:
+        print(markdown(est, before), end="")
+    else:
+        print(render(est))
+        if before is not None:
+            print(f"per month before -> after: ${before.summary()['per_month']:,.2f} -> ${est.summary()['per_month']:,.2f} (known prices)")
+    return EXIT_OK

@@ -1,0 +1,96 @@
+"""`init`: write a commented starter config from a few flags; it passes `validate` as written.
+
+The file is validated before it is written: flags that make an invalid config (an instance type
+HyperPod does not offer, a training plan in another region) are reported as `validate` would, and
+nothing is written. An existing file is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import yaml
+
+from fminfra.config import parse_config
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+from fminfra.ops.common import EXIT_OK, UsageError
+
+HELP = "write a commented starter config (region, orchestrator, instance type, count, capacity)"
+ORCHESTRATORS = ("slurm", "eks", "ec2", "none")
+CAPACITY_TYPES = ("on-demand", "odcr", "training-plan")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--name", required=True, help="environment name: 1-16 lowercase letters, digits, hyphens")
+    p.add_argument("--account", required=True, help="12-digit AWS account id")
+    p.add_argument("--region", required=True, help="AWS region, e.g. us-west-2")
+    p.add_argument("--orchestrator", choices=ORCHESTRATORS, default="slurm", help="default slurm; none: EKS inference only")
+    p.add_argument("--instance-type", default="p5.48xlarge", help="GPU instance type (default p5.48xlarge)")
+    p.add_argument("--count", type=int, default=2, help="instances (inference: the maximum size); default 2")
+    p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
+    p.add_argument("--training-plan-arn", help="with --capacity-type training-plan: the SageMaker training plan")
+    p.add_argument("--output", help="file to write (default config/NAME.yaml); an existing file is never overwritten")
+
+
+def starter(ns: argparse.Namespace) -> str:
+    """The config text, with a comment on each choice a user should review."""
+    if ns.region not in AZ_ID_PREFIX_BY_REGION:
+        raise UsageError(f"--region: unknown region {ns.region!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
+    if ns.capacity_type == "training-plan" and not ns.training_plan_arn:
+        raise UsageError("--capacity-type training-plan needs --training-plan-arn")
+    prefix = AZ_ID_PREFIX_BY_REGION[ns.region]
+    capacity: dict[str, object] = {"type": ns.capacity_type}
+    if ns.training_plan_arn:
+        capacity["training_plan_arn"] = ns.training_plan_arn
+    lines = [
+        f"# {ns.name}: written by `fminfra init`; `python -m fminfra validate` and `plan` check it offline.",
+        "# Every field and its default: `python -m fminfra show THIS_FILE`; reference: docs/config.md.",
+        "version: 1",
+        f"name: {ns.name}",
+        f'account: "{ns.account}"',
+        f"region: {ns.region}",
+        "removal_policy: retain          # destroy only for throw-away environments",
+        "network:",
+        "  cidr: 10.0.0.0/16",
+        "  # AZ IDs, not names: list this account's with",
+        f"  #   aws ec2 describe-availability-zones --region {ns.region} --query 'AvailabilityZones[].[ZoneName,ZoneId]'",
+        f"  az_ids: [{prefix}-az1, {prefix}-az2]",
+        f"  compute_az_id: {prefix}-az1    # the AZ where your GPU capacity is (reservation, Capacity Block, training plan)",
+        "compute:",
+    ]
+    group = {"instance_type": ns.instance_type}
+    if ns.orchestrator == "none":
+        lines += [
+            "  # no training cluster: an EKS cluster with GPU node groups for inference",
+            "  inference_node_groups:",
+            "    - " + _flow({"name": "serve", **group, "min_size": 0, "desired_size": 0, "max_size": ns.count, "capacity": capacity}),
+        ]
+    else:
+        lines += [
+            f"  orchestrator: {ns.orchestrator}",
+            "  instance_groups:",
+            "    - " + _flow({"name": "workers", **group, "count": ns.count, "capacity": capacity}),
+        ]
+    lines += [
+        "# storage: a data bucket and FSx for Lustre linked to it (docs/storage.md); omitted: none",
+        "# observability: AMP and alert rules are on by default; Grafana is off (docs/observability.md)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _flow(value: dict[str, object]) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000).strip()
+
+
+def main(ns: argparse.Namespace) -> int:
+    output = Path(ns.output) if ns.output else Path("config") / f"{ns.name}.yaml"
+    text = starter(ns)
+    parse_config(yaml.safe_load(text), str(output))  # ConfigError: one line per problem, nothing written
+    if output.exists():
+        raise UsageError(f"{output}: already exists; fminfra init never overwrites a file (give --output)")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    print(f"{output}: written; next: python -m fminfra plan {output}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,237 @@
+"""`plan CONFIG...`: what an environment will run, computed from the config alone (no synth, no AWS calls)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from fminfra import catalog
+from fminfra.capacity.rules import scale_in_time, utc_timestamp
+from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
+from fminfra.eks.rules import team_queue
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupPlan:
+    """One row of `plan`: a training group or an inference node group."""
+
+    name: str
+    kind: str
+    instance_type: str
+    count: int
+    count_text: str
+    gpus: int
+    efa_attached: int
+    efa_max: int
+    network_gbps: int
+    capacity: str
+    placement: str
+    notes: tuple[str, ...]
+
+    @property
+    def efa_text(self) -> str:
+        """attached/maximum; an inference (G) type that supports EFA gets none from fminfra."""
+        text = f"{self.efa_attached}/{self.efa_max}"
+        return f"{text} (none attached: inference)" if self.efa_attached == 0 and self.efa_max else text
+
+
+def _capacity_text(group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:
+    cap = group.capacity
+    if cap.type in ("reservation", "capacity-block"):
+        return f"{cap.type} {','.join(cap.reservation_ids or [])}"
+    if cap.type == "training-plan":
+        return f"training-plan {(cap.training_plan_arn or '').rsplit('/', 1)[-1]}"
+    return cap.type
+
+
+def _capacity_block_note(cap: CapacityConfig, count: int) -> str:
+    if cap.starts_at is None or cap.ends_at is None:
+        return (
+            f"Capacity Block group starts at 0 instances; scale it to {count} while the block is active (docs/capacity.md, Capacity Blocks)"
+        )
+    scale_in = scale_in_time(cap.ends_at, cap.drain)
+    minutes = int(cap.drain.total_seconds() // 60)
+    return (
+        f"Capacity Block: the group scales to {count} at {utc_timestamp(cap.starts_at)} and to 0 at {utc_timestamp(scale_in)}, "
+        f"{minutes} minutes before EC2 starts terminating the block's instances ({utc_timestamp(scale_in + cap.drain)})"
+    )
+
+
+def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
+    """Rows for every training group and inference node group of the environment."""
+    rows: list[GroupPlan] = []
+    kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
+    groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
+        *((kind, g) for g in cfg.compute.instance_groups),
+        *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
+    ]
+    for group_kind, group in groups:
+        spec = catalog.get(group.instance_type)
+        if isinstance(group, InstanceGroupConfig):
+            count, count_text = group.count, str(group.count)
+        else:
+            count, count_text = group.max_size, f"{group.min_size}-{group.desired_size}-{group.max_size}"
+        notes: list[str] = []
+        if not spec.verified:
+            notes.append(f"{spec.name}: network layout unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge)")
+        if group.capacity.type == "odcr":
+            notes.append("an ODCR bills from creation whether or not instances run")
+        if group.capacity.type == "capacity-block" and group_kind == "ec2":
+            notes.append(_capacity_block_note(group.capacity, count))
+        rows.append(
+            GroupPlan(
+                name=group.name,
+                kind=group_kind,
+                instance_type=spec.hyperpod_name if group_kind.startswith("hyperpod") else spec.name,
+                count=count,
+                count_text=count_text,
+                gpus=count * spec.gpus,
+                efa_attached=catalog.attached_efa_interfaces(spec.name),
+                efa_max=spec.max_efa_interfaces,
+                network_gbps=spec.network_gbps,
+                capacity=_capacity_text(group),
+                placement=cfg.compute.placement_of(group),
+                notes=tuple(notes),
+            )
+        )
+    return rows
+
+
+def format_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain text table, columns left-aligned."""
+    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[str]:
+    """What a deploy now does to each ec2 Capacity Block group (issue #22): inside its window the
+    update policy keeps the group's size and only a new `count` resizes it; without a window
+    fminfra cannot tell whether the block runs, and a deploy that updates the group resets a
+    hand-scaled size (docs/facts/capacity.md#cfn-scheduled-action-update-policy)."""
+    if cfg.compute.orchestrator != "ec2":
+        return []
+    notes: list[str] = []
+    for group in cfg.compute.instance_groups:
+        cap = group.capacity
+        if cap.type != "capacity-block":
+            continue
+        if cap.starts_at is None or cap.ends_at is None:
+            notes.append(
+                f"{group.name}: a deploy that updates this group while its block runs sets it back to 0 instances "
+                "(no scheduled window, so no update policy applies); deploy outside the block or give starts_at/ends_at"
+            )
+        elif cap.starts_at <= now < scale_in_time(cap.ends_at, cap.drain):
+            notes.append(
+                f"{group.name}: its Capacity Block runs now (until {utc_timestamp(cap.ends_at)}); a deploy keeps its "
+                f"{group.count} instances (update policy), changes reach new instances only, and a changed count resizes it at once"
+            )
+    return notes
+
+
+def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
+    """The text `python -m fminfra plan` prints for one environment (NOW: for the Capacity Block
+    notes; default the current time)."""
+    rows = group_plans(cfg)
+    what = (
+        "inference only: an EKS cluster with GPU node groups, no training cluster"
+        if cfg.compute.orchestrator == "none"
+        else f"orchestrator {cfg.compute.orchestrator}"
+    )
+    out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
+    out.append(
+        format_table(
+            ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
+            [
+                [r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text, str(r.network_gbps), r.capacity, r.placement]
+                for r in rows
+            ],
+        )
+    )
+    total = sum(r.gpus for r in rows)
+    out.append(f"total GPUs (training groups and inference at max size): {total}")
+    out.extend(storage_lines(cfg, total))
+    out.extend(eks_lines(cfg))
+    out.extend(scheduling_lines(cfg))
+    for r in rows:
+        for note in r.notes:
+            out.append(f"WARN {r.name}: {note}")
+    for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)):
+        out.append(f"WARN deploy: {note}")
+    for path, msg in cfg.warnings():
+        out.append(f"WARN {path}: {msg}")
+    return "\n".join(out)
+
+
+def eks_lines(cfg: EnvironmentConfig) -> list[str]:
+    """The EKS line of `plan`: Kubernetes version and its support end, and the system node group."""
+    eks = cfg.compute.eks
+    if eks is None:
+        return []
+    end = standard_support_end(eks.kubernetes_version).isoformat()
+    count = cfg.compute.system_node_count()
+    if count:
+        system = (
+            f"system nodes {count} x {eks.system_nodes.instance_type} on demand (CoreDNS and other system pods; billed per instance hour)"
+        )
+    else:
+        system = "system nodes none (" + ", ".join(cfg.compute.untainted_node_sources()) + " run CoreDNS and other system pods)"
+    return [f"eks: Kubernetes {eks.kubernetes_version} (EKS standard support ends {end}), {system}"]
+
+
+def scheduling_lines(cfg: EnvironmentConfig) -> list[str]:
+    """HyperPod EKS: the teams of task governance, each with its quota and the queue its jobs name."""
+    quotas = cfg.compute.team_quotas()
+    if not quotas:
+        return []
+    gpus = {g.spec.hyperpod_name: g.spec.gpus for g in cfg.compute.instance_groups}
+    lines = ["scheduling: HyperPod task governance (Kueue; gang scheduling is a console step, see docs/compute.md)"]
+    for team, by_type in quotas.items():
+        held = ", ".join(f"{n * gpus[t]} GPUs ({n} x {t})" for t, n in by_type.items()) or "no instances"
+        lines.append(f"  team {team}: {held}; queue {team_queue('hyperpod-eks', team).local_queue} in hyperpod-ns-{team}")
+    return lines
+
+
+def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
+    """The storage lines of `plan`: bucket, and the file system's capacity and throughput."""
+    storage = cfg.storage
+    if storage is None:
+        return ["storage: none (no data bucket, no file system)"]
+    bucket = storage.bucket_name(cfg)
+    lines = [f"storage: bucket {bucket} ({'existing' if storage.bucket.existing else 'created'}, encryption {storage.encryption})"]
+    lustre = storage.lustre
+    if lustre is None:
+        lines.append("lustre: none")
+        return lines
+    tier = f"{lustre.mb_per_tib} MB/s/TiB" if lustre.persistent else f"{lustre.mb_per_tib} MB/s/TiB baseline"
+    sized = (
+        f" (smallest valid capacity for target {lustre.target_throughput_gb_per_s:g} GB/s)"
+        if lustre.target_throughput_gb_per_s is not None
+        else ""
+    )
+    lines.append(
+        f"lustre: {lustre.deployment_type}, {lustre.capacity_gib} GiB{sized}, {tier}, "
+        f"throughput {lustre.throughput_gb_per_s:.2f} GB/s, "
+        + (f"{lustre.throughput_gb_per_s / gpus:.3f} GB/s per GPU ({gpus} GPUs)" if gpus else "no GPUs to feed")
+        + f", efa {'on' if lustre.efa else 'off'}, {len(lustre.repositories)} repositories"
+    )
+    return lines
+
+
+HELP = "what each group will run, without synthesizing"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="+", metavar="CONFIG")
+
+
+def main(ns: argparse.Namespace) -> int:
+    from fminfra.ops.common import EXIT_OK, load_configs
+
+    for i, (_, cfg) in enumerate(load_configs(ns.configs)):
+        if i:
+            print()
+        print(render_plan(cfg))
+    return EXIT_OK

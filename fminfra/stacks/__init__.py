@@ -1,1 +1,0 @@
-"""Stacks split by lifecycle: Network, Data, Storage, Observability, Compute (deploy order)."""

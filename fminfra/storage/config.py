@@ -1,0 +1,366 @@
+"""The `storage` section: the data bucket and FSx for Lustre with its S3 repositories
+(mirrors data/stack.py and storage/stack.py)."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from fminfra.core.config_base import Model, Problems, _raise_problems
+
+if TYPE_CHECKING:
+    from fminfra.config.environment import EnvironmentConfig
+
+# FSx for Lustre rules: docs/facts/storage.md#fsx-lustre-ssd-capacity, #fsx-lustre-persistent2-throughput-tiers,
+# #fsx-lustre-metadata-iops, #fsx-dra-limits. SSD capacity: 1200, 2400 or a multiple of 2400 GiB.
+LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
+# PERSISTENT_2 tier used when neither throughput_mb_per_tib is given: 500 MB/s/TiB gives about
+# 0.5 GB/s per TiB, a middle ground between the 125/250 tiers that starve GPU fleets and 1000.
+LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB = 500
+# SCRATCH_2 has a fixed baseline of 200 MB/s/TiB (bursting higher): FSx performance table.
+LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
+# EFA-enabled file systems grow in these steps (FSx "increase storage capacity" page); documented
+# for increases only, so a capacity off the step is a warning, not a rejection (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
+LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
+LUSTRE_METADATA_IOPS_MAX = 192000
+# The largest StorageCapacity CreateFileSystem accepts (docs/facts/storage.md#fsx-storage-capacity-api-maximum);
+# the account's Lustre storage quota, which preflight cannot read offline, is far lower.
+LUSTRE_MAX_CAPACITY_GIB = 2147483647
+LUSTRE_MAX_REPOSITORIES = 8
+BUCKET_NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+S3_PREFIX_RULE = re.compile(r"^[A-Za-z0-9!_.*'()=+,@ -][A-Za-z0-9!_.*'()=+,@ /-]*/$")
+FILE_SYSTEM_PATH_RULE = re.compile(r"^/[A-Za-z0-9!_.*'()=+,@ /-]*$")
+
+
+def lustre_capacity_valid(gib: int) -> bool:
+    """1200, 2400 or a multiple of 2400 GiB (SSD SCRATCH_2 and PERSISTENT_2)."""
+    return gib in (1200, 2400) or (gib > 0 and gib % 2400 == 0)
+
+
+def lustre_throughput_gb_per_s(capacity_gib: int, mb_per_tib: int) -> float:
+    """Total throughput: capacity in TiB times the per-TiB tier, in GB/s (1 GB = 1000 MB)."""
+    return capacity_gib / 1024 * mb_per_tib / 1000
+
+
+def lustre_capacity_for_throughput(target_gb_per_s: float, mb_per_tib: int) -> int:
+    """The smallest valid capacity (1200, 2400, then multiples of 2400 GiB) reaching the target."""
+    for gib in (1200, 2400):
+        if lustre_throughput_gb_per_s(gib, mb_per_tib) >= target_gb_per_s:
+            return gib
+    # Smallest multiple of 2400 with capacity_gib / 1024 * mb_per_tib >= target * 1000.
+    needed_gib = target_gb_per_s * 1000 * 1024 / mb_per_tib
+    gib = max(2400, -(-int(needed_gib) // 2400) * 2400)
+    while lustre_throughput_gb_per_s(gib, mb_per_tib) < target_gb_per_s:
+        gib += 2400
+    return gib
+
+
+RepositoryEvent = Literal["new", "changed", "deleted"]
+
+
+def _all_events() -> list[RepositoryEvent]:
+    return ["new", "changed", "deleted"]
+
+
+def _events(value: list[str]) -> list[str]:
+    repeated = sorted({e for e in value if value.count(e) > 1})
+    if repeated:
+        raise ValueError(f"events must be unique, repeated: {', '.join(repeated)}")
+    return value
+
+
+class RepositoryConfig(Model):
+    """A data repository association between an S3 prefix of the data bucket and a file system path."""
+
+    s3_prefix: str = Field(description="Prefix in the data bucket, ending in '/', e.g. datasets/.")
+    file_system_path: str = Field(description="Directory in the file system, starting with '/', e.g. /datasets.")
+    import_events: list[RepositoryEvent] = Field(
+        default_factory=_all_events,
+        alias="import",
+        description="S3 changes imported automatically: new, changed, deleted (default all; [] for none).",
+    )
+    export_events: list[RepositoryEvent] = Field(
+        default_factory=list,
+        alias="export",
+        description="File system changes exported automatically to S3: new, changed, deleted (default none).",
+    )
+
+    @field_validator("s3_prefix")
+    @classmethod
+    def _s3_prefix(cls, value: str) -> str:
+        if not S3_PREFIX_RULE.match(value) or "//" in value:
+            raise ValueError(
+                f"must be a prefix of the data bucket ending in '/' without a leading '/' or s3://, e.g. datasets/, got {value!r}"
+            )
+        return value
+
+    @field_validator("file_system_path")
+    @classmethod
+    def _file_system_path(cls, value: str) -> str:
+        if not FILE_SYSTEM_PATH_RULE.match(value) or "//" in value or len(value) > 4096:
+            raise ValueError(f"must be an absolute path starting with '/', e.g. /datasets, got {value!r}")
+        return value
+
+    @field_validator("import_events", "export_events")
+    @classmethod
+    def _unique_events(cls, value: list[str]) -> list[str]:
+        return _events(value)
+
+
+class MetadataConfig(Model):
+    """Metadata performance of a PERSISTENT_2 file system."""
+
+    mode: Literal["automatic", "user_provisioned"] = Field(default="automatic", description="automatic | user_provisioned.")
+    iops: int | None = Field(default=None, description="user_provisioned only: 1500, 3000, 6000, 12000 or multiples of 12000 up to 192000.")
+
+    @model_validator(mode="after")
+    def _iops(self) -> MetadataConfig:
+        allowed = "1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000"
+        if self.mode == "automatic" and self.iops is not None:
+            raise Problems([("iops", "only with mode user_provisioned; mode automatic sizes metadata IOPS from the capacity")])
+        if self.mode == "user_provisioned":
+            if self.iops is None:
+                raise Problems([("iops", f"required with mode user_provisioned: {allowed}")])
+            if not (self.iops in LUSTRE_METADATA_IOPS_SMALL or (0 < self.iops <= LUSTRE_METADATA_IOPS_MAX and self.iops % 12000 == 0)):
+                raise Problems([("iops", f"must be {allowed}, got {self.iops}")])
+        return self
+
+
+class LustreConfig(Model):
+    """FSx for Lustre file system (Lustre 2.15) in the compute AZ's subnet.
+
+    Size it by `storage_capacity_gib` or by `target_throughput_gb_per_s` (exclusive): total
+    throughput = capacity in TiB x `throughput_mb_per_tib`.
+    """
+
+    deployment_type: Literal["persistent_2", "scratch_2"] = Field(
+        default="persistent_2", description="persistent_2 (replicated, KMS, backups) | scratch_2 (cheap dev scratch)."
+    )
+    storage_capacity_gib: int | None = Field(default=None, description="1200, 2400 or a multiple of 2400 GiB.")
+    target_throughput_gb_per_s: float | None = Field(
+        default=None, allow_inf_nan=False, description="persistent_2: total GB/s wanted; derives the smallest valid capacity."
+    )
+    throughput_mb_per_tib: int | None = Field(default=None, description="persistent_2: 125, 250, 500 or 1000 (default 500).")
+    efa: bool = Field(default=False, description="persistent_2: EFA-enabled file system (cannot be changed later).")
+    compression: Literal["lz4", "none"] = Field(default="lz4", description="lz4 | none.")
+    metadata: MetadataConfig | None = Field(default=None, description="persistent_2: metadata IOPS (default mode automatic).")
+    backup_retention_days: int = Field(
+        default=0, ge=0, le=90, description="persistent_2 without repositories: daily automatic backups kept (0: none)."
+    )
+    repositories: list[RepositoryConfig] = Field(default_factory=list, description="Data repository associations (at most 8).")
+
+    @field_validator("throughput_mb_per_tib")
+    @classmethod
+    def _tier(cls, value: int | None) -> int | None:
+        if value is not None and value not in LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB:
+            raise ValueError(f"must be 125, 250, 500 or 1000 (MB/s per TiB, persistent_2), got {value}")
+        return value
+
+    @model_validator(mode="after")
+    def _rules(self) -> LustreConfig:
+        problems: list[tuple[str, str]] = []
+        persistent = self.deployment_type == "persistent_2"
+        if self.storage_capacity_gib is not None and self.target_throughput_gb_per_s is not None:
+            problems.append(
+                ("target_throughput_gb_per_s", "storage_capacity_gib and target_throughput_gb_per_s exclude each other; give one")
+            )
+        elif self.storage_capacity_gib is None and self.target_throughput_gb_per_s is None:
+            problems.append(
+                ("storage_capacity_gib", "give storage_capacity_gib (1200, 2400 or a multiple of 2400) or target_throughput_gb_per_s")
+            )
+        if self.storage_capacity_gib is not None and not lustre_capacity_valid(self.storage_capacity_gib):
+            problems.append(("storage_capacity_gib", f"must be 1200, 2400 or a multiple of 2400 GiB, got {self.storage_capacity_gib}"))
+        if self.target_throughput_gb_per_s is not None and self.target_throughput_gb_per_s <= 0:
+            problems.append(("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
+        elif not problems and self.capacity_gib > LUSTRE_MAX_CAPACITY_GIB:
+            field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
+            problems.append(
+                (
+                    field,
+                    f"needs {self.capacity_gib} GiB; FSx accepts at most {LUSTRE_MAX_CAPACITY_GIB} GiB per file system "
+                    "(CreateFileSystem's StorageCapacity), and the account's Lustre storage quota is lower: ask for less",
+                )
+            )
+        if not persistent:
+            # scratch_2 takes only capacity, compression and repositories.
+            for field, given in (
+                ("target_throughput_gb_per_s", self.target_throughput_gb_per_s is not None),
+                ("throughput_mb_per_tib", self.throughput_mb_per_tib is not None),
+                ("efa", self.efa),
+                ("metadata", self.metadata is not None),
+                ("backup_retention_days", self.backup_retention_days > 0),
+            ):
+                if given:
+                    problems.append(
+                        (
+                            field,
+                            "only with deployment_type persistent_2; scratch_2 takes only storage_capacity_gib, compression and repositories",
+                        )
+                    )
+        if persistent and self.backup_retention_days > 0 and self.repositories:
+            problems.append(
+                (
+                    "backup_retention_days",
+                    "must be 0 when repositories are set: FSx backs up only file systems not linked to S3 (the versioned bucket holds the durable copy)",
+                )
+            )
+        if len(self.repositories) > LUSTRE_MAX_REPOSITORIES:
+            problems.append(
+                (
+                    "repositories",
+                    f"at most {LUSTRE_MAX_REPOSITORIES} data repository associations per file system, got {len(self.repositories)}",
+                )
+            )
+        problems.extend(self._overlaps())
+        _raise_problems(problems)
+        if persistent and self.metadata is None:
+            self.metadata = MetadataConfig()
+        return self
+
+    def _overlaps(self) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        for field, norm in (("file_system_path", lambda p: p.rstrip("/") + "/"), ("s3_prefix", lambda p: p)):
+            for j, later in enumerate(self.repositories):
+                for i in range(j):
+                    a, b = norm(getattr(self.repositories[i], field)), norm(getattr(later, field))
+                    if a.startswith(b) or b.startswith(a):
+                        problems.append(
+                            (
+                                f"repositories[{j}].{field}",
+                                f"{getattr(later, field)!r} overlaps repositories[{i}].{field} {getattr(self.repositories[i], field)!r}; "
+                                f"{field} of repositories must not overlap",
+                            )
+                        )
+        return problems
+
+    @property
+    def persistent(self) -> bool:
+        return self.deployment_type == "persistent_2"
+
+    @property
+    def mb_per_tib(self) -> int:
+        """The per-TiB throughput: the tier (persistent_2) or the SCRATCH_2 baseline."""
+        if not self.persistent:
+            return LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB
+        return self.throughput_mb_per_tib or LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB
+
+    @property
+    def capacity_gib(self) -> int:
+        """The capacity given, or the smallest valid one reaching target_throughput_gb_per_s (on the EFA step with efa)."""
+        if self.storage_capacity_gib is not None:
+            return self.storage_capacity_gib
+        assert self.target_throughput_gb_per_s is not None  # the validator requires one of them
+        gib = lustre_capacity_for_throughput(self.target_throughput_gb_per_s, self.mb_per_tib)
+        if self.efa:
+            # An EFA-enabled file system grows in its tier's step: derive a capacity on the step, so
+            # that the file system can grow later (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+            step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
+            gib = -(-gib // step) * step
+        return gib
+
+    @property
+    def throughput_gb_per_s(self) -> float:
+        return lustre_throughput_gb_per_s(self.capacity_gib, self.mb_per_tib)
+
+    def warnings(self) -> list[tuple[str, str]]:
+        """Problems that do not reject the config (relative paths, messages)."""
+        out: list[tuple[str, str]] = []
+        if self.efa:
+            step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
+            if self.capacity_gib % step:
+                field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
+                out.append(
+                    (
+                        field,
+                        f"an EFA-enabled file system at {self.mb_per_tib} MB/s/TiB grows in steps of {step} GiB; "
+                        f"{self.capacity_gib} GiB is not a multiple (documented for increases only, so creation may still succeed)",
+                    )
+                )
+        return out
+
+
+class BucketConfig(Model):
+    """The data bucket: created by the Data stack, or an existing one."""
+
+    name: str | None = Field(default=None, description="Bucket name; default fminfra-ENV-data-ACCOUNT-REGION. Required with existing.")
+    existing: bool = Field(default=False, description="true: use the existing bucket `name` instead of creating one.")
+    read_only_prefixes: list[str] = Field(
+        default_factory=lambda: ["datasets/"],
+        description="Prefixes GPU nodes may only read (e.g. datasets/); each ends in '/'. Default [datasets/].",
+    )
+    read_write_prefixes: list[str] = Field(
+        default_factory=lambda: ["checkpoints/"],
+        description="Prefixes GPU nodes may read, write and delete in (e.g. checkpoints/). Default [checkpoints/]. "
+        "Nothing else in the bucket is reachable from the nodes.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        if value is not None and (not BUCKET_NAME_RULE.match(value) or ".." in value):
+            raise ValueError(
+                f"must be an S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, got {value!r}"
+            )
+        return value
+
+    @field_validator("read_only_prefixes", "read_write_prefixes")
+    @classmethod
+    def _prefixes(cls, value: list[str]) -> list[str]:
+        bad = [(i, p) for i, p in enumerate(value) if not S3_PREFIX_RULE.match(p)]
+        rule = "must be a prefix of the data bucket ending in '/' without a leading '/' or s3://, e.g. datasets/"
+        _raise_problems([(f"[{i}]", f"{rule}, got {p!r}") for i, p in bad])
+        return value
+
+    @model_validator(mode="after")
+    def _prefixes_apart(self) -> BucketConfig:
+        named = [("read_only_prefixes", i, p) for i, p in enumerate(self.read_only_prefixes)]
+        named += [("read_write_prefixes", i, p) for i, p in enumerate(self.read_write_prefixes)]
+        problems = [
+            (f"{field}[{i}]", f"{prefix!r} overlaps {other!r} ({other_field}[{j}]): give each part of the bucket one access level")
+            for n, (field, i, prefix) in enumerate(named)
+            for other_field, j, other in named[n + 1 :]
+            if prefix.startswith(other) or other.startswith(prefix)
+        ]
+        _raise_problems(problems)
+        return self
+
+    @model_validator(mode="after")
+    def _existing(self) -> BucketConfig:
+        if self.existing and self.name is None:
+            raise Problems([("name", "required with existing: true (the name of the bucket to use)")])
+        return self
+
+
+class StorageConfig(Model):
+    """The data bucket, the KMS key and the FSx for Lustre file system."""
+
+    bucket: BucketConfig = Field(default_factory=BucketConfig)
+    encryption: Literal["kms", "s3"] = Field(
+        default="kms",
+        description="kms: a rotating customer-managed key for the bucket and the persistent file system; s3: SSE-S3 and FSx's AWS-managed key.",
+    )
+    lustre: LustreConfig | None = Field(default=None, description="Omitted: no file system.")
+
+    @model_validator(mode="after")
+    def _key_has_a_use(self) -> StorageConfig:
+        if self.encryption == "kms" and self.bucket.existing and not (self.lustre and self.lustre.persistent):
+            raise Problems(
+                [
+                    (
+                        "encryption",
+                        "kms creates a key for a created bucket or a persistent_2 file system; with an existing bucket "
+                        "and no persistent_2 file system it would encrypt nothing: use s3 (the existing bucket keeps its own encryption)",
+                    )
+                ]
+            )
+        return self
+
+    def bucket_name(self, cfg: EnvironmentConfig) -> str:
+        """The bucket's name: given, or fminfra-ENV-data-ACCOUNT-REGION (bucket names are global)."""
+        return self.bucket.name or cfg.physical_name("data", cfg.account, cfg.region)
+
+    def warnings(self) -> list[tuple[str, str]]:
+        return [(f"lustre.{path}", msg) for path, msg in (self.lustre.warnings() if self.lustre else [])]
