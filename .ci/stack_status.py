@@ -64,8 +64,8 @@ def main(argv: list[str] | None = None, cloudformation: Any = None) -> int:
     parser.add_argument("--environment", required=True)
     parser.add_argument("--config-dir", default="config", type=Path)
     ns = parser.parse_args(argv)
-    from fminfra.core.assembly import read_assembly
     from fminfra.config import load_config
+    from fminfra.core.assembly import read_assembly
 
     if not (ns.app / "manifest.json").is_file():
         print(f"{ns.app}: no cloud assembly (manifest.json) to read the stack names from", file=sys.stderr)

@@ -12,7 +12,7 @@ from fminfra.cli.main import main as cli_main
 from fminfra.config.pipeline import AcceptThresholds
 from fminfra.core.versions import load_versions
 from fminfra.ops.accept import slurm as accept
-from fminfra.ops.accept.slurm import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
+from fminfra.ops.accept.checks import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
 from fminfra.ops.common import UsageError
 from tests.conftest import ROOT
 from tests.slurm_fakes import DATA, FakeCluster, ddp_result_line, make_cluster

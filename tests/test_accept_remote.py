@@ -24,8 +24,9 @@ from botocore.stub import Stubber
 
 from fminfra.cli.main import main as cli_main
 from fminfra.config.pipeline import load_pipeline
+from fminfra.ops import accept as accept_command
+from fminfra.ops.accept import checks as accept_checks
 from fminfra.ops.accept import remote as accept_remote
-from fminfra.ops.accept import slurm as accept
 from fminfra.ops.accept.remote import Node, find_node, parse_reply, run_remote, start_script
 from fminfra.ops.common import UsageError, load_configs
 from tests.conftest import ROOT, SHIPPED_NAMES
@@ -44,9 +45,9 @@ def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _training_thresholds(name: str, pipeline: Path) -> dict[str, float | None]:
     [(_, cfg)] = load_configs([name])
-    overrides = accept._overrides(pipeline, cfg.name)
-    table = accept.read_instance_thresholds()
-    return {g.name: accept.nccl_threshold(g.spec.name, overrides, table).fail_gbps for g in cfg.compute.instance_groups}
+    overrides = accept_checks._overrides(pipeline, cfg.name)
+    table = accept_checks.read_instance_thresholds()
+    return {g.name: accept_checks.nccl_threshold(g.spec.name, overrides, table).fail_gbps for g in cfg.compute.instance_groups}
 
 
 @pytest.mark.parametrize("name", SHIPPED_NAMES)
@@ -104,7 +105,7 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
 def test_eks_environments_are_handed_to_accept(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The hook for the EKS path: accept-remote calls `accept` with the same arguments, from here."""
     seen: list[argparse.Namespace] = []
-    monkeypatch.setattr(accept, "main", lambda ns: seen.append(ns) or 7)
+    monkeypatch.setattr(accept_command, "command", lambda ns: seen.append(ns) or 7)
     assert cli_main(["accept-remote", "staging", "--dry-run", "--run-id", "r1"]) == 7
     assert (seen[0].config, seen[0].dry_run, seen[0].run_id) == ("staging", True, "r1")
 

@@ -1,7 +1,8 @@
 """fminfra's command line: validate, plan and check environments, and operate them.
 
 `python -m fminfra COMMAND ...` (also installed as `fminfra`) parses arguments and dispatches to
-the module of each verb in `fminfra/ops/`.
+the module of each verb in `fminfra/cli/verbs/` (which parses, makes one call into `fminfra/ops/`,
+and returns the exit code).
 
 Exit codes, for every command: 0 success, 1 a check the command runs failed, 2 bad input (one
 line per problem, `FILE: field.path: message`, never a traceback).
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from fminfra.core.errors import ConfigError, ValidationError
 from fminfra.ops.common import EXIT_BAD_INPUT, Parser, UsageError
 
-# Verb -> module in fminfra.ops, in the order `--help` lists them.
+# Verb -> module in fminfra.cli.verbs, in the order `--help` lists them.
 COMMANDS = {
     "validate": "validate",
     "schema": "schema",
@@ -32,8 +33,8 @@ COMMANDS = {
     "guard": "guard",
     "cost": "cost",
     "diagram": "diagram",
-    "accept": "accept.slurm",
-    "accept-remote": "accept.remote",
+    "accept": "accept",
+    "accept-remote": "accept_remote",
 }
 
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m fminfra", description=__doc__.split("\n")[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for verb, module_name in COMMANDS.items():
-        module = importlib.import_module(f"fminfra.ops.{module_name}")
+        module = importlib.import_module(f"fminfra.cli.verbs.{module_name}")
         p = sub.add_parser(verb, help=module.HELP)
         module.add_arguments(p)
         p.set_defaults(handler=module.main)

@@ -1,4 +1,6 @@
-"""Reading a synthesized cloud assembly (cdk.out): environments, stacks and templates."""
+"""The one reader of synthesized templates: a cloud assembly (cdk.out) by environment and stack
+(`read_assembly`), or templates by stack name from an assembly or a folder of `*.template.json`
+(`read_templates`, checked for the shape readers rely on), and the baseline writer."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ POLICY_PACKS_FILE = "fminfra-policy-packs.json"
 
 class AssemblyError(ValidationError):
     """A folder that holds no readable cloud assembly: one line, exit 2."""
+
+
+Templates = dict[str, dict[str, Any]]  # stack name -> template
 
 
 @dataclass(frozen=True)
@@ -115,3 +120,100 @@ def auto_scaling_group_name(logical_id: str, group_names: Iterable[str]) -> str 
     """The config group an Auto Scaling group belongs to: GpuAutoScalingGroup's logical id starts with
     AutoScalingGroup<group name without punctuation>."""
     return next((n for n in group_names if logical_id.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", n))), None)
+
+
+# Templates by stack name, checked for the shape readers rely on: the guard's baselines and AFTER
+# templates, and cost's folders of templates.
+
+
+def read_templates(directory: Path, environment: str | None = None) -> Templates:
+    """Templates by stack name from a folder of `<stack>.template.json` files or a cloud assembly.
+
+    A cloud assembly (a folder with manifest.json, such as cdk.out or cdk.out/assembly-dev) is read
+    through its manifests, so stack names come from there; `environment` picks one stage of it.
+    """
+    if not directory.is_dir():
+        raise AssemblyError(f"{directory}: (folder): no such folder")
+    if (directory / "manifest.json").exists():
+        return _read_assembly_dir(directory, environment)
+    templates: Templates = {}
+    for path in sorted(directory.glob("*.template.json")):
+        templates[path.name.removesuffix(".template.json")] = _read_template(path)
+    if not templates:
+        raise AssemblyError(f"{directory}: (folder): no *.template.json files")
+    return templates
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AssemblyError(f"{path}: (file): no such file") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as exc:
+        raise AssemblyError(f"{path}: (file): cannot read {what}: {type(exc).__name__}") from None
+    except ValueError as exc:  # json.JSONDecodeError, and integers over Python's digit limit
+        raise AssemblyError(f"{path}: (file): not {what}: {str(exc).splitlines()[0]}") from None
+
+
+def _read_template(path: Path) -> dict[str, Any]:
+    """One template, checked for the shape the guard reads: a mapping whose Resources and Outputs
+    are mappings of mappings, each resource with a string Type."""
+    template = _read_json(path, "a JSON template")
+    if not isinstance(template, dict):
+        raise AssemblyError(f"{path}: (template): must be a JSON object, got {type(template).__name__}")
+    for section in ("Resources", "Outputs"):
+        entries = template.get(section) or {}
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            raise AssemblyError(f"{path}: {section}: must map logical ids to objects")
+    for lid, res in (template.get("Resources") or {}).items():
+        if not isinstance(res.get("Type"), str) or not isinstance(res.get("Properties") or {}, dict):
+            raise AssemblyError(f"{path}: Resources.{lid}: needs a string Type and an object of Properties")
+    return template
+
+
+def _read_assembly_dir(directory: Path, environment: str | None, depth: int = 0) -> Templates:
+    manifest_path = directory / "manifest.json"
+    manifest = _read_json(manifest_path, "a cloud assembly manifest")
+    artifacts_map = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    if not isinstance(artifacts_map, dict) or not all(isinstance(a, dict) for a in artifacts_map.values()):
+        raise AssemblyError(f"{manifest_path}: artifacts: must map artifact ids to objects (is this a cloud assembly?)")
+    artifacts = list(artifacts_map.values())
+    # With nested stage assemblies and an environment, only that stage's stacks (not, say, the
+    # pipeline stack beside them); a stage's own assembly folder is read whole.
+    nested = any(a.get("type") == "cdk:cloud-assembly" for a in artifacts)
+    templates: Templates = {}
+    for artifact_id, artifact in artifacts_map.items():
+        props = artifact.get("properties") or {}
+        kind = artifact.get("type")
+        if kind not in ("aws:cloudformation:stack", "cdk:cloud-assembly"):
+            continue
+        key = "templateFile" if kind == "aws:cloudformation:stack" else "directoryName"
+        target = props.get(key) if isinstance(props, dict) else None
+        if not isinstance(target, str) or not target or Path(target).is_absolute() or ".." in Path(target).parts:
+            raise AssemblyError(f"{manifest_path}: artifacts.{artifact_id}.properties.{key}: must be a relative path inside the assembly")
+        if kind == "aws:cloudformation:stack" and not (nested and environment):
+            path = directory / target
+            name = props.get("stackName")
+            templates[name if isinstance(name, str) and name else path.name.removesuffix(".template.json")] = _read_template(path)
+        elif kind == "cdk:cloud-assembly":
+            name = str(props.get("displayName", ""))
+            if environment is None or name == environment or name.endswith(f"/{environment}"):
+                if depth >= 8:
+                    raise AssemblyError(f"{manifest_path}: artifacts.{artifact_id}: cloud assemblies nested more than 8 deep")
+                templates.update(_read_assembly_dir(directory / target, None, depth + 1))
+    if not templates:
+        raise AssemblyError(f"{directory}: (assembly): no stacks{f' of environment {environment}' if environment else ''}")
+    return templates
+
+
+def write_baseline(templates: Templates, directory: Path) -> list[Path]:
+    """Replace the baseline folder's templates with these (sorted keys, stable diffs)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("*.template.json"):
+        old.unlink()
+    written = []
+    for stack, template in sorted(templates.items()):
+        path = directory / f"{stack}.template.json"
+        path.write_text(json.dumps(template, indent=1, sort_keys=True) + "\n")
+        written.append(path)
+    return written

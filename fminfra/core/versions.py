@@ -48,7 +48,7 @@ def version(key: str) -> str:
     return value
 
 
-# Keys every node script needs (issue #6); the scripts read them through lib.sh's own strict parser.
+# Keys every node script needs; the scripts read them through lib.sh's own strict parser.
 NODE_KEYS: tuple[str, ...] = (
     "NVIDIA_DRIVER_BRANCH",
     "CUDA_VERSION",

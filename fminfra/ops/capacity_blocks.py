@@ -13,9 +13,9 @@ from typing import Any
 from fminfra import catalog
 from fminfra.capacity.rules import MAX_INSTANCES_PER_BLOCK, duration_problem, duration_text, utc_timestamp
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
+from fminfra.core.table import format_table
 from fminfra.ops.aws import access_problem, client, error_code, make_session
-from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, Parser, UsageError
-from fminfra.ops.plan import format_table
+from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
 # GB200 Capacity Blocks are sold as UltraServers, searched by UltraserverType
 # (docs/facts/capacity.md#capacity-block-ultraserver-types). fminfra lists their offerings; it does
@@ -190,9 +190,6 @@ def reservations_table(reservations: list[dict[str, Any]], zone_ids: dict[str, s
     )
 
 
-HELP = "find and buy EC2 Capacity Blocks for ML"
-
-
 def _client(ns: argparse.Namespace) -> object:
     if ns.region not in AZ_ID_PREFIX_BY_REGION:
         raise UsageError(f"--region: unknown region {ns.region!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
@@ -281,7 +278,7 @@ def _purchase(ns: argparse.Namespace, ec2: Any, tags: dict[str, str]) -> int:
     return EXIT_OK
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     from botocore.exceptions import BotoCoreError, ClientError
 
     tags: dict[str, str] = {}
@@ -329,22 +326,3 @@ def main(ns: argparse.Namespace) -> int:
         else:
             print(f"capacity-blocks {ns.cb_command}: {exc}", file=sys.stderr)
         return EXIT_CHECK_FAILED
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    cb = p.add_subparsers(dest="cb_command", required=True, parser_class=Parser)
-    f = cb.add_parser("find", help="list Capacity Block offerings: AZ, start, end, real duration, upfront price")
-    f.add_argument("--instance-type", help="EFA training type (not p6e-gb200: use --ultraserver-type)")
-    f.add_argument("--ultraserver-type", help=f"GB200 UltraServer type: {', '.join(ULTRASERVER_TYPES)} (listing only)")
-    f.add_argument("--count", type=int, required=True, help="instances, 1-64 (UltraServers with --ultraserver-type)")
-    f.add_argument("--duration-days", type=int, required=True, help="1-14, or a multiple of 7 up to 182")
-    f.add_argument("--start-after", help="earliest start, e.g. 2027-01-10 (UTC when no zone is given)")
-    u = cb.add_parser("purchase", help="buy one offering (only with --yes) and print the config snippet")
-    u.add_argument("offering_id", metavar="OFFERING_ID")
-    u.add_argument("--yes", action="store_true", help="confirm the purchase; without it nothing is bought")
-    u.add_argument("--dry-run", action="store_true", help="ask EC2 whether the purchase would be allowed (DryRun); buys nothing")
-    u.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="tag the reservations (repeatable)")
-    u.add_argument("--platform", default="Linux/UNIX", help="instance platform of the block (default Linux/UNIX)")
-    for q in (f, u):
-        q.add_argument("--region", required=True)
-        q.add_argument("--profile", help="AWS profile (default: normal credential resolution)")

@@ -27,11 +27,10 @@ from typing import Any
 from fminfra import catalog
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.core.table import format_table
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
-from fminfra.ops.plan import format_table
 from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
 
-HELP = "what an environment costs per hour, per month and per GPU-hour, from its synthesized templates"
 HOURS_PER_MONTH = 730  # docs/facts/pricing.md#hours-per-month
 
 RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "paid up front", "fixed"
@@ -322,11 +321,11 @@ def stacks_of(cfg: EnvironmentConfig, folder: Path) -> list[StackTemplate]:
         raise UsageError(
             f"{folder}: (folder): no cloud assembly (manifest.json) or templates (*.template.json) here; run `make synth` first"
         )
-    from fminfra.ops.guard import GuardInputError, read_templates
+    from fminfra.core.assembly import AssemblyError, read_templates
 
     try:
         templates = read_templates(folder)
-    except GuardInputError as exc:
+    except AssemblyError as exc:
         raise UsageError(str(exc)) from None
     return [StackTemplate(cfg.name, name, name, folder / f"{name}.template.json", template) for name, template in templates.items()]
 
@@ -385,20 +384,6 @@ def render(est: Estimate) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
-    p.add_argument("--outdir", default="cdk.out", help="the synthesized cloud assembly (default cdk.out, from `make synth`)")
-    p.add_argument("--live", action="store_true", help="prices from the AWS Price List API (needs credentials)")
-    p.add_argument("--hours-per-month", type=float, default=HOURS_PER_MONTH)
-    p.add_argument("--grafana-editors", type=int, default=1, help="assumption: Grafana editor users (default 1)")
-    p.add_argument("--grafana-viewers", type=int, default=0, help="assumption: Grafana viewer users (default 0)")
-    p.add_argument("--amp-samples-per-second", type=float, default=10000.0, help="assumption: samples/s ingested into AMP (default 10000)")
-    p.add_argument("--baseline", metavar="DIR", help="also price these templates (e.g. baselines/ENV) and show before -> after")
-    out = p.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help="print the estimate as JSON")
-    out.add_argument("--markdown", action="store_true", help="a Markdown block for a pull request summary (before -> after)")
-
-
 def markdown(after: Estimate, before: Estimate | None) -> str:
     """A Markdown block for a pull request's job summary: monthly cost before -> after, known items only."""
     a = after.summary()
@@ -417,7 +402,7 @@ def markdown(after: Estimate, before: Estimate | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     (_, cfg), *_ = load_configs([ns.config])
     client = None
     if ns.live:

@@ -24,8 +24,6 @@ from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 
-HELP = "an architecture picture of an environment from its synthesized templates: Mermaid, SVG or PNG"
-
 
 @dataclass
 class Box:
@@ -343,18 +341,11 @@ def png(svg_text: str) -> bytes:
 # ------------------------------------------------------------------------------------------ the command
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
-    p.add_argument("--outdir", default="cdk.out", help="the synthesized cloud assembly (default cdk.out, from `make synth`)")
-    p.add_argument("--format", choices=("mermaid", "svg", "png"), default="mermaid")
-    p.add_argument("--output", help="write to this file (default: standard output; png needs it)")
-
-
 def picture_of(cfg: EnvironmentConfig, outdir: Path) -> Picture:
     return build(cfg, environment_stacks(outdir, cfg.name))
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     (_, cfg), *_ = load_configs([ns.config])
     pic = picture_of(cfg, Path(ns.outdir))
     if ns.format == "png":

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import POLICY_PACKS_FILE, StackTemplate, read_assembly
-from fminfra.ops.plan import format_table, group_plans
+from fminfra.core.table import format_table
+from fminfra.ops.plan import group_plans
 from fminfra.policy.rules import Finding, check_templates
 
 CFN_LINT_CONFIG = ".cfnlintrc.yaml"
@@ -132,17 +133,7 @@ def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_co
     return 1 if (own_findings or code or nag_violations or not nag_ran) else 0
 
 
-HELP = "policy gates over a synthesized cdk.out: cdk-nag ran clean, cfn-lint, own rules; and the summary table"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="*", metavar="CONFIG", help="default: every file in --config-dir")
-    p.add_argument("--outdir", default="cdk.out")
-    p.add_argument("--config-dir", default="config")
-    p.add_argument("--cfn-lint-config", default=".cfnlintrc.yaml")
-
-
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     from fminfra.config import config_files, resolve_config_path
     from fminfra.ops.common import load_configs
 

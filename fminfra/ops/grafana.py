@@ -230,17 +230,7 @@ def run(cfg: EnvironmentConfig, *, grafana_url: str | None = None, client: Clien
     return 0
 
 
-HELP = "Amazon Managed Grafana: `grafana sync CONFIG`"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="grafana_command", required=True)
-    s = sub.add_parser("sync", help="data sources, dashboards and admin groups of the environment's Grafana workspace")
-    s.add_argument("config", metavar="CONFIG")
-    s.add_argument("--grafana-url", default=None, help="Grafana base URL instead of the workspace's (e.g. through a proxy)")
-
-
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     from fminfra.ops.common import load_configs
 
     (path, cfg), *_ = load_configs([ns.config])

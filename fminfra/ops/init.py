@@ -17,21 +17,8 @@ from fminfra.config import parse_config
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.ops.common import EXIT_OK, UsageError
 
-HELP = "write a commented starter config (region, orchestrator, instance type, count, capacity)"
 ORCHESTRATORS = ("slurm", "eks", "ec2", "none")
 CAPACITY_TYPES = ("on-demand", "odcr", "training-plan")
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--name", required=True, help="environment name: 1-16 lowercase letters, digits, hyphens")
-    p.add_argument("--account", required=True, help="12-digit AWS account id")
-    p.add_argument("--region", required=True, help="AWS region, e.g. us-west-2")
-    p.add_argument("--orchestrator", choices=ORCHESTRATORS, default="slurm", help="default slurm; none: EKS inference only")
-    p.add_argument("--instance-type", default="p5.48xlarge", help="GPU instance type (default p5.48xlarge)")
-    p.add_argument("--count", type=int, default=2, help="instances (inference: the maximum size); default 2")
-    p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
-    p.add_argument("--training-plan-arn", help="with --capacity-type training-plan: the SageMaker training plan")
-    p.add_argument("--output", help="file to write (default config/NAME.yaml); an existing file is never overwritten")
 
 
 def starter(ns: argparse.Namespace) -> str:
@@ -84,7 +71,7 @@ def _flow(value: dict[str, object]) -> str:
     return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=1000).strip()
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     output = Path(ns.output) if ns.output else Path("config") / f"{ns.name}.yaml"
     text = starter(ns)
     parse_config(yaml.safe_load(text), str(output))  # ConfigError: one line per problem, nothing written

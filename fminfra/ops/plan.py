@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from fminfra import catalog
 from fminfra.capacity.rules import scale_in_time, utc_timestamp
 from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
+from fminfra.core.table import format_table
 from fminfra.eks.rules import team_queue
 
 
@@ -98,16 +99,8 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     return rows
 
 
-def format_table(headers: list[str], rows: list[list[str]]) -> str:
-    """A plain text table, columns left-aligned."""
-    widths = [max(len(str(x)) for x in col) for col in zip(headers, *rows, strict=False)]
-    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=False)).rstrip() for row in [headers, *rows]]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[str]:
-    """What a deploy now does to each ec2 Capacity Block group (issue #22): inside its window the
+    """What a deploy now does to each ec2 Capacity Block group: inside its window the
     update policy keeps the group's size and only a new `count` resizes it; without a window
     fminfra cannot tell whether the block runs, and a deploy that updates the group resets a
     hand-scaled size (docs/facts/capacity.md#cfn-scheduled-action-update-policy)."""
@@ -220,14 +213,7 @@ def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
     return lines
 
 
-HELP = "what each group will run, without synthesizing"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="+", metavar="CONFIG")
-
-
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     from fminfra.ops.common import EXIT_OK, load_configs
 
     for i, (_, cfg) in enumerate(load_configs(ns.configs)):

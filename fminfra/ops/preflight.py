@@ -22,8 +22,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from fminfra import catalog
 from fminfra.capacity.rules import utc_timestamp
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.core.table import format_table
 from fminfra.ops.aws import AwsAccessError, access_problem, error_code
-from fminfra.ops.plan import format_table
 
 Status = Literal["PASS", "WARN", "FAIL"]
 
@@ -720,15 +720,7 @@ def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
 __all__ = ["AwsAccessError", "Clients", "Row", "clients_for", "render", "run_preflight"]
 
 
-HELP = "read-only AWS checks of capacity, quotas and subnets before a deploy"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("configs", nargs="+", metavar="CONFIG")
-    p.add_argument("--profile", help="AWS profile (default: normal credential resolution)")
-
-
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, load_configs
 
     failed = False

@@ -8,13 +8,7 @@ import json
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.common import EXIT_OK
 
-HELP = "print the JSON Schema of the config"
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    del p  # no arguments
-
-
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     print(json.dumps(EnvironmentConfig.model_json_schema(by_alias=True), indent=2))
     return EXIT_OK

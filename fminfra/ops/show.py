@@ -13,12 +13,6 @@ import yaml
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.common import EXIT_OK, load_configs
 
-HELP = "print the effective config: every default filled in, derived values as comments"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
-
 
 def derived_lines(cfg: EnvironmentConfig) -> list[str]:
     """What the config implies but does not say, one comment line each."""
@@ -38,7 +32,7 @@ def render(cfg: EnvironmentConfig) -> str:
     return body + "\n".join(derived_lines(cfg)) + "\n"
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     (_, cfg), *_ = load_configs([ns.config])
     print(render(cfg), end="")
     return EXIT_OK

@@ -16,17 +16,6 @@ from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
 from fminfra.ops.common import EXIT_OK
 
-HELP = "validate config files, folders of them, or pipeline.yaml; prints FILE: ok for each"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "configs",
-        nargs="+",
-        metavar="PATH",
-        help="config file, environment name (config/NAME.yaml), folder of config files, or pipeline.yaml",
-    )
-
 
 def is_pipeline_file(data: object) -> bool:
     """A pipeline file is the one config-like YAML with an `environments` list at the top."""
@@ -61,7 +50,7 @@ def validate_one(path: Path) -> str:
     return f"{path}: ok"
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     problems: list[str] = []
     for path in expand(ns.configs):
         try:

@@ -1,0 +1,39 @@
+"""`fminfra accept ENV`: the acceptance jobs on a deployed environment, by orchestrator: `slurm`
+(HyperPod Slurm, on the login node) or `eks` (HyperPod EKS, through kubectl); `checks` is what
+both share, `manifests` the Kubernetes objects, `results` the parsers, `remote` the CI path."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+
+from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS
+from fminfra.ops.accept import checks, eks, slurm
+from fminfra.ops.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
+
+
+def command(ns: argparse.Namespace) -> int:
+    [(_, cfg)] = load_configs([ns.config])
+    if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
+        raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
+    orchestrator = cfg.compute.orchestrator
+    if orchestrator not in (*ACCEPTED_ORCHESTRATORS, "none"):  # none: inference-only EKS, nothing to accept
+        print(
+            f"{ns.config}: compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; {orchestrator} is not supported yet (docs/first-job.md)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
+    if not run_id.replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"accept: --run-id: letters, digits, '-' and '_' only, got {run_id!r}")
+    if orchestrator != "slurm":  # HyperPod EKS, or inference-only EKS (orchestrator none)
+        if orchestrator == "none":
+            return eks.inference_only(cfg)
+        overrides = checks._overrides(ns.pipeline, cfg.name)
+        return eks.main(cfg, run_id, ns.dry_run, overrides, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)
+    plan = slurm.slurm_plan(cfg, run_id, checks._overrides(ns.pipeline, cfg.name), checks.read_instance_thresholds())
+    if ns.dry_run:
+        slurm.print_plan(plan)
+        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
+    return slurm.run_on_login_node(plan, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)

@@ -32,9 +32,10 @@ from typing import Any
 import yaml
 
 from fminfra.config import EnvironmentConfig
-from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept import checks as accept
 from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
 from fminfra.ops.accept.results import ResultError, nccl_ofi_provider
+from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
 
@@ -378,7 +379,7 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
     thresholds = {j.group: accept.nccl_threshold(catalog_name(cfg, j.group), overrides, table) for j in plan.jobs if j.kind == "nccl"}
     lustre = cfg.storage.lustre if cfg.storage is not None else None
     baseline = lustre_throughput_gb_per_s(lustre.capacity_gib, lustre.mb_per_tib) if lustre is not None else None
-    image = accept.unpinned_image()
+    image = unpinned_image()
     passable = all(t.fail_gbps is not None for t in thresholds.values()) and image is None
     if dry_run:
         print(

@@ -54,10 +54,10 @@ import fminfra
 from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig
 from fminfra.config.loader import read_yaml
 from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, gate_enabled, load_pipeline
+from fminfra.ops import accept as accept_command
 from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept.checks import _overrides, read_instance_thresholds
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
-
-HELP = "run `fminfra accept ENV` from CI: on a HyperPod Slurm login node through SSM, on EKS from here"
 
 # The session document that runs one command and ends (docs/facts/jobs.md#hyperpod-ssm-target).
 SSM_DOCUMENT = "AWS-StartNonInteractiveCommand"
@@ -320,34 +320,21 @@ def run_remote(
 # --- the verb --------------------------------------------------------------------------------------------
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="ENV", help="environment name (config/ENV.yaml) or config file")
-    p.add_argument("--dry-run", action="store_true", help="print the session, the command and what accept would submit; offline")
-    p.add_argument("--pipeline", type=Path, help="pipeline.yaml (default: ./pipeline.yaml if present): thresholds and accept.gate")
-    p.add_argument("--if-gated", action="store_true", help="do nothing (exit 0) when pipeline.yaml turns the gate off for ENV")
-    p.add_argument("--run-id", help="run folder under /fsx/fminfra-accept (default: ENV-<UTC time>)")
-    p.add_argument("--timeout-minutes", type=float, default=60.0, help="accept's own timeout (default 60)")
-    p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sessions and between sacct polls (default 30)")
-    p.add_argument(
-        "--remote-python",
-        default="/fsx/fminfra/.venv/bin/python",
-        help="Python with this fminfra version installed, on the node (default /fsx/fminfra/.venv/bin/python)",
-    )
-    p.add_argument("--remote-user", default="ubuntu", help="run as this user on the node ('' = root; default ubuntu)")
-
-
 def _as_accept_namespace(ns: argparse.Namespace) -> argparse.Namespace:
-    """accept's own arguments, parsed by accept's own parser (its defaults for whatever it adds)."""
-    parser = argparse.ArgumentParser(prog="fminfra accept")
-    accept.add_arguments(parser)
-    argv = [ns.config, "--timeout-minutes", f"{ns.timeout_minutes:g}", "--poll-seconds", f"{ns.poll_seconds:g}"]
-    argv += ["--dry-run"] if ns.dry_run else []
-    argv += ["--pipeline", str(ns.pipeline)] if ns.pipeline else []
-    argv += ["--run-id", ns.run_id] if ns.run_id else []
-    return parser.parse_args(argv)
+    """accept's own arguments (`fminfra accept ENV ...`, its defaults for the rest), as its parser
+    would read them from the command line accept-remote passes on."""
+    return argparse.Namespace(
+        config=ns.config,
+        dry_run=bool(ns.dry_run),
+        pipeline=Path(str(ns.pipeline)) if ns.pipeline else None,
+        run_id=ns.run_id or None,
+        timeout_minutes=float(f"{ns.timeout_minutes:g}"),
+        poll_seconds=float(f"{ns.poll_seconds:g}"),
+        report=None,
+    )
 
 
-def main(ns: argparse.Namespace) -> int:
+def command(ns: argparse.Namespace) -> int:
     [(path, cfg)] = load_configs([ns.config])
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept-remote: --timeout-minutes and --poll-seconds must be greater than 0")
@@ -362,7 +349,7 @@ def main(ns: argparse.Namespace) -> int:
     if orchestrator != "slurm":
         # The EKS path reaches the cluster from here: `fminfra accept` itself (docs/first-job.md); it
         # also says what an environment without training groups (nothing to run) or ec2 (not covered) gets.
-        return accept.main(_as_accept_namespace(ns))
+        return accept_command.command(_as_accept_namespace(ns))
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")
@@ -380,7 +367,7 @@ def main(ns: argparse.Namespace) -> int:
         print(f"# then every {ns.poll_seconds:g} s, until gate.exit appears:")
         print(poll_script(ns.run_id, 0))
         print("# and on the node, `fminfra accept` does:")
-        plan = accept.slurm_plan(cfg, ns.run_id, accept._overrides(ns.pipeline, cfg.name), accept.read_instance_thresholds())
+        plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
         accept.print_plan(plan)
         return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
     import boto3

@@ -5,8 +5,9 @@ and /fsx is mounted: it copies the scripts to the shared file system, submits wi
 training group an nccl-tests job on two nodes, the PyTorch DDP smoke job and the FSx fio probe on
 the whole group, waits (`sacct`) while printing each job's state, then reads the results, prints
 a table and writes a JSON report. `--dry-run` prints what would be submitted, offline, anywhere.
-On HyperPod EKS (and inference-only EKS, which has nothing to accept) main hands over to
-accept_eks.py: the same jobs as Kubernetes objects (accept_manifests.py), through kubectl.
+On HyperPod EKS (and inference-only EKS, which has nothing to accept) `fminfra.ops.accept.command`
+hands over to `eks`: the same jobs as Kubernetes objects (`manifests`), through kubectl. The
+checks and thresholds both share are in `checks`.
 
 Thresholds (docs/first-job.md explains each):
 - all_reduce bus bandwidth at 1-2 GiB on two nodes against the instance type's row of
@@ -21,13 +22,10 @@ Exit 0 when every figure meets its threshold (warnings included), 1 when one fai
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shlex
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,99 +33,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS, DEFAULT_PIPELINE_FILE, AcceptThresholds, load_pipeline
-from fminfra.core.resources import instance_table, scripts_root
+from fminfra.config.pipeline import AcceptThresholds
+from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
+from fminfra.ops.accept.checks import (
+    Check,
+    NcclThreshold,
+    SlurmJob,
+    ddp_check,
+    fsx_checks,
+    nccl_checks,
+    nccl_threshold,
+    report_checks,
+)
 from fminfra.ops.accept.results import (
     ResultError,
-    TorchrunFailure,
-    busbw_at,
-    nccl_ofi_provider,
-    parse_nccl_tests,
-    parse_torchrun,
-    read_fsx_results,
 )
-from fminfra.ops.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
+from fminfra.ops.common import UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
-
-HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment; --dry-run prints them"
 
 # Where the HyperPod lifecycle scripts mount FSx for Lustre (fminfra/compute/stack/clusters.py, FsxMount).
 FSX_MOUNT = "/fsx"
 NCCL_NODES = 2  # the thresholds were measured on two nodes (docs/facts/instances.md#nccl-allreduce-p5-two-node)
 DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
-
-
-@dataclass(frozen=True)
-class NcclThreshold:
-    fail_gbps: float | None
-    warn_gbps: float | None
-    source: str
-
-
-def read_instance_thresholds(path: Path | None = None) -> dict[str, tuple[float | None, float | None]]:
-    """instance type -> (nccl_fail_gbps, nccl_warn_gbps) from instance_types.tsv ("-" = none measured)."""
-    path = path or instance_table()
-    table: dict[str, tuple[float | None, float | None]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        fields = line.split()
-        if len(fields) != 8:
-            raise UsageError(
-                f"{path}: line {number}: expected 8 columns (name gpus efa nvswitch fabric arch nccl_fail_gbps nccl_warn_gbps)"
-            )
-        try:
-            fail, warn = (None if v == "-" else float(v) for v in fields[6:8])
-        except ValueError:
-            raise UsageError(f"{path}: line {number}: nccl_fail_gbps/nccl_warn_gbps must be numbers or '-', got {fields[6:8]}") from None
-        table[fields[0]] = (fail, warn)
-    return table
-
-
-def nccl_threshold(
-    instance_type: str, override: AcceptThresholds | None, table: dict[str, tuple[float | None, float | None]]
-) -> NcclThreshold:
-    """pipeline.yaml's accept thresholds win; else the type's measured row; else none (the gate fails)."""
-    if override is not None and override.nccl_fail_gbps is not None:
-        warn = override.nccl_warn_gbps if override.nccl_warn_gbps is not None else override.nccl_fail_gbps
-        return NcclThreshold(override.nccl_fail_gbps, warn, "pipeline.yaml accept")
-    measured_fail, measured_warn = table.get(instance_type, (None, None))
-    if measured_fail is None:
-        return NcclThreshold(None, None, f"none: instance_types.tsv has no measured threshold for {instance_type}")
-    return NcclThreshold(
-        measured_fail, measured_warn if measured_warn is not None else measured_fail, f"instance_types.tsv ({instance_type})"
-    )
-
-
-@dataclass(frozen=True)
-class SlurmJob:
-    kind: str  # nccl | ddp | fsx
-    group: str
-    nodes: int
-    gpus_per_node: int
-    script: str
-    results: str  # folder under the run folder
-    extra_env: tuple[tuple[str, str], ...] = ()
-    efa: bool = True  # the instance type has EFA interfaces: NCCL must select the efa provider
-
-    def sbatch(self, run_dir: str) -> list[str]:
-        env = [
-            f"FMINFRA_JOBS_DIR={run_dir}/scripts/jobs",
-            f"FMINFRA_RESULTS_DIR={run_dir}/{self.results}",
-            f"GPUS_PER_NODE={self.gpus_per_node}",
-            *(f"{k}={v}" for k, v in self.extra_env),
-        ]
-        return [
-            "sbatch",
-            "--parsable",
-            f"--job-name=fminfra-accept-{self.kind}-{self.group}",
-            f"--partition={self.group}",
-            f"--nodes={self.nodes}",
-            f"--output={run_dir}/{self.results}/slurm-%j.out",
-            "--export=ALL," + ",".join(env),
-            f"{run_dir}/scripts/jobs/{self.script}",
-        ]
 
 
 def unpinned_image() -> str | None:
@@ -249,14 +177,6 @@ def wait_for(jobs: dict[str, str], timeout_s: float, poll_s: float, clock: Calla
         time.sleep(poll_s)
 
 
-@dataclass
-class Check:
-    name: str
-    status: str  # PASS | WARN | FAIL
-    figure: str
-    detail: str
-
-
 def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJob, str]) -> list[Check]:
     checks: list[Check] = []
     for job in plan.jobs:
@@ -281,70 +201,6 @@ def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJ
     return checks
 
 
-def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool) -> list[Check]:
-    out = []
-    for collective in ("all_reduce", "all_gather", "reduce_scatter"):
-        log = folder / f"nccl-{collective}.log"
-        text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
-        rows = parse_nccl_tests(text, str(log))
-        busbw = busbw_at(rows)
-        figure = "-" if busbw is None else f"{busbw:g} GB/s"
-        sizes = ", ".join(f"{r.size_bytes >> 20} MiB {r.busbw_gbps:g}" for r in rows if r.size_bytes >= 1 << 26)
-        provider = nccl_ofi_provider(text)
-        if efa and provider != "efa":
-            found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
-            out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, f"NCCL did not use EFA: {found}"))
-        elif any(r.wrong for r in rows):
-            out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, "wrong results reported (#wrong > 0)"))
-        elif collective != "all_reduce":
-            out.append(Check(f"nccl {collective} {job.group}", "PASS", figure, f"reported, no threshold; busbw by size: {sizes}"))
-        elif busbw is None:
-            out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, "no 1 GiB / 2 GiB rows"))
-        elif threshold.fail_gbps is None or threshold.warn_gbps is None:
-            out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, f"no threshold ({threshold.source})"))
-        else:
-            status = "FAIL" if busbw < threshold.fail_gbps else "WARN" if busbw < threshold.warn_gbps else "PASS"
-            out.append(
-                Check(
-                    f"nccl {collective} {job.group}",
-                    status,
-                    figure,
-                    f"fail < {threshold.fail_gbps:g}, warn < {threshold.warn_gbps:g} ({threshold.source})",
-                )
-            )
-    return out
-
-
-def ddp_check(job: SlurmJob, folder: Path) -> Check:
-    log = folder / "ddp.log"
-    result = parse_torchrun(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "", str(log))
-    name = f"ddp {job.group}"
-    if isinstance(result, TorchrunFailure):
-        return Check(
-            name, "FAIL", "-", f"torchrun: {result.script} failed on {result.host} rank {result.rank}, exit code {result.exitcode}"
-        )
-    figure = f"{result.step_time_ms_median:.1f} ms/step"
-    detail = f"{result.world_size} ranks, loss {result.loss_first:.4g} -> {result.loss_last:.4g}, p90 {result.step_time_ms_p90:.1f} ms"
-    expected = job.nodes * job.gpus_per_node
-    if result.world_size != expected:
-        return Check(name, "FAIL", figure, f"{detail}: expected {expected} ranks ({job.nodes} nodes x {job.gpus_per_node} GPUs)")
-    return Check(name, "PASS" if result.loss_fell else "FAIL", figure, detail + ("" if result.loss_fell else ": the loss did not fall"))
-
-
-def fsx_checks(job: SlurmJob, folder: Path, baseline: float | None) -> list[Check]:
-    out = []
-    for rw in ("write", "read"):
-        fsx = read_fsx_results(folder, rw)
-        total = fsx.gb_per_s
-        status = "WARN" if baseline is not None and total < baseline else "PASS"
-        versus = f"baseline {baseline:.2f} GB/s" if baseline is not None else "no baseline"
-        detail = f"{len(fsx.per_node)} nodes, {versus}"
-        if len(fsx.per_node) != job.nodes:  # the sum would understate the file system
-            status, detail = "FAIL", f"results from {len(fsx.per_node)} of {job.nodes} nodes, {versus}"
-        out.append(Check(f"fsx {rw} {job.group}", status, f"{total:.2f} GB/s", detail))
-    return out
-
-
 def run_on_login_node(plan: Plan, timeout_s: float, poll_s: float, report: Path | None) -> int:
     if shutil.which("sbatch") is None or shutil.which("sacct") is None:
         raise UsageError("accept: sbatch/sacct not found; run `fminfra accept` on the cluster's login node, or use --dry-run")
@@ -364,69 +220,3 @@ def run_on_login_node(plan: Plan, timeout_s: float, poll_s: float, report: Path 
             subprocess.run(["scancel", job_id], check=False)
     checks = evaluate(plan, run_dir, states, ids)
     return report_checks(checks, report or run_dir / "accept.json", {"environment": plan.cfg.name, "run_dir": str(run_dir)})
-
-
-def report_checks(checks: list[Check], report: Path, about: dict[str, str]) -> int:
-    """The table, then the JSON report (`about`, the result, every check); the exit code of the run.
-    Shared by the Slurm and EKS paths (accept_eks.py)."""
-    width = max(len(c.name) for c in checks) if checks else 5
-    for c in checks:
-        print(f"{c.status:4} {c.name:{width}} {c.figure:>14}  {c.detail}")
-    failed = any(c.status == "FAIL" for c in checks)
-    result = {**about, "result": "FAIL" if failed else "PASS", "checks": [c.__dict__ for c in checks]}
-    report.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"report: {report}")
-    return EXIT_CHECK_FAILED if failed else EXIT_OK
-
-
-def _overrides(pipeline_file: Path | None, env: str) -> AcceptThresholds | None:
-    path = pipeline_file or DEFAULT_PIPELINE_FILE
-    if pipeline_file is None and not path.exists():
-        return None
-    if not path.exists():
-        raise UsageError(f"{path}: no such pipeline file")
-    pipeline, configs = load_pipeline(path)
-    for entry, cfg in zip(pipeline.environments, configs, strict=True):
-        if cfg.name == env:
-            return entry.accept
-    return None
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="ENV", help="environment name (config/ENV.yaml) or config file")
-    p.add_argument("--dry-run", action="store_true", help="print what would be submitted and the thresholds; offline")
-    p.add_argument(
-        "--pipeline", type=Path, help="pipeline.yaml with per-environment accept thresholds (default: ./pipeline.yaml if present)"
-    )
-    p.add_argument("--run-id", help="name of the run folder under /fsx/fminfra-accept (default: ENV-<UTC time>)")
-    p.add_argument("--timeout-minutes", type=float, default=60.0, help="give up waiting after this long (default 60)")
-    p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sacct polls (default 30)")
-    p.add_argument("--report", type=Path, help="JSON report path (default: RUN/accept.json)")
-
-
-def main(ns: argparse.Namespace) -> int:
-    [(_, cfg)] = load_configs([ns.config])
-    if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
-        raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
-    orchestrator = cfg.compute.orchestrator
-    if orchestrator not in (*ACCEPTED_ORCHESTRATORS, "none"):  # none: inference-only EKS, nothing to accept
-        print(
-            f"{ns.config}: compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; {orchestrator} is not supported yet (docs/first-job.md)",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_INPUT
-    run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
-    if not run_id.replace("-", "").replace("_", "").isalnum():
-        raise UsageError(f"accept: --run-id: letters, digits, '-' and '_' only, got {run_id!r}")
-    if orchestrator != "slurm":  # HyperPod EKS, or inference-only EKS (orchestrator none)
-        from fminfra.ops.accept import eks as accept_eks
-
-        if orchestrator == "none":
-            return accept_eks.inference_only(cfg)
-        overrides = _overrides(ns.pipeline, cfg.name)
-        return accept_eks.main(cfg, run_id, ns.dry_run, overrides, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)
-    plan = slurm_plan(cfg, run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
-    if ns.dry_run:
-        print_plan(plan)
-        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
-    return run_on_login_node(plan, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)

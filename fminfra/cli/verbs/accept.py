@@ -1,0 +1,26 @@
+"""`fminfra accept`: parse the arguments, call `fminfra.ops.accept.command`, return its exit code."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from fminfra.ops import accept
+
+HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment; --dry-run prints them"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", metavar="ENV", help="environment name (config/ENV.yaml) or config file")
+    p.add_argument("--dry-run", action="store_true", help="print what would be submitted and the thresholds; offline")
+    p.add_argument(
+        "--pipeline", type=Path, help="pipeline.yaml with per-environment accept thresholds (default: ./pipeline.yaml if present)"
+    )
+    p.add_argument("--run-id", help="name of the run folder under /fsx/fminfra-accept (default: ENV-<UTC time>)")
+    p.add_argument("--timeout-minutes", type=float, default=60.0, help="give up waiting after this long (default 60)")
+    p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sacct polls (default 30)")
+    p.add_argument("--report", type=Path, help="JSON report path (default: RUN/accept.json)")
+
+
+def main(ns: argparse.Namespace) -> int:
+    return accept.command(ns)

@@ -1,0 +1,161 @@
+"""Stateful-change guard: fail when a deploy would delete or replace a resource that holds data.
+
+Compares the templates about to be deployed (AFTER) with a baseline (BEFORE): the committed
+templates under `baselines/<env>/`, the templates CloudFormation holds for the deployed stacks,
+or, in change-set mode, CloudFormation's own replacement verdicts. A stateful resource (see
+`STATEFUL_TYPES`) fails the guard when
+
+- its logical id is no longer in any AFTER template (CloudFormation deletes it, or orphans it
+  when retained, and the next one starts empty), or its type changed;
+- a property changed that the resource's CloudFormation schema marks create-only (cfn-lint ships
+  the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
+  miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
+
+Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
+lets a deliberate change through (it is still printed).
+
+The engine is `replacements` (guarded types, create-only properties, how a replacement spreads),
+`capacity_blocks` the Capacity Block window check, `sources` the synth and CloudFormation reads;
+templates are read by `fminfra.core.assembly.read_templates`. This module is `command`, the verb.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fminfra.core.assembly import AssemblyError as GuardInputError
+from fminfra.core.assembly import Templates, read_templates, write_baseline
+from fminfra.ops.guard.capacity_blocks import capacity_block_deploy_findings
+from fminfra.ops.guard.replacements import (
+    DATA_TYPES,
+    DEFAULT_REGION,
+    EXTRA_CREATE_ONLY,
+    GUARDED_TYPES,
+    STATEFUL_TYPES,
+    Finding,
+    compare_templates,
+    count_stateful,
+    create_only_properties,
+    report,
+    schema_create_only,
+)
+from fminfra.ops.guard.sources import _cloudformation_client, change_set_findings, deployed_templates, synthesize
+
+__all__ = [
+    "DATA_TYPES",
+    "DEFAULT_REGION",
+    "EXTRA_CREATE_ONLY",
+    "GUARDED_TYPES",
+    "STATEFUL_TYPES",
+    "Finding",
+    "GuardInputError",
+    "Templates",
+    "capacity_block_deploy_findings",
+    "change_set_findings",
+    "command",
+    "compare_templates",
+    "count_stateful",
+    "create_only_properties",
+    "deployed_templates",
+    "read_templates",
+    "report",
+    "schema_create_only",
+    "synthesize",
+    "write_baseline",
+]
+
+# --------------------------------------------------------------------------------------------
+# command line: `python -m fminfra guard ...`
+
+BASELINE_ROOT = Path("baselines")
+
+
+def command(ns: Any) -> int:
+    """Handler of `guard`: exit 0 clean, 1 a stateful resource would be deleted/replaced, 2 bad input."""
+    from fminfra.config import resolve_config_path
+
+    try:
+        if ns.deployed and ns.change_set:
+            raise GuardInputError("guard: --deployed and --change-set exclude each other")
+        if (ns.deployed or ns.change_set) and (ns.baseline or ns.update_baseline):
+            raise GuardInputError("guard: --deployed/--change-set compare with AWS; do not combine with --baseline or --update-baseline")
+        environment, region = None, DEFAULT_REGION
+        if ns.config:
+            config_path = resolve_config_path(ns.config)
+            if ns.templates:
+                from fminfra.config import load_config
+
+                cfg = load_config(config_path)
+                environment, region = cfg.name, cfg.region
+                after = read_templates(Path(ns.templates), environment)
+            else:
+                if not (ns.deployed or ns.change_set or ns.update_baseline):
+                    _require_baseline(Path(ns.baseline) if ns.baseline else None, config_path)  # before a slow synth
+                environment, region, after = synthesize(config_path)
+        elif ns.templates:
+            after = read_templates(Path(ns.templates))
+        else:
+            raise GuardInputError("guard: give CONFIG, or --templates DIR (with --baseline DIR)")
+        if ns.update_baseline:
+            target = Path(ns.baseline) if ns.baseline else _default_baseline(environment)
+            for path in write_baseline(after, target):
+                print(f"wrote {path}")
+            return 0
+        if ns.deployed or ns.change_set:
+            cloudformation = _cloudformation_client(region, ns.role_arn)
+            if ns.change_set:
+                findings = change_set_findings(cloudformation, after, allow=ns.allow)
+                return report(findings, count_stateful(after))
+            before = deployed_templates(cloudformation, after)
+        else:
+            baseline_dir = Path(ns.baseline) if ns.baseline else _default_baseline(environment)
+            if not baseline_dir.is_dir():
+                raise GuardInputError(
+                    f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`"
+                )
+            before = read_templates(baseline_dir, environment)
+        status = report(compare_templates(before, after, allow=ns.allow, region=region), count_stateful(before))
+        return max(status, _report_capacity_blocks(before, after))
+    except GuardInputError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        if "ValidationFailed" in str(exc):  # cdk-nag findings while synthesizing CONFIG
+            print(f"guard: policy checks failed while synthesizing (cdk-nag): {exc}", file=sys.stderr)
+            return 1
+        raise
+    except Exception as exc:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, (BotoCoreError, ClientError)):
+            from fminfra.ops.aws import access_problem
+
+            print(f"guard: {access_problem(exc) or f'AWS: {exc}'}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _report_capacity_blocks(before: Templates, after: Templates) -> int:
+    """Print what the deploy does to Capacity Block groups inside their window; 1 if it resets or resizes one."""
+    findings = capacity_block_deploy_findings(before, after, datetime.now(UTC))
+    for blocking, line in findings:
+        print(f"{'FAIL' if blocking else 'WARN'} {line}")
+    return 1 if any(blocking for blocking, _ in findings) else 0
+
+
+def _require_baseline(baseline: Path | None, config_path: Path) -> None:
+    """GuardInputError at once when the baseline to compare with does not exist."""
+    from fminfra.config import load_config
+
+    baseline_dir = baseline or _default_baseline(load_config(config_path).name)
+    if not baseline_dir.is_dir():
+        raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
+
+
+def _default_baseline(environment: str | None) -> Path:
+    if environment is None:
+        raise GuardInputError("guard: --baseline DIR is required without CONFIG")
+    return BASELINE_ROOT / environment

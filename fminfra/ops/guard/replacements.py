@@ -1,0 +1,367 @@
+"""The guard's engine: which resources a change deletes or replaces, directly or through the
+references a replacement spreads along, and which of them hold data.
+
+Compares the templates about to be deployed (AFTER) with a baseline (BEFORE): the committed
+templates under `baselines/<env>/`, the templates CloudFormation holds for the deployed stacks,
+or, in change-set mode, CloudFormation's own replacement verdicts. A stateful resource (see
+`STATEFUL_TYPES`) fails the guard when
+
+- its logical id is no longer in any AFTER template (CloudFormation deletes it, or orphans it
+  when retained, and the next one starts empty), or its type changed;
+- a property changed that the resource's CloudFormation schema marks create-only (cfn-lint ships
+  the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
+  miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
+
+Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
+lets a deliberate change through (it is still printed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from fminfra.core.assembly import Templates
+
+# What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
+# the same table with the reasons). Types not listed here are recreated from the template with
+# nothing lost, but their replacement still counts when it spreads to a guarded resource.
+GUARDED_TYPES: dict[str, str] = {
+    "AWS::S3::Bucket": "data: the objects",
+    "AWS::KMS::Key": "data: everything encrypted under the key becomes unreadable",
+    "AWS::FSx::FileSystem": "data: the file system's contents",
+    "AWS::FSx::DataRepositoryAssociation": "data: files not yet exported to S3",
+    "AWS::Logs::LogGroup": "data: the log events",
+    "AWS::APS::Workspace": "data: the stored metrics",
+    "AWS::APS::RuleGroupsNamespace": "alerting: the rules' pending and firing state, and alerts until it is recreated",
+    "AWS::SageMaker::Cluster": "capacity and running work: the HyperPod nodes and the jobs on them",
+    "AWS::EKS::Cluster": "capacity and running work: every workload and node of the cluster",
+    "AWS::EC2::CapacityReservation": "capacity: the reserved instances; a new reservation may not be granted",
+    "AWS::EC2::VPC": "identity: everything in the VPC must be recreated",
+    "AWS::EC2::Subnet": "identity: everything in the subnet must be recreated",
+}
+# Kept for callers of the earlier API: the guarded types, in table order.
+STATEFUL_TYPES: tuple[str, ...] = tuple(GUARDED_TYPES)
+
+# Types whose DeletionPolicy/UpdateReplacePolicy decides whether their data survives a removal or
+# a replacement: Retain (or Snapshot) turning into Delete (or no policy: CloudFormation's default
+# is Delete for these types) fails the guard.
+DATA_TYPES: tuple[str, ...] = (
+    "AWS::S3::Bucket",
+    "AWS::KMS::Key",
+    "AWS::FSx::FileSystem",
+    "AWS::Logs::LogGroup",
+    "AWS::APS::Workspace",
+)
+_KEEPING_POLICIES = ("Retain", "RetainExceptOnCreate", "Snapshot")
+
+# Properties whose change replaces the resource but which the schemas do not mark create-only.
+# Paths are JSON pointers into the resource as in the schemas; each entry carries its source.
+EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
+    "AWS::FSx::FileSystem": {
+        "/properties/LustreConfiguration/DeploymentType": "FSx: the deployment type is fixed at creation",
+        "/properties/LustreConfiguration/EfaEnabled": "FSx: EFA cannot be changed after creation",
+        "/properties/LustreConfiguration/DriveCacheType": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ImportPath": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ExportPath": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/ImportedFileChunkSize": "CloudFormation docs: Update requires Replacement",
+        "/properties/StorageType": "FSx: the storage type is fixed at creation",
+    },
+    "AWS::KMS::Key": {
+        "/properties/KeySpec": "CloudFormation docs: changing KeySpec schedules the key for deletion and creates a new one",
+        "/properties/KeyUsage": "CloudFormation docs: changing KeyUsage schedules the key for deletion and creates a new one",
+        "/properties/MultiRegion": "CloudFormation docs: changing MultiRegion schedules the key for deletion and creates a new one",
+        "/properties/Origin": "CloudFormation docs: changing Origin schedules the key for deletion and creates a new one",
+    },
+    "AWS::SageMaker::Cluster": {
+        "/properties/Orchestrator": "HyperPod: a cluster cannot switch between Slurm and EKS orchestration",
+    },
+}
+
+DEFAULT_REGION = "us-east-1"
+
+
+@cache
+def schema_create_only(resource_type: str, region: str = DEFAULT_REGION) -> tuple[str, ...]:
+    """`createOnlyProperties` of a type from cfn-lint's bundled CloudFormation schemas."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    try:
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, resource_type)
+    except Exception:  # cfn-lint raises its own ResourceNotFoundError for unknown types/regions
+        return ()
+    return tuple(schema.schema.get("createOnlyProperties") or ())
+
+
+def create_only_properties(resource_type: str, region: str = DEFAULT_REGION) -> dict[str, str]:
+    """Create-only property pointers of a type -> where that fact comes from."""
+    result = {p: "create-only in the CloudFormation schema" for p in schema_create_only(resource_type, region)}
+    for pointer, source in EXTRA_CREATE_ONLY.get(resource_type, {}).items():
+        result.setdefault(pointer, f"replacement ({source})")
+    return result
+
+
+_MISSING = object()
+
+
+def _resolve(value: Any, parts: list[str], prefix: str) -> Iterator[tuple[str, Any]]:
+    """Values at a JSON pointer (parts after /properties), expanding `*` over lists and maps."""
+    if not parts:
+        yield prefix, value
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = enumerate(value) if isinstance(value, list) else value.items() if isinstance(value, dict) else []
+        for key, item in items:
+            yield from _resolve(item, rest, f"{prefix}[{key}]")
+        return
+    child = value.get(head, _MISSING) if isinstance(value, dict) else _MISSING
+    name = f"{prefix}.{head}" if prefix else head
+    if child is _MISSING:
+        yield name, _MISSING
+        return
+    yield from _resolve(child, rest, name)
+
+
+def _values_at(properties: Mapping[str, Any], pointer: str) -> dict[str, Any]:
+    parts = pointer.split("/")[2:] if pointer.startswith("/properties/") else []
+    return dict(_resolve(properties, parts, "")) if parts else {}
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(unset)"
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One guarded resource that would be deleted, replaced, left unprotected or truncated."""
+
+    stack: str
+    logical_id: str
+    resource_type: str
+    action: str  # "deleted" | "replaced" | "unprotected" | "truncated"
+    property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
+    detail: str
+    allowed: bool = False
+
+    def __str__(self) -> str:
+        prefix = "ALLOWED " if self.allowed else ""
+        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) would be {self.action}: {self.property}: {self.detail}"
+
+
+def _resources(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return dict(template.get("Resources") or {})
+
+
+def _direct_replacement(old: Mapping[str, Any], new: Mapping[str, Any], region: str) -> list[tuple[str, str]]:
+    """(property path, why) for each change of one resource that CloudFormation answers with a replacement."""
+    rtype = old.get("Type", "")
+    if new.get("Type") != rtype:
+        return [("(type)", f"type changed from {rtype} to {new.get('Type')}")]
+    old_props, new_props = old.get("Properties") or {}, new.get("Properties") or {}
+    changes: list[tuple[str, str]] = []
+    for pointer, source in sorted(create_only_properties(rtype, region).items()):
+        old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
+        for path in sorted(set(old_values) | set(new_values)):
+            old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
+            if old_v != new_v:
+                changes.append((path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})"))
+    return changes
+
+
+_SUB_NAME = re.compile(r"\$\{([^!}][^}]*)\}")
+
+
+def _references(value: Any) -> Iterator[tuple[str, str]]:
+    """("resource", LOGICAL_ID) and ("import", EXPORT_NAME) for every reference inside a value:
+    Ref, Fn::GetAtt, names in Fn::Sub strings, and Fn::ImportValue of a literal export name."""
+    stack: list[Any] = [value]
+    while stack:  # iterative: a template can nest deeper than Python's recursion limit
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            if len(item) == 1:
+                ((key, arg),) = item.items()
+                if key == "Ref" and isinstance(arg, str):
+                    yield "resource", arg
+                    continue
+                if key == "Fn::GetAtt":
+                    target = arg[0] if isinstance(arg, list) and arg else arg.split(".", 1)[0] if isinstance(arg, str) else None
+                    if isinstance(target, str):
+                        yield "resource", target
+                    continue
+                if key == "Fn::Sub":
+                    text = arg[0] if isinstance(arg, list) and arg else arg
+                    if isinstance(text, str):
+                        for name in _SUB_NAME.findall(text):
+                            yield "resource", name.split(".", 1)[0]
+                    if isinstance(arg, list):
+                        stack.extend(arg[1:])
+                    continue
+                if key == "Fn::ImportValue" and isinstance(arg, str):
+                    yield "import", arg
+                    continue
+            stack.extend(item.values())
+
+
+def _exports(after: Templates) -> dict[str, tuple[str, Any]]:
+    """Export name -> (stack, exported value) of every AFTER template's Outputs."""
+    exports: dict[str, tuple[str, Any]] = {}
+    for stack, template in after.items():
+        for output in (template.get("Outputs") or {}).values():
+            name = ((output or {}).get("Export") or {}).get("Name") if isinstance(output, dict) else None
+            if isinstance(name, str):
+                exports[name] = (stack, output.get("Value"))
+    return exports
+
+
+def _referenced_resources(value: Any, stack: str, exports: Mapping[str, tuple[str, Any]]) -> Iterator[tuple[str, str]]:
+    """(stack, logical id) of the resources a value depends on, following imports to the exporting stack."""
+    for kind, name in _references(value):
+        if kind == "resource":
+            yield stack, name
+        elif name in exports:
+            source_stack, exported = exports[name]
+            for inner_kind, inner in _references(exported):
+                if inner_kind == "resource":
+                    yield source_stack, inner
+
+
+def _replacements(before: Templates, after: Templates, region: str) -> dict[tuple[str, str], tuple[str, str]]:
+    """Every resource (any type) that AFTER replaces -> (property path, why): directly (a create-only
+    property or the type changed) or because a create-only property references a replaced resource,
+    in the same stack or through an export; followed until nothing more changes."""
+    replaced: dict[tuple[str, str], tuple[str, str]] = {}
+    pairs: list[tuple[str, str, dict[str, Any], dict[str, Any]]] = []
+    for stack, template in before.items():
+        after_resources = _resources(after.get(stack) or {})
+        for lid, old in _resources(template).items():
+            new = after_resources.get(lid)
+            if not isinstance(new, dict) or not isinstance(old, dict):
+                continue
+            pairs.append((stack, lid, old, new))
+            direct = _direct_replacement(old, new, region)
+            if direct:
+                replaced[(stack, lid)] = direct[0]
+    exports = _exports(after)
+    changed = True
+    while changed:
+        changed = False
+        for stack, lid, _old, new in pairs:
+            if (stack, lid) in replaced:
+                continue
+            props = new.get("Properties") or {}
+            for pointer in sorted(create_only_properties(new.get("Type", ""), region)):
+                for path, value in _values_at(props, pointer).items():
+                    cause = next(
+                        (ref for ref in _referenced_resources(value, stack, exports) if ref in replaced and ref != (stack, lid)), None
+                    )
+                    if cause is None:
+                        continue
+                    cause_type = (_resources(after.get(cause[0]) or {}).get(cause[1]) or {}).get("Type", "?")
+                    where = "" if cause[0] == stack else f" in stack {cause[0]}"
+                    why = f"{cause[1]} ({cause_type}){where}, which is replaced ({replaced[cause][0]}), and {path} is create-only"
+                    replaced[(stack, lid)] = (path, why)
+                    changed = True
+                    break
+                if (stack, lid) in replaced:
+                    break
+    return replaced
+
+
+def _policy_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    findings = []
+    for policy in ("DeletionPolicy", "UpdateReplacePolicy"):
+        was, now = old.get(policy, "Delete"), new.get(policy, "Delete")
+        if was in _KEEPING_POLICIES and now not in _KEEPING_POLICIES:
+            when = "a removal from the template" if policy == "DeletionPolicy" else "a replacement"
+            findings.append((policy, f"changed from {was} to {now}: {when} would delete the data instead of keeping it"))
+    return findings
+
+
+def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, str] | None:
+    """RetentionInDays shortened (no value: kept forever): CloudWatch Logs deletes the older events."""
+    was = (old.get("Properties") or {}).get("RetentionInDays")
+    now = (new.get("Properties") or {}).get("RetentionInDays")
+    if now is None or not isinstance(now, int) or (was is not None and (not isinstance(was, int) or now >= was)):
+        return None
+    return "RetentionInDays", f"shortened from {was if was is not None else 'never expire'} to {now} days: older log events are deleted"
+
+
+def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
+    """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
+    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened)."""
+    allowed = set(allow)
+    after_index: dict[str, tuple[str, dict[str, Any]]] = {}
+    for stack, template in after.items():
+        for lid, res in _resources(template).items():
+            after_index.setdefault(lid, (stack, res))
+    replaced = _replacements(before, after, region)
+    findings: list[Finding] = []
+    for stack, template in sorted(before.items()):
+        after_resources = _resources(after[stack]) if stack in after else None
+        for lid, res in sorted(_resources(template).items()):
+            rtype = res.get("Type", "")
+            if rtype not in GUARDED_TYPES:
+                continue
+
+            def add(action: str, prop: str, detail: str, *, _stack: str = stack, _lid: str = lid, _rtype: str = rtype) -> None:
+                findings.append(
+                    Finding(_stack, _lid, _rtype, action, prop, f"{detail}; loses {GUARDED_TYPES[_rtype]}", allowed=_lid in allowed)
+                )
+
+            new = after_resources.get(lid) if after_resources is not None else None
+            if new is None:
+                moved = after_index.get(lid)
+                if after_resources is None and stack not in after:
+                    add("deleted", "(stack)", f"stack {stack} is no longer in the templates")
+                elif moved is not None:
+                    add("deleted", "(logical id)", f"moved to stack {moved[0]}: CloudFormation deletes it here and creates a new one there")
+                else:
+                    add("deleted", "(logical id)", f"logical id {lid} is no longer in stack {stack}")
+                continue
+            direct = _direct_replacement(res, new, region)
+            for prop, detail in direct:
+                add("replaced", prop, detail)
+            if not direct and (stack, lid) in replaced:
+                prop, detail = replaced[(stack, lid)]
+                add("replaced", prop, f"references {detail}")
+            if rtype in DATA_TYPES:
+                for prop, detail in _policy_findings(res, new):
+                    add("unprotected", prop, detail)
+            if rtype == "AWS::Logs::LogGroup":
+                retention = _retention_finding(res, new)
+                if retention:
+                    add("truncated", *retention)
+    return findings
+
+
+def report(findings: list[Finding], compared: int, out: Any = None) -> int:
+    """Print one line per finding; 1 when any is not allowed, else 0."""
+    out = out or sys.stdout
+    for finding in findings:
+        print(str(finding), file=out)
+    blocking = [f for f in findings if not f.allowed]
+    if blocking:
+        print(
+            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data; "
+            "allow a deliberate one with --allow LOGICAL_ID",
+            file=out,
+        )
+        return 1
+    allowed = len(findings)
+    print(f"guard: ok: {compared} stateful resources compared{f', {allowed} allowed' if allowed else ''}", file=out)
+    return 0
+
+
+def count_stateful(templates: Templates) -> int:
+    return sum(1 for t in templates.values() for r in _resources(t).values() if r.get("Type") in STATEFUL_TYPES)

@@ -1,0 +1,168 @@
+"""Where the guard's AFTER and BEFORE templates come from besides a folder: an in-process synth of a
+config, and, with credentials, the deployed stacks' templates and CloudFormation change sets."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from fminfra.core.assembly import AssemblyError as GuardInputError
+from fminfra.core.assembly import Templates, read_templates
+from fminfra.ops.guard.replacements import STATEFUL_TYPES, Finding
+
+
+def synthesize(config_path: Path) -> tuple[str, str, Templates]:
+    """Synthesize one config in-process (no AWS calls): (environment, region, templates)."""
+    import tempfile
+
+    from fminfra.config import load_config
+
+    cfg = load_config(config_path)  # before importing the CDK: bad input is one line, without jsii's start-up notices
+
+    import aws_cdk as cdk
+
+    from fminfra.app.synth import build_app
+
+    context = _cdk_json_context()
+    with tempfile.TemporaryDirectory(prefix="fminfra-guard-") as out:
+        app = cdk.App(outdir=out, context=context)
+        build_app([cfg], app=app)
+        app.synth()
+        return cfg.name, cfg.region, read_templates(Path(out), cfg.name)
+
+
+def _cdk_json_context() -> dict[str, Any]:
+    path = Path("cdk.json")
+    if path.exists():
+        return dict(json.loads(path.read_text()).get("context") or {})
+    return {}
+
+
+# --------------------------------------------------------------------------------------------
+# with credentials: deployed templates and change sets
+
+
+def deployed_templates(cloudformation: Any, stack_names: Iterable[str]) -> Templates:
+    """The templates CloudFormation holds for these stacks (stacks not deployed yet are skipped)."""
+    from botocore.exceptions import ClientError
+
+    templates: Templates = {}
+    for name in stack_names:
+        try:
+            body = cloudformation.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
+        except ClientError as exc:
+            if "does not exist" in str(exc):
+                continue
+            raise
+        templates[name] = json.loads(body) if isinstance(body, str) else dict(body)
+    return templates
+
+
+def change_set_findings(
+    cloudformation: Any,
+    after: Templates,
+    *,
+    allow: Iterable[str] = (),
+    change_set_name: str = "fminfra-guard",
+    poll_seconds: float = 5.0,
+    timeout_seconds: float = 600.0,
+) -> list[Finding]:
+    """Create a change set per deployed stack, read CloudFormation's verdicts, delete the change set.
+
+    A stateful resource fails when CloudFormation says `Remove`, or `Modify` with `Replacement`
+    True or Conditional. Stacks not deployed yet are skipped. The template goes as TemplateBody
+    (CloudFormation's limit: 51,200 bytes); larger templates need an S3 URL and are reported.
+    """
+    from botocore.exceptions import ClientError
+
+    allowed = set(allow)
+    findings: list[Finding] = []
+    for stack, template in sorted(after.items()):
+        body = json.dumps(template)
+        if len(body.encode()) > 51_200:
+            raise GuardInputError(f"{stack}: (template): {len(body.encode())} bytes, over the 51,200 of a change set's TemplateBody")
+        try:
+            cloudformation.describe_stacks(StackName=stack)
+        except ClientError as exc:
+            if "does not exist" in str(exc):
+                continue
+            raise
+        cloudformation.create_change_set(
+            StackName=stack,
+            ChangeSetName=change_set_name,
+            ChangeSetType="UPDATE",
+            TemplateBody=body,
+            Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+        )
+        try:
+            changes = _wait_for_changes(cloudformation, stack, change_set_name, poll_seconds, timeout_seconds)
+        finally:
+            cloudformation.delete_change_set(StackName=stack, ChangeSetName=change_set_name)
+        for change in changes:
+            rc = change.get("ResourceChange") or {}
+            rtype, lid = rc.get("ResourceType", ""), rc.get("LogicalResourceId", "")
+            if rtype not in STATEFUL_TYPES:
+                continue
+            if rc.get("Action") == "Remove":
+                findings.append(Finding(stack, lid, rtype, "deleted", "(logical id)", "CloudFormation change set: Remove", lid in allowed))
+            elif rc.get("Action") == "Modify" and rc.get("Replacement") in ("True", "Conditional"):
+                props = sorted(
+                    {
+                        (d.get("Target") or {}).get("Name") or "?"
+                        for d in rc.get("Details") or []
+                        if (d.get("Target") or {}).get("RequiresRecreation") in ("Always", "Conditionally")
+                    }
+                )
+                findings.append(
+                    Finding(
+                        stack,
+                        lid,
+                        rtype,
+                        "replaced",
+                        ", ".join(props) or "(unknown)",
+                        f"CloudFormation change set: Replacement {rc['Replacement']}",
+                        lid in allowed,
+                    )
+                )
+    return findings
+
+
+def _wait_for_changes(cloudformation: Any, stack: str, name: str, poll_seconds: float, timeout_seconds: float) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        described = cloudformation.describe_change_set(StackName=stack, ChangeSetName=name)
+        status = described.get("Status")
+        if status == "CREATE_COMPLETE":
+            changes = list(described.get("Changes") or [])
+            token = described.get("NextToken")
+            while token:
+                more = cloudformation.describe_change_set(StackName=stack, ChangeSetName=name, NextToken=token)
+                changes.extend(more.get("Changes") or [])
+                token = more.get("NextToken")
+            return changes
+        if status == "FAILED":
+            reason = described.get("StatusReason") or ""
+            if "didn't contain changes" in reason or "No updates" in reason:
+                return []
+            raise GuardInputError(f"{stack}: (change set): FAILED: {reason}")
+        if time.monotonic() > deadline:
+            raise GuardInputError(f"{stack}: (change set): still {status} after {timeout_seconds:.0f} s")
+        time.sleep(poll_seconds)
+
+
+def _cloudformation_client(region: str, role_arn: str | None) -> Any:
+    import boto3
+
+    session = boto3.session.Session(region_name=region)
+    if role_arn:
+        creds = session.client("sts").assume_role(RoleArn=role_arn, RoleSessionName="fminfra-guard")["Credentials"]
+        session = boto3.session.Session(
+            aws_access_key_id=creds["AccessKeyId"],
+            aws_secret_access_key=creds["SecretAccessKey"],
+            aws_session_token=creds["SessionToken"],
+            region_name=region,
+        )
+    return session.client("cloudformation")
