@@ -129,7 +129,7 @@ accept-gate: deps
 	$(need_env)
 	$(PY) -m fminfra accept-remote $(CONFIG_DIR)/$(ENV).yaml --pipeline $(PIPELINE_FILE) --if-gated
 
-# FMINFRA_REQUIRE_CHECKOV: tests/test_checkov.py fails (instead of skipping) without checkov.
+# FMINFRA_REQUIRE_CHECKOV: tests/ops/test_checkov.py fails (instead of skipping) without checkov.
 # -n auto: one pytest-xdist worker per core; each worker synthesizes the apps once (tests/conftest.py).
 test: setup
 	$(VENV)/bin/ruff check .
@@ -154,7 +154,7 @@ bench: $(VENV)/.installed node_modules/.installed
 	$(PY) scripts/bench_synth.py
 
 # A real cdk bootstrap/deploy/destroy of config/dev.yaml against a local moto server (no Docker,
-# no AWS account); `make test` runs the same script (tests/test_deploy_local.py).
+# no AWS account); `make test` runs the same script (tests/app/test_deploy_local.py).
 deploy-local: $(VENV)/.installed node_modules/.installed
 	$(PY) scripts/deploy_local.py --config config/dev.yaml
 

@@ -171,7 +171,7 @@ def oidc_synth(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 
 _ASSET_HASH = re.compile(r"[0-9a-f]{64}")
 # The lifecycle scripts' prefix is a hash of the scripts (a script change must change the URI so
-# HyperPod picks it up; tests/test_lifecycle.py proves that), masked like an asset hash.
+# HyperPod picks it up; tests/hyperpod/constructs/test_lifecycle_scripts.py proves that), masked like an asset hash.
 _LIFECYCLE_PREFIX = re.compile(r"/lifecycle/[0-9a-f]{16}/")
 
 

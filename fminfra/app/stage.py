@@ -22,7 +22,7 @@ from fminfra.storage.stack import StorageStack
 # aws-cdk-lib 2.275 at its recommended value where that leaves every template unchanged; see
 # CHANGELOG.md for the two set otherwise). The stage sets each one on its own scope unless the app
 # already has a value, so it works in any CDK app, with or without a cdk.json (this repository's
-# cdk.json repeats them for the stacks outside a stage; tests/test_library.py keeps the two equal).
+# cdk.json repeats them for the stacks outside a stage; tests/app/test_library.py keeps the two equal).
 FEATURE_FLAGS: dict[str, object] = json.loads((Path(__file__).parent / "feature_flags.json").read_text(encoding="utf-8"))
 # Flags the constructs cannot work without: the cdk-nag acknowledgments name IAM resources by their
 # literal ARN (`fminfra.policy.constructs.acknowledge.literal`), which needs partition literals.

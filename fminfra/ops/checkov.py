@@ -4,7 +4,7 @@ one table (`SKIPS`) with its reason.
 
 A skip names the check, the resource type and the logical-id prefix of the resources it covers, so
 it cannot silence the same check on anything else; a failure no skip covers is unexplained, and a
-skip that covers nothing is stale (both fail `tests/test_checkov.py`).
+skip that covers nothing is stale (both fail `tests/ops/test_checkov.py`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ groups, each capacity source (ODCR, Capacity Block, training plan), GPU groups a
 the FSx file system and its S3 links, HyperPod and EKS, AMP, AMG and what feeds them. Groups, not
 nodes: a 1,000-node environment draws like a 10-node one.
 
-Formats: Mermaid (a flowchart, which GitHub renders in Markdown; `tests/test_diagram.py` parses it
+Formats: Mermaid (a flowchart, which GitHub renders in Markdown; `tests/ops/test_diagram.py` parses it
 with mermaid's own parser) and SVG, drawn here without a layout engine (boxes in AZ columns), with
 PNG converted from the SVG by cairosvg when it is installed. Graphviz would need a system package
 and mermaid's renderer a browser; neither is needed to read the result.

@@ -12,7 +12,7 @@ from fminfra.policy.constructs.acknowledge import acknowledge
 # Managed policy each node kind needs (its name with any non-root path, as AWS publishes it), and
 # why an AWS managed policy is acceptable for it. Both are at the root path:
 # docs/facts/iam.md#iam-sagemaker-cluster-instance-role-policy, docs/facts/iam.md#iam-ssm-managed-instance-core;
-# tests/test_contract.py checks every managed-policy ARN in every template against AWS's list.
+# tests/app/test_contract.py checks every managed-policy ARN in every template against AWS's list.
 _MANAGED_POLICY = {
     "hyperpod": (
         "AmazonSageMakerClusterInstanceRolePolicy",

@@ -1,0 +1,180 @@
+"""EKS config rules: the system-pods rule per cluster kind, the system node group's
+fields, and the Kubernetes version's support end with its 60-day warning."""
+
+from __future__ import annotations
+
+import copy
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fminfra.cli import main as cli
+from fminfra.config import parse_config, read_yaml, standard_support_end
+from fminfra.core.errors import ConfigError
+from fminfra.ops.plan import render_plan
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGING = read_yaml(ROOT / "config" / "staging.yaml")  # HyperPod EKS + a tainted inference group
+INFERENCE = read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml")  # Slurm + inference-only EKS
+
+
+def _error(data: dict[str, Any]) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "f.yaml")
+    return "\n".join(info.value.problems)
+
+
+# --- the system-pods rule ----------------------------------------------------------------------------
+
+
+def test_inference_only_cluster_defaults_to_two_system_nodes() -> None:
+    cfg = parse_config(INFERENCE, "f.yaml")
+    assert cfg.compute.untainted_node_sources() == []  # every group carries the GPU taint
+    assert cfg.compute.system_node_count() == 2
+    assert cfg.compute.eks is not None and cfg.compute.eks.system_nodes.instance_type == "m6i.large"
+
+
+def test_hyperpod_eks_defaults_to_none() -> None:
+    cfg = parse_config(STAGING, "f.yaml")
+    assert cfg.compute.untainted_node_sources() == ["HyperPod instance group 'workers'"]
+    assert cfg.compute.system_node_count() == 0
+
+
+def test_untainted_inference_group_runs_system_pods() -> None:
+    data = copy.deepcopy(INFERENCE)
+    for group in data["compute"]["inference_node_groups"]:
+        group["taints"] = [{"key": "nvidia.com/gpu", "value": "true", "effect": "PreferNoSchedule"}]
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.system_node_count() == 0
+    assert len(cfg.compute.untainted_node_sources()) == 1  # serve-p5 has desired_size 0, so only serve-g6
+
+
+def test_no_node_for_coredns_is_a_config_error() -> None:
+    data = copy.deepcopy(INFERENCE)
+    data["compute"].setdefault("eks", {})["system_nodes"] = {"count": 0}
+    assert _error(data) == (
+        "f.yaml: compute.eks.system_nodes.count: no node of the EKS cluster could run CoreDNS and the other system pods: every "
+        "inference node group is tainted (default nvidia.com/gpu=true:NoSchedule); set count to 1 or more (default 2), "
+        "or give a node group no NoSchedule/NoExecute taint"
+    )
+
+
+def test_hyperpod_eks_without_nodes_needs_system_nodes() -> None:
+    data = copy.deepcopy(STAGING)
+    data["compute"]["instance_groups"][0]["count"] = 0
+    data["compute"]["eks"]["system_nodes"] = {"count": 0}
+    assert "and no HyperPod instance group has nodes" in _error(data)
+    data["compute"]["eks"]["system_nodes"] = {}
+    assert parse_config(data, "f.yaml").compute.system_node_count() == 2
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "message"),
+    [
+        ("ml.m5.large", "must be an EC2 instance type such as m6i.large (no ml. prefix), got 'ml.m5.large'"),
+        ("M6I.LARGE", "must be an EC2 instance type such as m6i.large (no ml. prefix), got 'M6I.LARGE'"),
+        ("g6.xlarge", "'g6.xlarge' is a GPU type; system nodes are for CoreDNS and other system pods, use a CPU type such as m6i.large"),
+    ],
+)
+def test_system_node_instance_type(instance_type: str, message: str) -> None:
+    data = copy.deepcopy(INFERENCE)
+    data["compute"].setdefault("eks", {})["system_nodes"] = {"instance_type": instance_type}
+    assert _error(data) == f"f.yaml: compute.eks.system_nodes.instance_type: {message}"
+
+
+def test_plan_shows_the_system_nodes_and_the_support_end() -> None:
+    text = render_plan(parse_config(INFERENCE, "f.yaml"))
+    assert (
+        "eks: Kubernetes 1.34 (EKS standard support ends 2026-12-02), system nodes 2 x m6i.large on demand "
+        "(CoreDNS and other system pods; billed per instance hour)"
+    ) in text
+    assert "system nodes none (HyperPod instance group 'workers' run CoreDNS" in render_plan(parse_config(STAGING, "f.yaml"))
+
+
+# --- the Kubernetes version --------------------------------------------------------------------------
+
+
+def test_support_end_of_the_default_version() -> None:
+    cfg = parse_config(STAGING, "f.yaml")
+    assert cfg.compute.eks is not None
+    assert standard_support_end(cfg.compute.eks.kubernetes_version) == date(2026, 12, 2)
+
+
+@pytest.mark.parametrize(
+    ("today", "warned"),
+    [(date(2026, 10, 2), False), (date(2026, 10, 3), True), (date(2026, 11, 30), True), (date(2026, 12, 3), True)],
+)
+def test_warning_within_60_days_of_the_end(today: date, warned: bool) -> None:
+    cfg = parse_config(STAGING, "f.yaml")
+    warnings = [w for w in cfg.warnings(today) if w[0] == "compute.eks.kubernetes_version"]
+    assert bool(warnings) is warned
+    if today == date(2026, 11, 30):
+        assert warnings[0][1].startswith("1.34: EKS standard support ends on 2026-12-02 (2 days)")
+    if today == date(2026, 12, 3):
+        assert warnings[0][1].startswith("1.34: EKS standard support ended on 2026-12-02")
+
+
+def test_no_kubernetes_warning_without_eks() -> None:
+    dev = parse_config(read_yaml(ROOT / "config" / "dev.yaml"), "f.yaml")
+    assert [w for w in dev.warnings(date(2026, 11, 30)) if w[0].startswith("compute.")] == []
+
+
+def test_validate_prints_the_warning_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["validate", str(ROOT / "config" / "staging.yaml")]) == 0
+    assert "compute.eks.kubernetes_version: warning: 1.34: EKS standard support" in capsys.readouterr().err
+
+
+def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
+    data = copy.deepcopy(STAGING)
+    data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
+    data["compute"]["eks"].pop("accept_access")  # needs task governance, off in ap-northeast-2 (tests/compute/stack/test_accept_access.py)
+    warnings = dict(parse_config(data, "f.yaml").warnings(date(2026, 1, 1)))
+    assert warnings["region"].startswith(
+        "HyperPod's dependency chart has no health-monitoring agent image in ap-northeast-2; it pulls us-east-1's"
+    )
+    assert "region" not in dict(parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1)))
+
+
+def test_default_system_node_type_is_an_ec2_instance_type() -> None:
+    # Against botocore's EC2 model (the InstanceType enum), not against our own rule.
+    import botocore.session
+
+    from fminfra.config import SystemNodesConfig
+
+    enum = botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum
+    assert SystemNodesConfig().instance_type in enum
+    assert "ml.m5.large" not in enum  # the test of the test: a HyperPod name is no EC2 type
+
+
+@pytest.mark.parametrize(
+    ("labels", "taints", "fragment"),
+    [
+        ({"bad key!": "x"}, [], "labels: key 'bad key!' is not a Kubernetes key"),
+        ({"team": "-x"}, [], "labels: value '-x' of 'team' is not a Kubernetes value"),
+        ({}, [{"key": "nvidia.com/gpu ", "value": "true"}], "taints[0]: key 'nvidia.com/gpu ' is not a Kubernetes key"),
+    ],
+)
+def test_kubernetes_labels_and_taints_follow_kubernetes_syntax(labels: dict[str, str], taints: list[dict[str, str]], fragment: str) -> None:
+    import copy
+
+    import yaml
+
+    from fminfra.config import parse_config
+    from fminfra.core.errors import ConfigError
+    from tests.conftest import ROOT
+
+    data = yaml.safe_load((ROOT / "tests" / "configs" / "eks-inference-only.yaml").read_text())
+    data = copy.deepcopy(data)
+    group = data["compute"]["inference_node_groups"][0]
+    group["labels"], group["taints"] = labels, taints
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "f.yaml")
+    assert info.value.problems == [f"f.yaml: compute.inference_node_groups[0].{fragment}" + info.value.problems[0].split(fragment, 1)[1]]
+    # Valid prefixed keys and empty values pass.
+    group["labels"], group["taints"] = (
+        {"fminfra.io/tier": "", "app.kubernetes.io/name": "serve"},
+        [{"key": "nvidia.com/gpu", "value": "true"}],
+    )
+    assert parse_config(data).compute.inference_node_groups[0].labels["app.kubernetes.io/name"] == "serve"

@@ -1,0 +1,227 @@
+"""EKS: the cluster of staging (HyperPod on EKS) and of the Slurm + inference test
+config: auth mode, endpoint, secrets encryption, logging, pinned add-ons and charts, access
+entries, inference node groups and their launch templates."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+
+from fminfra.core.errors import ValidationError
+from fminfra.core.versions import version
+from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
+from tests.conftest import Synth
+
+PINNED_ADDONS = {
+    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
+    "coredns": "EKS_ADDON_COREDNS_VERSION",
+    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
+    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+}
+HYPERPOD_ADDONS = {
+    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
+    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    # With the default compute.eks.scheduling (tests/hyperpod/constructs/test_task_governance.py).
+    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION",
+}
+
+
+def _one(synth: Synth, env: str, resource_type: str) -> dict[str, Any]:
+    found = synth.resources(env, "Compute", resource_type)
+    assert len(found) == 1, list(found)
+    return next(iter(found.values()))["Properties"]
+
+
+@pytest.mark.parametrize("env", ["staging", "hp-slurm-inf"])
+def test_cluster_auth_encryption_logging(synth: Synth, env: str) -> None:
+    cluster = _one(synth, env, "AWS::EKS::Cluster")
+    assert cluster["AccessConfig"]["AuthenticationMode"] in ("API", "API_AND_CONFIG_MAP")
+    assert cluster["Version"] == "1.34"
+    assert cluster["Name"] == f"fminfra-{env}-eks"
+    (encryption,) = cluster["EncryptionConfig"]
+    assert encryption["Resources"] == ["secrets"]
+    key_id = encryption["Provider"]["KeyArn"]["Fn::GetAtt"][0]
+    key = synth.resources(env, "Compute", "AWS::KMS::Key")[key_id]
+    assert key["Properties"]["EnableKeyRotation"] is True
+    types = sorted(t["Type"] for t in cluster["Logging"]["ClusterLogging"]["EnabledTypes"])
+    assert types == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    assert len(cluster["ResourcesVpcConfig"]["SubnetIds"]) >= 2
+
+
+def test_staging_endpoint_is_private_only(synth: Synth) -> None:
+    vpc = _one(synth, "staging", "AWS::EKS::Cluster")["ResourcesVpcConfig"]
+    assert vpc["EndpointPrivateAccess"] is True
+    assert vpc["EndpointPublicAccess"] is False
+    assert "PublicAccessCidrs" not in vpc
+
+
+def test_public_endpoint_only_for_given_cidrs(synth: Synth) -> None:
+    vpc = _one(synth, "hp-slurm-inf", "AWS::EKS::Cluster")["ResourcesVpcConfig"]
+    assert vpc["EndpointPrivateAccess"] is True
+    assert vpc["EndpointPublicAccess"] is True
+    assert vpc["PublicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def _addons(synth: Synth, env: str) -> dict[str, str]:
+    return {
+        a["Properties"]["AddonName"]: a["Properties"]["AddonVersion"] for a in synth.resources(env, "Compute", "AWS::EKS::Addon").values()
+    }
+
+
+def test_staging_addons_pinned_from_manifest(synth: Synth) -> None:
+    expected = {name: version(key) for name, key in {**PINNED_ADDONS, **HYPERPOD_ADDONS}.items()}
+    assert _addons(synth, "staging") == expected
+    # HyperPod needs VPC CNI >= 1.18.3
+    major, minor, patch = (int(x) for x in expected["vpc-cni"].lstrip("v").split("-")[0].split("."))
+    assert (major, minor, patch) >= (1, 18, 3)
+
+
+def test_inference_only_cluster_has_no_hyperpod_addons(synth: Synth) -> None:
+    assert _addons(synth, "hp-slurm-inf") == {name: version(key) for name, key in PINNED_ADDONS.items()}
+
+
+def _charts(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    return {c["Properties"]["Chart"]: c["Properties"] for c in synth.resources(env, "Compute", "Custom::AWSCDK-EKS-HelmChart").values()}
+
+
+def test_charts_pinned_from_manifest(synth: Synth) -> None:
+    charts = _charts(synth, "hp-slurm-inf")
+    assert charts["nvidia-device-plugin"]["Version"] == version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION")
+    assert charts["nvidia-device-plugin"]["Repository"] == "https://nvidia.github.io/k8s-device-plugin"
+    assert charts["aws-efa-k8s-device-plugin"]["Version"] == version("CHART_AWS_EFA_K8S_DEVICE_PLUGIN_VERSION")
+    assert charts["aws-efa-k8s-device-plugin"]["Repository"] == "https://aws.github.io/eks-charts"
+
+
+def test_admin_access_entries(synth: Synth) -> None:
+    entries = [e["Properties"] for e in synth.resources("staging", "Compute", "AWS::EKS::AccessEntry").values()]
+    admins = [e for e in entries if e["PrincipalArn"] == "arn:aws:iam::222222222222:role/PlatformAdmin"]
+    assert len(admins) == 1
+    assert admins[0]["AccessPolicies"][0]["AccessScope"] == {"Type": "cluster"}
+    assert "AmazonEKSClusterAdminPolicy" in json.dumps(admins[0]["AccessPolicies"][0]["PolicyArn"])
+
+
+def test_hyperpod_attaches_to_the_eks_cluster(synth: Synth) -> None:
+    cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
+    eks_id = next(iter(synth.resources("staging", "Compute", "AWS::EKS::Cluster")))
+    assert cluster["Orchestrator"] == {"Eks": {"ClusterArn": {"Fn::GetAtt": [eks_id, "Arn"]}}}
+    assert {"Fn::GetAtt": [eks_id, "ClusterSecurityGroupId"]} in cluster["VpcConfig"]["SecurityGroupIds"]
+    outputs = synth.template("staging", "Compute")["Outputs"]
+    assert outputs["UpdateKubeconfigCommand"]["Value"] == "aws eks update-kubeconfig --region us-west-2 --name fminfra-staging-eks"
+
+
+def _nodegroups(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    return {n["Properties"]["NodegroupName"]: n["Properties"] for n in synth.resources(env, "Compute", "AWS::EKS::Nodegroup").values()}
+
+
+def test_staging_inference_group_matches_config(synth: Synth) -> None:
+    group = _nodegroups(synth, "staging")["fminfra-staging-serve"]
+    assert group["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert group["InstanceTypes"] == ["g6e.12xlarge"]
+    assert group["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 1, "MaxSize": 4}
+    assert group["Labels"] == {"fminfra/gpu-type": "g6e.12xlarge", "workload": "inference"}
+    assert group["Taints"] == [{"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}]
+    assert "LaunchTemplate" not in group and group["DiskSize"] == 200
+
+
+def test_inference_groups_default_gpu_taint_and_efa_launch_template(synth: Synth) -> None:
+    groups = _nodegroups(synth, "hp-slurm-inf")
+    g6 = groups["fminfra-hp-slurm-inf-serve-g6"]
+    assert g6["Taints"] == [{"Key": "nvidia.com/gpu", "Value": "true", "Effect": "NO_SCHEDULE"}]
+    assert "LaunchTemplate" not in g6
+    p5 = groups["fminfra-hp-slurm-inf-serve-p5"]
+    assert "InstanceTypes" not in p5 and "DiskSize" not in p5
+    template_id = p5["LaunchTemplate"]["Id"]["Ref"]
+    data = synth.resources("hp-slurm-inf", "Compute", "AWS::EC2::LaunchTemplate")[template_id]["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == "p5.48xlarge"
+    interfaces = data["NetworkInterfaces"]
+    assert len(interfaces) == 33
+    assert interfaces[0] == {**interfaces[0], "NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "interface"}
+    assert sum(1 for i in interfaces if i["InterfaceType"] == "efa-only") == 32
+    eks_id = next(iter(synth.resources("hp-slurm-inf", "Compute", "AWS::EKS::Cluster")))
+    assert all({"Fn::GetAtt": [eks_id, "ClusterSecurityGroupId"]} in i["Groups"] for i in interfaces)
+    placement = synth.resources("hp-slurm-inf", "Compute", "AWS::EC2::PlacementGroup")
+    (pg_id,) = placement
+    assert data["Placement"] == {"GroupName": {"Fn::GetAtt": [pg_id, "GroupName"]}}
+
+
+def test_slurm_env_without_inference_has_no_eks(synth: Synth) -> None:
+    assert synth.resources("dev", "Compute", "AWS::EKS::Cluster") == {}
+
+
+def test_construct_rejects_unsupported_version_and_missing_addons_and_counts() -> None:
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["a", "b"], private_subnet_ids=["s-1", "s-2"])
+    base = {"cluster_name": "c", "supported_versions": ["1.34"], "vpc": vpc, "subnets": vpc.private_subnets}
+    with pytest.raises(ValidationError, match=r"^kubernetes_version must be one of 1.34, got '1.29'$"):
+        EksCluster(stack, "A", EksClusterProps(kubernetes_version="1.29", addon_versions={}, **base))
+    with pytest.raises(ValidationError, match=r"missing: coredns, kube-proxy, eks-pod-identity-agent$"):
+        EksCluster(stack, "B", EksClusterProps(kubernetes_version="1.34", addon_versions={"vpc-cni": "v1"}, **base))
+    addons = dict.fromkeys(PINNED_ADDONS, "v1")
+    with pytest.raises(ValidationError, match=r"^system_node_count must be 0 or more, got -1$"):
+        EksCluster(stack, "C", EksClusterProps(kubernetes_version="1.34", addon_versions=addons, system_node_count=-1, **base))
+
+
+def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    policies = synth.resources(env, "Compute", "AWS::IAM::Policy")
+    attached = [p for p in policies.values() if {"Ref": "NodeRole52753DAC"} in p["Properties"]["Roles"]]
+    assert attached
+    return {s.get("Sid", ""): s for p in attached for s in p["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -> None:
+    statements = _node_role_sids(synth, "staging")
+    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodesRead"]["Action"]
+    assert statements["EksNodesRead"]["Resource"] == "*"
+    assert all(a.startswith(("ec2:Describe", "ecr:", "eks-auth:")) for a in statements["EksNodesRead"]["Action"])
+    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), in this region only
+    from moto.iam.aws_managed_policies import aws_managed_policies_data
+
+    cni = json.loads(aws_managed_policies_data)["AmazonEKS_CNI_Policy"]["Document"]["Statement"][0]["Action"]
+    enis = statements["EksNodeEnis"]
+    assert {a for a in cni if not a.startswith("ec2:Describe")} <= set(enis["Action"])
+    assert enis["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-west-2"}}
+    tags = statements["EksNodeEniTags"]
+    assert tags["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
+    assert "eks:eni:owner" in tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]
+    assert not {"EksNodesRead", "EksNodeEnis"} & set(_node_role_sids(synth, "dev"))
+
+
+def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth) -> None:
+    """capacity-eks (the capacity work's test config): reservations and a Capacity Block."""
+    groups = _nodegroups(synth, "cap-eks")
+    templates = synth.resources("cap-eks", "Compute", "AWS::EC2::LaunchTemplate")
+    reserved = groups["fminfra-cap-eks-serve-reserved"]
+    data = templates[reserved["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
+    target = data["CapacityReservationSpecification"]["CapacityReservationTarget"]
+    assert "CapacityReservationResourceGroupArn" in target
+    # hop limit 1: only the node and host-network pods reach IMDS (docs/facts/eks.md#imds-host-network-pods)
+    assert "Placement" in data and data["MetadataOptions"]["HttpPutResponseHopLimit"] == 1
+    assert "CapacityType" not in reserved
+    block = groups["fminfra-cap-eks-serve-block"]
+    assert block["CapacityType"] == "CAPACITY_BLOCK"
+    block_data = templates[block["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
+    assert block_data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
+    assert "Placement" not in block_data
+
+
+def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -> None:
+    (association,) = synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation").values()
+    props = association["Properties"]
+    assert (props["Namespace"], props["ServiceAccount"]) == ("aws-hyperpod", "hp-training-operator-controller-manager")
+    role_id = props["RoleArn"]["Fn::GetAtt"][0]
+    role = synth.resources("staging", "Compute", "AWS::IAM::Role")[role_id]["Properties"]
+    assert "AmazonSageMakerHyperPodTrainingOperatorAccess" in json.dumps(role["ManagedPolicyArns"])
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    addons = synth.resources("staging", "Compute", "AWS::EKS::Addon")
+    (operator_id,) = [lid for lid, a in addons.items() if a["Properties"]["AddonName"] == "amazon-sagemaker-hyperpod-training-operator"]
+    association_id = next(iter(synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation")))
+    assert association_id in addons[operator_id]["DependsOn"]
+    cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
+    assert {"Key": "SageMaker", "Value": "true"} in cluster["Tags"]
+    assert synth.resources("hp-slurm-inf", "Compute", "AWS::EKS::PodIdentityAssociation") == {}

@@ -1,0 +1,424 @@
+"""Lifecycle scripts. The simulation (tests/fakes/hyperpod_fakes.py, whose docstring
+says what each fake models and where from) publishes the real LifecycleScripts construct's assets
+from the synthesized app to moto's S3, downloads them as HyperPod does (no mode bits) and runs
+`bash on_create.sh` on every node of a Slurm cluster (CPU controller and login, two GPU groups) and
+of a HyperPod EKS group, with HyperPod's resource_config.json and the generated parameters.
+
+The defects a review found in the scripts each have a test that fails on the scripts as they were (commit 682c543):
+1 CPU nodes ran the GPU verification -> test_simulated_slurm_cluster (`verify` calls by group);
+2 mode bits -> every simulation test (downloaded files are 0644; the old run_if_present skipped);
+3 Slurm start -> test_simulated_slurm_cluster (registration), test_controller_waits_for_slurm_conf;
+4 pyxis -> test_simulated_slurm_cluster (plugstack include), test_pyxis_needs_slurm_headers;
+5 fstab -> test_fsx_mount_comes_back_after_reboot; 6 exporters started with bash -> the simulation;
+7 SAGEMAKER_RESOURCE_CONFIG_PATH -> every simulation test (the file is only where it points);
+8 pins -> test_enroot_and_pyxis_are_pinned, test_enroot_install_checks_sha256.
+test_the_fakes_catch_broken_scripts shows the fakes failing deliberately broken copies.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from moto import mock_aws
+
+from fminfra.compute.stack.clusters import FsxMount, provisioning_parameters
+from fminfra.config import load_config
+from fminfra.core.errors import ValidationError
+from fminfra.core.versions import load_versions
+from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
+from tests.conftest import ROOT, Synth
+from tests.fakes.hyperpod_fakes import Cluster, Node, download, prepare_download, publish, reboot
+
+LIFECYCLE = ROOT / "scripts" / "lifecycle"
+FSX_DNS = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
+REMOTE_WRITE = "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1/api/v1/remote_write"
+# What CloudFormation imports into the parameters' markers (export name fragment -> value).
+# The remote-write URL is built from the workspace id (docs/facts/observability.md#amp-remote-write-url).
+IMPORTS = {"DNSName": FSX_DNS, "LustreMountName": "abcdefgh", "WorkspaceId": "ws-1"}
+SLURM_GROUPS = [
+    ("controller", "ml.m5.12xlarge", 1),
+    ("login", "ml.m5.4xlarge", 1),
+    ("p5", "ml.p5.48xlarge", 2),
+    ("p4d", "ml.p4d.24xlarge", 1),
+]
+
+
+def test_generated_parameters() -> None:
+    dev = load_config(ROOT / "config" / "dev.yaml")
+    assert provisioning_parameters(dev) == {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "cluster_name": "fminfra-dev-hyperpod",
+        "region": "us-west-2",
+        "gpu_groups": ["workers"],
+        "controller_group": "controller",
+        "login_group": "login",
+        "worker_groups": [{"instance_group_name": "workers", "partition_name": "workers"}],
+    }
+    params = provisioning_parameters(dev, FsxMount(dns_name=FSX_DNS, mount_name="abcdefgh"), REMOTE_WRITE)
+    assert (params["fsx_dns_name"], params["fsx_mountname"], params["fsx_mount_path"]) == (FSX_DNS, "abcdefgh", "/fsx")
+    assert params["prometheus_remote_write_url"] == REMOTE_WRITE
+    staging = load_config(ROOT / "config" / "staging.yaml")
+    assert provisioning_parameters(staging) == {
+        "version": "1.0.0",
+        "workload_manager": "eks",
+        "cluster_name": "fminfra-staging-hyperpod",
+        "region": "us-west-2",
+        "gpu_groups": ["workers"],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# the simulation
+
+
+@pytest.fixture(scope="module")
+def s3_published(synth: Synth) -> Iterator[tuple[Any, dict[str, tuple[str, str]]]]:
+    """moto S3 holding the lifecycle prefix of the two-group Slurm env and of staging (EKS)."""
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-west-2")
+        published = {env: publish(synth.outdir, synth.template(env, "Compute"), s3, IMPORTS) for env in ("hp-two-groups", "staging")}
+        yield s3, published
+
+
+def _copy_for(node: Node, s3_published: tuple[Any, dict[str, tuple[str, str]]], env: str) -> Path:
+    s3, published = s3_published
+    scripts = download(s3, *published[env], node.root / "opt/ml/lifecycle")
+    prepare_download(scripts)
+    return scripts
+
+
+def _run(
+    cluster: Cluster, s3_published: tuple[Any, dict[str, tuple[str, str]]], env: str = "hp-two-groups", **extra: str
+) -> dict[str, Path]:
+    copies = {n.ip: _copy_for(n, s3_published, env) for n in cluster.nodes}
+    cluster.run_each(copies, extra)
+    return copies
+
+
+def _ok(node: Node) -> str:
+    assert node.result is not None
+    assert node.result.returncode == 0, f"{node.group} {node.ip}:\n{node.result.stderr}"
+    return node.result.stderr
+
+
+def test_downloaded_scripts_have_no_mode_bits(s3_published: Any, tmp_path: Path) -> None:
+    (node,) = Cluster(tmp_path, [("p5", "ml.p5.48xlarge", 1)]).nodes
+    scripts = _copy_for(node, s3_published, "hp-two-groups")
+    files = [p for p in scripts.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {
+        "on_create.sh",
+        "start_slurm.sh",
+        "mount_fsx.sh",
+        "setup_containers.sh",
+        "cluster_info.py",
+        "provisioning_parameters.json",
+    }
+    assert all(p.stat().st_mode & 0o111 == 0 for p in files)
+
+
+def test_simulated_slurm_cluster(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, SLURM_GROUPS)
+    _run(cluster, s3_published)
+    for node in cluster.nodes:
+        _ok(node)
+    gpu_types = {"p5": "ml.p5.48xlarge", "p4d": "ml.p4d.24xlarge"}
+    kinds = {"controller": "controller", "login": "login", "p5": "worker", "p4d": "worker"}
+    for node in cluster.nodes:
+        verify = [c for c in node.calls if c.startswith("bootstrap.sh")]
+        # 1: GPU verification on the GPU groups only, for their own instance type
+        assert verify == ([f"bootstrap.sh --verify --instance-type {gpu_types[node.group]} kind= url="] if node.group in gpu_types else [])
+        # 6: exporters on every Slurm node, started with bash, with the role's kind
+        assert [c for c in node.calls if c.startswith("install_exporters.sh")] == [
+            f"install_exporters.sh  kind={kinds[node.group]} url={REMOTE_WRITE}"
+        ]
+        # 5: FSx mounted now
+        assert f"mount -t lustre -o noatime,flock {FSX_DNS}@tcp:/abcdefgh {node.root}/fsx" in node.calls
+    # 3: the controller started slurmctld once slurm.conf named it; every GPU node registered configless
+    controller = cluster.node("controller")
+    (ctld,) = [e for e in cluster.events() if e["daemon"] == "slurmctld"]
+    assert ctld["up"] and ctld["ip"] == controller.ip
+    assert cluster.registered(["p5", "p4d"]) == {n.ip for n in cluster.nodes if n.group in gpu_types}
+    login_slurmd = [e for e in cluster.events() if e["daemon"] == "slurmd" and e["ip"] == cluster.node("login").ip]
+    assert [e["conf_server"] for e in login_slurmd] == [controller.ip]
+    assert not any(e["daemon"] == "slurmd" and e["ip"] == controller.ip for e in cluster.events())
+    # 4: pyxis built against /opt/slurm/include and included explicitly in plugstack.conf
+    assert "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf" in ctld["plugstack"].splitlines()
+    assert (controller.root / "opt/slurm/etc/plugstack.conf.d/pyxis.conf").read_text() == "required /usr/local/lib/slurm/spank_pyxis.so\n"
+
+
+def test_simulated_cluster_second_run_changes_nothing(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, SLURM_GROUPS[:3])
+    copies = _run(cluster, s3_published)
+    fstabs = {n.ip: (n.root / "etc/fstab").read_text() for n in cluster.nodes}
+    for node in cluster.nodes:
+        _ok(node)
+        (node.root / "calls.log").unlink()
+    cluster.run_each(copies, {})
+    for node in cluster.nodes:
+        assert "already configured with these scripts" in _ok(node)
+        assert not any(c.startswith(("mount ", "systemctl enable", "bootstrap.sh")) for c in node.calls)
+        assert (node.root / "etc/fstab").read_text() == fstabs[node.ip]
+    # a new version of the scripts (UpdateClusterSoftware) runs the steps again, changing nothing twice
+    node = cluster.node("p5")
+    with (copies[node.ip] / "provisioning_parameters.json").open("a") as f:
+        f.write("\n")
+    cluster.run_each({node.ip: copies[node.ip]}, {})
+    assert "already configured" not in _ok(node)
+    assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify --instance-type ml.p5.48xlarge kind= url="]
+    assert (node.root / "etc/fstab").read_text() == fstabs[node.ip]
+
+
+def test_simulated_eks_node_group(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [("workers", "ml.p5en.48xlarge", 2)])
+    _run(cluster, s3_published, env="staging")
+    for node in cluster.nodes:
+        _ok(node)
+        assert [c for c in node.calls if c.startswith("bootstrap.sh")] == [
+            "bootstrap.sh --verify --instance-type ml.p5en.48xlarge kind= url="
+        ]
+        assert f"mount -t lustre -o noatime,flock {FSX_DNS}@tcp:/abcdefgh {node.root}/fsx" in node.calls  # staging has FSx
+        assert not any(c.startswith(("systemctl enable", "git ", "install_exporters.sh")) for c in node.calls)
+    assert cluster.events() == []
+
+
+def test_fsx_mount_comes_back_after_reboot(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1)])
+    _run(cluster, s3_published)
+    (node,) = cluster.nodes
+    _ok(node)
+    entries = [line for line in (node.root / "etc/fstab").read_text().splitlines() if "lustre" in line]
+    assert entries == [
+        f"{FSX_DNS}@tcp:/abcdefgh /fsx lustre defaults,noatime,flock,_netdev,x-systemd.automount,x-systemd.requires=network-online.target 0 0"
+    ]
+    assert reboot(node) == ["/fsx"]
+    # the fake's model: the old entry (requiring network.service, absent on Ubuntu) does not come back
+    (node.root / "etc/fstab").write_text(entries[0].replace("network-online.target", "network.service") + "\n")
+    assert reboot(node) == []
+
+
+def test_controller_waits_for_slurm_conf(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1)], slurm_conf_delay=1.5)
+    _run(cluster, s3_published)
+    (node,) = cluster.nodes
+    _ok(node)
+    (ctld,) = [e for e in cluster.events() if e["daemon"] == "slurmctld"]
+    assert ctld["up"]
+    never = Cluster(tmp_path / "never", [("controller", "ml.m5.12xlarge", 1)], slurm_conf_delay=30)
+    _run(never, s3_published, SLURM_CONF_TIMEOUT="1")
+    (node,) = never.nodes
+    assert node.result is not None and node.result.returncode == 1
+    assert f"does not name the controller ({node.ip}) after 1s; HyperPod has not configured Slurm" in node.result.stderr
+    assert not any(c.startswith("systemctl enable --now slurmctld") for c in node.calls)
+    assert not (node.root / "var/lib/fminfra/lifecycle/done").exists()
+
+
+def test_slurm_conf_must_name_the_controller_address_whole(tmp_path: Path) -> None:
+    """10.0.0.1 is not the controller of a slurm.conf naming 10.0.0.12."""
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("SlurmctldHost=ip-10-0-0-12(10.0.0.12)\n")
+    env = {"PATH": os.environ["PATH"], "SLURM_CONF": str(conf), "SLURM_CONF_TIMEOUT": "0", "FMINFRA_ROOT": str(tmp_path)}
+    run = subprocess.run(
+        ["bash", str(LIFECYCLE / "start_slurm.sh"), "controller", "10.0.0.1"], env=env, capture_output=True, text=True, check=False
+    )
+    assert run.returncode == 1 and "does not name the controller (10.0.0.1)" in run.stderr
+
+
+def test_resource_config_path(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [("p5", "ml.p5.48xlarge", 1)])
+    (node,) = cluster.nodes
+    missing = str(node.root / "nowhere.json")
+    _run(cluster, s3_published, SAGEMAKER_RESOURCE_CONFIG_PATH=missing)
+    assert node.result is not None and node.result.returncode == 1
+    assert f"SAGEMAKER_RESOURCE_CONFIG_PATH={missing}: no such file" in node.result.stderr
+
+
+def test_pyxis_needs_slurm_headers(s3_published: Any, tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, [("p5", "ml.p5.48xlarge", 1)])
+    (node,) = cluster.nodes
+    (node.root / "opt/slurm/include/slurm/spank.h").unlink()
+    _run(cluster, s3_published)
+    assert node.result is not None and node.result.returncode != 0
+    assert "slurm/spank.h: No such file or directory" in node.result.stderr
+
+
+def _stderr(node: Node) -> str:
+    assert node.result is not None
+    return node.result.stderr
+
+
+def _broken(scripts: Path, rel: str, old: str, new: str) -> None:
+    path = scripts / rel
+    text = path.read_text()
+    assert old in text, f"{rel} no longer holds {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+def test_the_fakes_catch_broken_scripts(s3_published: Any, tmp_path: Path) -> None:
+    """Tests of the test: the simulation fails deliberately broken copies of the scripts."""
+    groups = [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)]
+    # slurmd.service edited but systemd not reloaded: slurmd starts without --conf-server and exits
+    cluster = Cluster(tmp_path / "reload", groups)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(copies[cluster.node("p5").ip], "start_slurm.sh", "        systemctl daemon-reload\n", "")
+    cluster.run_each(copies, {})
+    node = cluster.node("p5")
+    assert node.result is not None and node.result.returncode == 1
+    assert "changed on disk. Run 'systemctl daemon-reload'" in node.result.stderr
+    assert "slurmd is not running after start" in node.result.stderr
+    assert cluster.registered(["p5"]) == set()
+    # pyxis built with CPPFLAGS lacking Slurm's include path
+    cluster = Cluster(tmp_path / "cppflags", groups)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(
+        copies[cluster.node("p5").ip], "setup_containers.sh", 'CPPFLAGS="-I $ROOT$SLURM_DIR/include" make -C "$src"\n', 'make -C "$src"\n'
+    )
+    cluster.run_each({cluster.node("p5").ip: copies[cluster.node("p5").ip]}, {})
+    assert "slurm/spank.h: No such file or directory" in _stderr(cluster.node("p5"))
+    # the controller started before HyperPod wrote slurm.conf: slurmctld exits
+    cluster = Cluster(tmp_path / "early", groups[:1], slurm_conf_delay=5)
+    copies = {n.ip: _copy_for(n, s3_published, "hp-two-groups") for n in cluster.nodes}
+    _broken(copies[cluster.nodes[0].ip], "start_slurm.sh", "\nwait_for_slurm_conf\n", "\n")
+    cluster.run_each(copies, {})
+    assert "slurmctld is not running after start" in _stderr(cluster.nodes[0])
+
+
+def test_node_without_resource_config(s3_published: Any, tmp_path: Path) -> None:
+    """No SAGEMAKER_RESOURCE_CONFIG_PATH and no default file: a Slurm node cannot tell its role;
+    an EKS node (all of fminfra's HyperPod EKS groups are GPU groups) verifies the type from
+    instance metadata."""
+    for env, message in (("hp-two-groups", "cannot tell this node's Slurm role"), ("staging", "done")):
+        cluster = Cluster(tmp_path / env, [("workers", "ml.p5en.48xlarge", 1)])
+        (node,) = cluster.nodes
+        node.env.pop("SAGEMAKER_RESOURCE_CONFIG_PATH")
+        copies = {node.ip: _copy_for(node, s3_published, env)}
+        cluster.run_each(copies, {})
+        assert node.result is not None and message in node.result.stderr
+        if env == "staging":
+            assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify kind= url="]
+        else:
+            assert node.result.returncode == 1
+
+
+def test_enroot_and_pyxis_are_pinned() -> None:
+    versions = load_versions()
+    assert versions["PYXIS_COMMIT"] == "424563865a491f2d8f3c396a095d18db81f1fb07"
+    for key in ("ENROOT_DEB_SHA256_AMD64", "ENROOT_CAPS_DEB_SHA256_AMD64", "ENROOT_DEB_SHA256_ARM64", "ENROOT_CAPS_DEB_SHA256_ARM64"):
+        assert re.fullmatch(r"([0-9a-f]{64})?", versions[key]), key
+
+
+def _with_manifest(scripts: Path, **values: str) -> None:
+    path = scripts / "node" / "versions.env"
+    text = path.read_text()
+    for key, value in values.items():
+        text = re.sub(rf"^{key}=.*$", f"{key}={value}", text, flags=re.M)
+    path.write_text(text)
+
+
+def test_enroot_install_checks_sha256(s3_published: Any, tmp_path: Path) -> None:
+    def sha(base: str) -> str:
+        url = f"https://github.com/NVIDIA/enroot/releases/download/v3.5.0/{base}_3.5.0-1_amd64.deb"
+        return hashlib.sha256(f"fake:{url}".encode()).hexdigest()
+
+    cases = {
+        "empty": (
+            {},
+            1,
+            "ENROOT_DEB_SHA256_AMD64 is empty or missing; fill it with the sha256 of https://github.com/NVIDIA/enroot/releases/download/v3.5.0/enroot_3.5.0-1_amd64.deb",
+        ),
+        "wrong": (
+            {"ENROOT_DEB_SHA256_AMD64": "0" * 64, "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps")},
+            1,
+            "sha256 is not ENROOT_DEB_SHA256_AMD64=",
+        ),
+        "right": ({"ENROOT_DEB_SHA256_AMD64": sha("enroot"), "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps")}, 0, "(sha256 checked)"),
+        "pyxis": (
+            {"ENROOT_DEB_SHA256_AMD64": sha("enroot"), "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps"), "PYXIS_COMMIT": "1" * 40},
+            1,
+            "not PYXIS_COMMIT=" + "1" * 40,
+        ),
+    }
+    for name, (values, code, message) in cases.items():
+        cluster = Cluster(tmp_path / name, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)], enroot=False)
+        node = cluster.node("p5")
+        scripts = _copy_for(node, s3_published, "hp-two-groups")
+        _with_manifest(scripts, **values)
+        cluster.run_each({node.ip: scripts}, {})
+        assert node.result is not None and node.result.returncode == code, (name, node.result.stderr)
+        assert message in node.result.stderr, (name, node.result.stderr)
+
+
+def test_cluster_info_bad_input(tmp_path: Path) -> None:
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps({"workload_manager": "slurm", "controller_group": "controller", "worker_groups": []}))
+    config = tmp_path / "rc.json"
+    config.write_text(json.dumps({"InstanceGroups": [{"Name": "stray", "Instances": [{"CustomerIpAddress": "10.0.0.1"}]}]}))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = ["python3", str(LIFECYCLE / "cluster_info.py"), str(params), str(config), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    result = run("node", "10.0.0.1")
+    assert (result.returncode, result.stderr.count("\n")) == (2, 1)
+    assert "instance group 'stray' is neither controller_group, login_group nor one of worker_groups" in result.stderr
+    config.write_text("{")
+    result = run("node", "10.0.0.1")
+    assert (result.returncode, result.stderr.strip()) == (
+        2,
+        f"cluster_info: {config}: not valid JSON at line 1 (HyperPod's resource config)",
+    )
+
+
+def test_lifecycle_never_relies_on_mode_bits() -> None:
+    """Every sibling script is started through bash or python3."""
+    for script in LIFECYCLE.glob("*.sh"):
+        for line in script.read_text().splitlines():
+            for match in re.finditer(r'"\$HERE/[^"]+\.(sh|py)"', line):
+                before = line[: match.start()].rstrip()
+                assert before.endswith(("bash", "python3", "require_script", "[[ -f")), f"{script.name}: {line.strip()}"
+
+
+def test_shellcheck_clean() -> None:
+    shellcheck = shutil.which("shellcheck") or str(Path(os.sys.executable).with_name("shellcheck"))
+    result = subprocess.run([shellcheck, *map(str, sorted(LIFECYCLE.glob("*.sh")))], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# publishing
+
+
+def _publish(folder: Path, name: str = "sagemaker-fminfra-t-0123") -> LifecycleScripts:
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    return LifecycleScripts(stack, "L", LifecycleScriptsProps(bucket_name=name, folders={"": folder}, parameters={"a": "b"}))
+
+
+def test_a_script_change_changes_the_uri(tmp_path: Path) -> None:
+    folder = tmp_path / "scripts"
+    shutil.copytree(LIFECYCLE, folder)
+    before = _publish(folder).source_s3_uri
+    assert before == _publish(folder).source_s3_uri
+    assert before.startswith("s3://sagemaker-fminfra-t-0123/lifecycle/") and before.endswith("/")
+    with (folder / "on_create.sh").open("a") as f:
+        f.write("# changed\n")
+    assert _publish(folder).source_s3_uri != before
+
+
+def test_bucket_name_rules(tmp_path: Path) -> None:
+    name = lifecycle_bucket_name("dev", "111111111111", "us-west-2")
+    assert name.startswith("sagemaker-fminfra-dev-") and len(name) <= 63
+    assert name != lifecycle_bucket_name("dev", "111111111111", "us-east-1")
+    assert name != lifecycle_bucket_name("dev", "222222222222", "us-west-2")
+    with pytest.raises(ValidationError, match=r"^bucket_name must start with 'sagemaker-'"):
+        _publish(LIFECYCLE, name="fminfra-dev-scripts")

