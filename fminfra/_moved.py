@@ -81,7 +81,7 @@ MOVED = {
     "fminfra.pipeline": "fminfra.app.pipeline",
     "fminfra.pricing": "fminfra.ops.pricing",
     "fminfra.stacks.compute": "fminfra.compute.stack",
-    "fminfra.stacks.compute.accept_access": "fminfra.compute.stack.accept_access",
+    "fminfra.stacks.compute.accept_access": "fminfra.eks.constructs.accept_access",
     "fminfra.stacks.compute.clusters": "fminfra.compute.stack.clusters",
     "fminfra.stacks.data": "fminfra.data.stack",
     "fminfra.stacks.github_oidc": "fminfra.promotion.stack",

@@ -26,27 +26,13 @@ from constructs import Construct
 from fminfra.config import EnvironmentConfig
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
+from fminfra.promotion.rules import accept_role_name, accept_step_role_name, deploy_role_name
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 DEPLOY_BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
-
-
-def deploy_role_name(env: str) -> str:
-    """Name of the role the deploy workflow assumes for an environment (the workflows use it)."""
-    return f"fminfra-{env}-github-deploy"
-
-
-def accept_role_name(env: str) -> str:
-    """The role the acceptance gate assumes in an environment's account (workflow and pipeline)."""
-    return f"fminfra-{env}-accept"
-
-
-def accept_step_role_name(pipeline_name: str, env: str) -> str:
-    """Name of the CDK pipeline's acceptance-step role (fminfra/app/pipeline.py) in the pipeline account."""
-    return f"{pipeline_name}-{env}-accept-step"
 
 
 # accept-remote waits for `fminfra accept` (60 minutes by default) plus 10 minutes.

@@ -129,7 +129,7 @@ def test_validate_prints_the_warning_on_stderr(capsys: pytest.CaptureFixture[str
 def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
     data = copy.deepcopy(STAGING)
     data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
-    data["compute"]["eks"].pop("accept_access")  # needs task governance, off in ap-northeast-2 (tests/compute/stack/test_accept_access.py)
+    data["compute"]["eks"].pop("accept_access")  # needs task governance, off in ap-northeast-2 (tests/eks/constructs/test_accept_access.py)
     warnings = dict(parse_config(data, "f.yaml").warnings(date(2026, 1, 1)))
     assert warnings["region"].startswith(
         "HyperPod's dependency chart has no health-monitoring agent image in ap-northeast-2; it pulls us-east-1's"

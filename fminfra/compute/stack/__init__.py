@@ -25,7 +25,7 @@ from fminfra.compute.constructs.launch_template import (
 from fminfra.compute.constructs.node_bootstrap import NodeBootstrap, NodeBootstrapProps
 from fminfra.compute.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.compute.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
-from fminfra.compute.stack.clusters import FsxMount, add_eks_and_hyperpod
+from fminfra.compute.stack.clusters import FsxMount, add_clusters
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.network.stack import NetworkStack
 from fminfra.observability.stack import ObservabilityStack
@@ -103,11 +103,12 @@ class ComputeStack(cdk.Stack):
 
         # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
         fsx = FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name) if storage is not None else None
-        self.orchestration = add_eks_and_hyperpod(
+        self.clusters = add_clusters(
             self,
             cfg=cfg,
             network=network,
             placement_groups=self.placement_groups,
+            node_role=self.node_role,
             fsx=fsx,
             data_bucket=data_bucket,
             capacity_targets=self.capacity_targets,

@@ -289,7 +289,7 @@ def test_the_pinned_dependency_chart_has_no_kueue() -> None:
 def _with_scheduling(scheduling: dict[str, Any], data: dict[str, Any] | None = None) -> dict[str, Any]:
     result = copy.deepcopy(data or STAGING)
     result["compute"]["eks"]["scheduling"] = scheduling
-    result["compute"]["eks"].pop("accept_access", None)  # its team rule: tests/compute/stack/test_accept_access.py
+    result["compute"]["eks"].pop("accept_access", None)  # its team rule: tests/eks/constructs/test_accept_access.py
     return result
 
 
@@ -370,13 +370,13 @@ def _in_seoul(data: dict[str, Any]) -> dict[str, Any]:
     # the region and the resource schema's description).
     data = copy.deepcopy(data)
     data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
-    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/compute/stack/test_accept_access.py
+    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/eks/constructs/test_accept_access.py
     return data
 
 
 def _in_region(data: dict[str, Any], region: str, az_prefix: str, instance_type: str = "ml.p5en.48xlarge") -> Any:
     data = copy.deepcopy(data)
-    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/compute/stack/test_accept_access.py
+    data["compute"]["eks"].pop("accept_access", None)  # needs task governance: tests/eks/constructs/test_accept_access.py
     data["region"], data["network"]["az_ids"] = region, [f"{az_prefix}-az1", f"{az_prefix}-az2"]
     data["network"]["compute_az_id"] = f"{az_prefix}-az1"
     data["compute"]["instance_groups"][0]["instance_type"] = instance_type

@@ -1,4 +1,4 @@
-"""The acceptance gate's access to a HyperPod EKS cluster (fminfra/compute/stack/accept_access.py):
+"""The acceptance gate's access to a HyperPod EKS cluster (fminfra/eks/constructs/accept_access.py):
 
 - the access entry's properties against the AWS::EKS::AccessEntry schema cfn-lint ships, its
   principal (the OIDC stack's acceptance role), only where `compute.eks.accept_access` is set;
@@ -24,13 +24,13 @@ import jsonschema
 import pytest
 import yaml
 
-from fminfra.compute.stack.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
 from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
+from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
 from fminfra.eks.rules import team_queue
 from fminfra.ops.accept.manifests import eks_plan
-from fminfra.promotion.stack import accept_role_name
+from fminfra.promotion.rules import accept_role_name
 from tests.conftest import ROOT, Synth
 from tests.ops.accept.test_eks import _accept, _repo_root, cluster  # noqa: F401  (fixtures)
 

@@ -2,7 +2,7 @@
 
 CI runs `fminfra accept ENV` from the runner with the role `fminfra-ENV-accept` (the GitHub OIDC
 stack, `fminfra/promotion/stack.py`). IAM lets that role describe the cluster; Kubernetes must
-authorize it too. This module gives it, in the environment's Compute stack:
+authorize it too. This module gives it (`Clusters` calls it, in the environment's Compute stack):
 
 - an EKS access entry (type STANDARD) for the role's ARN with one Kubernetes group, `ACCEPT_GROUP`,
   and no access policy: the EKS access policies are fixed rule lists of built-in API groups only,
@@ -33,11 +33,9 @@ from typing import Any, cast
 import aws_cdk as cdk
 from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
-from constructs import IDependable
+from constructs import Construct, IDependable
 
-from fminfra.config import EnvironmentConfig
 from fminfra.eks.constructs.cluster import EksCluster
-from fminfra.promotion.stack import accept_role_name
 
 # The Kubernetes group of the acceptance role's access entry (a RoleBinding subject, kind Group).
 ACCEPT_GROUP = "fminfra-accept"
@@ -85,11 +83,13 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def add_accept_access(
-    stack: cdk.Stack, cfg: EnvironmentConfig, eks_cluster: EksCluster, namespaces: Sequence[str], after: Sequence[IDependable] = ()
+    stack: Construct, role_name: str, eks_cluster: EksCluster, namespaces: Sequence[str], after: Sequence[IDependable] = ()
 ) -> eks_l1.CfnAccessEntry:
-    """The access entry of `fminfra-<env>-accept` and the RBAC of `accept_rbac(namespaces)`; the RBAC is
-    applied after `after` (what creates the namespaces' other contents, e.g. the teams' quotas)."""
-    principal = stack.format_arn(service="iam", region="", resource="role", resource_name=accept_role_name(cfg.name))
+    """The access entry of the role `role_name` of this account (`fminfra-<env>-accept`:
+    `fminfra.promotion.stack.accept_role_name`) and the RBAC of `accept_rbac(namespaces)`, in
+    `stack`; the RBAC is applied after `after` (what creates the namespaces' other contents, e.g.
+    the teams' quotas)."""
+    principal = cdk.Stack.of(stack).format_arn(service="iam", region="", resource="role", resource_name=role_name)
     entry = eks_l1.CfnAccessEntry(
         stack,
         "AcceptAccessEntry",

@@ -1,0 +1,572 @@
+"""The clusters of an environment: the EKS cluster, the HyperPod cluster (Slurm or EKS) and the
+inference node groups, wired the way HyperPod on EKS needs it.
+
+HyperPod on EKS is the subtlest part of the platform; `Clusters` holds its rules in one place:
+the training operator's Pod Identity role before its add-on, the HyperPod dependency chart after
+the VPC CNI, the HyperPod cluster after the add-ons its prerequisites name and the chart, the
+training operator after the cluster, task governance's add-on after the cluster and the teams'
+quotas after the add-on, the acceptance role's access after the quotas, and the node role's
+permissions for the VPC CNI, image pulls and Pod Identity (docs/facts/hyperpod.md).
+
+The props are typed specs, one per part (`None`: the part is not built); `fminfra.compute.stack.clusters`
+translates an environment's config into them. Every resource is created in `scope` (the Compute
+stack), not under this construct, so each keeps the construct path and the logical id it had
+before `Clusters` existed (a changed logical id would replace the EKS and HyperPod clusters); the
+construct's own node holds nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks as eks_l1
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from fminfra.compute.constructs.launch_template import EfaLaunchTemplate, EfaLaunchTemplateProps
+from fminfra.core.errors import ValidationError
+from fminfra.eks.constructs.accept_access import add_accept_access
+from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
+from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
+from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
+from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
+from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
+from fminfra.hyperpod.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
+from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.policy.constructs.acknowledge import acknowledge, literal
+
+# The AMP managed scraper's Kubernetes identity (bound by an access entry to its role) and what
+# it may read: the pods, nodes and endpoints it discovers exporters through.
+SCRAPER_USERNAME = "aps-collector-user"
+SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "aps-collector-role"},
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        ],
+    },
+    {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "aps-collector-user-role-binding"},
+        "subjects": [{"kind": "User", "name": SCRAPER_USERNAME, "apiGroup": "rbac.authorization.k8s.io"}],
+        "roleRef": {"kind": "ClusterRole", "name": "aps-collector-role", "apiGroup": "rbac.authorization.k8s.io"},
+    },
+)
+
+
+# What HyperPod nodes of an EKS cluster do beyond the managed policy: the VPC CNI manages their
+# ENIs and IPs, the kubelet pulls images, and pods get credentials from the Pod Identity agent.
+EKS_NODE_ACTIONS = (
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:AttachNetworkInterface",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcs",
+    "ec2:DetachNetworkInterface",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:UnassignPrivateIpAddresses",
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:GetAuthorizationToken",
+    "ecr:GetDownloadUrlForLayer",
+    "eks-auth:AssumeRoleForPodIdentity",
+)
+
+
+# The HyperPod training operator add-on's controller and the AWS managed policy it documents.
+TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
+TRAINING_OPERATOR_SERVICE_ACCOUNT = "hp-training-operator-controller-manager"
+TRAINING_OPERATOR_POLICY = "AmazonSageMakerHyperPodTrainingOperatorAccess"
+
+
+# What the HyperPod cluster waits for: the add-ons HyperPod's prerequisites name and the dependency
+# chart (docs/facts/hyperpod.md#hyperpod-eks-prerequisites, #hyperpod-eks-helm-chart-required).
+HYPERPOD_PREREQUISITE_ADDONS = ("vpc-cni", "kube-proxy", "coredns", "eks-pod-identity-agent")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KueueSpec:
+    """fminfra's Kueue on an EKS cluster without HyperPod (`KueueProps` less the cluster)."""
+
+    version: str
+    flavors: Sequence[GpuFlavor]
+    teams: Mapping[str, Mapping[str, int]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScraperSpec:
+    """An AMP managed scraper of the EKS cluster's exporters (`AmpScraperProps` less the cluster's
+    ARN and security group), with its access entry and RBAC in the cluster."""
+
+    workspace: PrometheusWorkspace
+    subnets: Sequence[ec2.ISubnet]
+    scrape_interval_seconds: int
+    alias: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataAccess:
+    """The nodes' access to the data bucket: read the read-only prefixes, read and write the
+    read-write ones, nothing else; `bucket_name` is the bucket's (config-derived) literal name."""
+
+    bucket: s3.IBucket
+    bucket_name: str
+    read_only_prefixes: Sequence[str] = ()
+    read_write_prefixes: Sequence[str] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodSpec:
+    """The HyperPod cluster (`HyperPodClusterProps` less the lifecycle scripts' location, the role
+    and, on EKS, the cluster's security group and ARN) and its lifecycle scripts.
+
+    security_groups: of the nodes (the EFA group); on EKS the cluster security group is added.
+    data_access: the nodes' access to the data bucket. Default: none.
+    """
+
+    cluster_name: str
+    instance_groups: Sequence[HyperPodInstanceGroup]
+    subnets: Sequence[ec2.ISubnet]
+    security_groups: Sequence[ec2.ISecurityGroup]
+    lifecycle: LifecycleScriptsProps
+    data_access: DataAccess | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskGovernanceSpec:
+    """HyperPod task governance (`TaskGovernanceProps` less the cluster's ARN)."""
+
+    name_prefix: str
+    teams: Sequence[TeamQuota]
+    priority_classes: Mapping[str, int] = field(default_factory=dict)
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceptAccessSpec:
+    """The acceptance gate's access to the cluster: the role (by name, in this account) and the
+    namespaces of the teams its jobs queue in."""
+
+    role_name: str
+    namespaces: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodOnEksSpec:
+    """What HyperPod orchestrated by the EKS cluster needs beyond both clusters.
+
+    dependencies_commit, dependencies_values: the HyperPod dependency chart (`HyperPodDependenciesProps`).
+    task_governance: the teams' quotas. Default: none.
+    accept_access: the acceptance role's access. Default: none.
+    """
+
+    dependencies_commit: str
+    dependencies_values: Mapping[str, object]
+    task_governance: TaskGovernanceSpec | None = None
+    accept_access: AcceptAccessSpec | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceGroupSpec:
+    """An inference node group (`InferenceNodeGroupProps` less the cluster and the launch template).
+
+    launch_template: an `EfaLaunchTemplate` for the group (EFA types, placement groups, reserved
+      capacity); the EKS cluster security group is added to its groups. Default: none.
+    """
+
+    name: str
+    nodegroup_name: str
+    instance_type: str
+    min_size: int
+    desired_size: int
+    max_size: int
+    subnets: Sequence[ec2.ISubnet]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: Sequence[tuple[str, str, str]] | None = None
+    root_volume_gib: int = 200
+    capacity_block: bool = False
+    launch_template: EfaLaunchTemplateProps | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClustersProps:
+    """Props of `Clusters`.
+
+    region: the environment's region (in the outputs' commands).
+    node_role: the role the HyperPod nodes run as.
+    eks: the EKS cluster. Default: none (then no kueue, scraper, HyperPod on EKS or inference groups).
+    kueue, scraper: on the EKS cluster. Default: none.
+    hyperpod: the HyperPod cluster. Default: none.
+    hyperpod_on_eks: HyperPod orchestrated by `eks` (needs both). Default: none (Slurm).
+    inference_node_groups: on the EKS cluster. Default: none.
+    """
+
+    region: str
+    node_role: iam.IRole
+    eks: EksClusterProps | None = None
+    kueue: KueueSpec | None = None
+    scraper: ScraperSpec | None = None
+    hyperpod: HyperPodSpec | None = None
+    hyperpod_on_eks: HyperPodOnEksSpec | None = None
+    inference_node_groups: Sequence[InferenceGroupSpec] = ()
+
+
+class Clusters(Construct):
+    """The EKS cluster, the HyperPod cluster and the inference node groups of `props`, in `scope`.
+
+    Attributes (None where not built): `eks`, `dependencies`, `kueue`, `scraper`, `lifecycle`,
+    `hyperpod`, `task_governance`, `inference_node_groups` (name -> node group).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, props: ClustersProps) -> None:
+        super().__init__(scope, construct_id)
+        if props.hyperpod_on_eks is not None and (props.eks is None or props.hyperpod is None):
+            raise ValidationError("Clusters: hyperpod_on_eks needs both eks and hyperpod")
+        if (props.kueue or props.scraper or props.inference_node_groups) and props.eks is None:
+            raise ValidationError("Clusters: kueue, scraper and inference_node_groups need eks")
+        self.eks: EksCluster | None = None
+        self.dependencies: HyperPodDependencies | None = None
+        self.kueue: Kueue | None = None
+        self.scraper: AmpScraper | None = None
+        self.lifecycle: LifecycleScripts | None = None
+        self.hyperpod: HyperPodCluster | None = None
+        self.task_governance: TaskGovernance | None = None
+        self.inference_node_groups: dict[str, InferenceNodeGroup] = {}
+        # Every resource goes in `scope`, where it has always been (its path and logical id).
+        stack = scope
+        on_eks = props.hyperpod_on_eks
+        if props.eks is not None:
+            self.eks = EksCluster(stack, "Eks", props.eks)
+            if on_eks is not None:
+                _training_operator_identity(stack, self.eks)
+                assert props.eks.kubectl_layer is not None  # EksCluster requires it with helm charts
+                self.dependencies = HyperPodDependencies(
+                    stack,
+                    "HyperPodDependencies",
+                    HyperPodDependenciesProps(
+                        cluster=self.eks.cluster,
+                        subnets=props.eks.subnets,
+                        kubectl_layer=props.eks.kubectl_layer,
+                        commit=on_eks.dependencies_commit,
+                        values=on_eks.dependencies_values,
+                    ),
+                )
+                # helm reaches pods' networking only once the VPC CNI runs.
+                self.dependencies.resource.node.add_dependency(self.eks.addons["vpc-cni"])
+            if props.kueue is not None:
+                self.kueue = _kueue(stack, props.kueue, self.eks)
+            if props.scraper is not None:
+                self.scraper = _amp_scraper(stack, props.scraper, self.eks)
+            cdk.CfnOutput(stack, "EksClusterName", value=self.eks.cluster_name, description="EKS cluster")
+            cdk.CfnOutput(
+                stack,
+                "UpdateKubeconfigCommand",
+                value=f"aws eks update-kubeconfig --region {props.region} --name {props.eks.cluster_name}",
+                description="Connect kubectl to the EKS cluster",
+            )
+
+        if props.hyperpod is not None:
+            self._hyperpod(stack, props, props.hyperpod)
+
+        for group in props.inference_node_groups:
+            assert self.eks is not None
+            launch_template = None
+            if group.launch_template is not None:
+                launch_template = _inference_launch_template(stack, group.name, group.launch_template, self.eks)
+            self.inference_node_groups[group.name] = InferenceNodeGroup(
+                stack,
+                f"Inference-{group.name}",
+                InferenceNodeGroupProps(
+                    cluster=cast(eks.ICluster, self.eks.cluster),
+                    nodegroup_name=group.nodegroup_name,
+                    instance_type=group.instance_type,
+                    min_size=group.min_size,
+                    desired_size=group.desired_size,
+                    max_size=group.max_size,
+                    subnets=group.subnets,
+                    labels=group.labels,
+                    taints=group.taints,
+                    root_volume_gib=group.root_volume_gib,
+                    launch_template=launch_template,
+                    capacity_block=group.capacity_block,
+                ),
+            )
+
+    def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
+        role = props.node_role
+        on_eks = props.hyperpod_on_eks
+        self.lifecycle = LifecycleScripts(stack, "LifecycleScripts", spec.lifecycle)
+        self.lifecycle.grant_read(role)
+        logs_arn = cdk.Stack.of(stack).format_arn(
+            service="logs",
+            resource="log-group",
+            resource_name=f"/aws/sagemaker/Clusters/{spec.cluster_name}/*",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="ClusterLogs",
+                actions=["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+                resources=[logs_arn],
+            )
+        )
+        policy = role.node.try_find_child("DefaultPolicy")
+        if policy is not None:
+            acknowledge(
+                policy,
+                f"IAM5[Resource::{literal(cdk.Stack.of(stack), logs_arn)}]",
+                "HyperPod names the log group /aws/sagemaker/Clusters/<name>/<cluster id>; the id is known only after creation, so the ARN ends in *",
+            )
+        if spec.data_access is not None:
+            access = spec.data_access
+            _grant_data_bucket(
+                cdk.Stack.of(stack), role, access.bucket, access.bucket_name, access.read_only_prefixes, access.read_write_prefixes
+            )
+        if on_eks is not None:
+            _grant_eks_node_permissions(role)
+        security_groups: list[ec2.ISecurityGroup] = list(spec.security_groups)
+        if on_eks is not None and self.eks is not None:
+            security_groups.append(self.eks.cluster.cluster_security_group)
+        self.hyperpod = HyperPodCluster(
+            stack,
+            "HyperPod",
+            HyperPodClusterProps(
+                cluster_name=spec.cluster_name,
+                instance_groups=spec.instance_groups,
+                execution_role=role,
+                subnets=spec.subnets,
+                security_groups=security_groups,
+                lifecycle_source_s3_uri=self.lifecycle.source_s3_uri,
+                lifecycle_entry_script=self.lifecycle.entry_script,
+                eks_cluster_arn=self.eks.cluster_arn if on_eks is not None and self.eks is not None else None,
+            ),
+        )
+        self.hyperpod.node.add_dependency(self.lifecycle.deployment)
+        # The training operator's managed policy acts only on clusters tagged SageMaker=true.
+        cdk.Tags.of(self.hyperpod.cluster).add("SageMaker", "true")
+        if on_eks is not None and self.eks is not None:
+            self._order_hyperpod_eks()
+            if on_eks.task_governance is not None:
+                self.task_governance = self._task_governance(stack, on_eks.task_governance)
+            if on_eks.accept_access is not None:
+                # The namespace of the team accept's jobs queue in, after the quotas that create it.
+                after = [self.task_governance] if self.task_governance is not None else []
+                add_accept_access(stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after)
+        cdk.CfnOutput(stack, "HyperPodClusterName", value=spec.cluster_name, description="SageMaker HyperPod cluster")
+        cdk.CfnOutput(stack, "HyperPodClusterArn", value=self.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
+        cdk.CfnOutput(
+            stack,
+            "DescribeClusterCommand",
+            value=f"aws sagemaker describe-cluster --region {props.region} --cluster-name {spec.cluster_name}",
+            description="Inspect the HyperPod cluster and its instance groups",
+        )
+
+    def _order_hyperpod_eks(self) -> None:
+        """HyperPod after its prerequisites; the training operator after HyperPod (its install page
+        lists an existing HyperPod cluster as a prerequisite: docs/facts/hyperpod.md#hyperpod-training-operator-addon)."""
+        assert self.eks is not None and self.hyperpod is not None and self.dependencies is not None
+        for name in HYPERPOD_PREREQUISITE_ADDONS:
+            self.hyperpod.node.add_dependency(self.eks.addons[name])
+        self.hyperpod.node.add_dependency(self.dependencies.resource)
+        self.eks.addons["amazon-sagemaker-hyperpod-training-operator"].node.add_dependency(self.hyperpod.cluster)
+
+    def _task_governance(self, stack: Construct, spec: TaskGovernanceSpec) -> TaskGovernance:
+        """HyperPod task governance: its add-on after the HyperPod cluster (AWS installs it on an existing
+        HyperPod EKS cluster), and the teams' quotas and the cluster policy after the add-on, which
+        runs the Kueue they configure (docs/facts/hyperpod.md#hyperpod-task-governance-addon)."""
+        assert self.eks is not None and self.hyperpod is not None
+        addon = self.eks.addons[TASK_GOVERNANCE_ADDON]
+        addon.node.add_dependency(self.hyperpod.cluster)
+        governance = TaskGovernance(
+            stack,
+            "TaskGovernance",
+            TaskGovernanceProps(
+                cluster_arn=self.hyperpod.cluster_arn,
+                name_prefix=spec.name_prefix,
+                teams=spec.teams,
+                priority_classes=spec.priority_classes,
+                tags=spec.tags,
+            ),
+        )
+        governance.node.add_dependency(addon)
+        return governance
+
+
+def _kueue(stack: Construct, spec: KueueSpec, eks_cluster: EksCluster) -> Kueue:
+    """fminfra's Kueue on EKS without HyperPod: after the VPC CNI and the system nodes its controller runs on."""
+    kueue = Kueue(stack, "Kueue", KueueProps(cluster=eks_cluster.cluster, version=spec.version, flavors=spec.flavors, teams=spec.teams))
+    kueue.chart.node.add_dependency(eks_cluster.addons["vpc-cni"])
+    if eks_cluster.system_nodegroup is not None:
+        kueue.chart.node.add_dependency(eks_cluster.system_nodegroup)
+    return kueue
+
+
+def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -> AmpScraper:
+    """An AMP managed scraper of the cluster's exporters, with the access it needs in the cluster."""
+    scraper = AmpScraper(
+        stack,
+        "AmpScraper",
+        AmpScraperProps(
+            cluster_arn=eks_cluster.cluster_arn,
+            subnets=spec.subnets,
+            workspace=spec.workspace,
+            security_groups=[eks_cluster.cluster.cluster_security_group],
+            scrape_interval_seconds=spec.scrape_interval_seconds,
+            alias=spec.alias,
+        ),
+    )
+    access = eks_l1.CfnAccessEntry(
+        stack,
+        "AmpScraperAccessEntry",
+        cluster_name=eks_cluster.cluster_name,
+        principal_arn=scraper.role_arn,
+        username=SCRAPER_USERNAME,
+        type="STANDARD",
+    )
+    rbac = eks_cluster.cluster.add_manifest("AmpScraperRbac", *SCRAPER_RBAC)
+    rbac.node.add_dependency(access)
+    cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")
+    return scraper
+
+
+def _inference_launch_template(
+    stack: Construct, name: str, props: EfaLaunchTemplateProps, eks_cluster: EksCluster
+) -> eks.LaunchTemplateSpec:
+    """The group's `EfaLaunchTemplate` with the EKS cluster security group beside its groups (EKS
+    stops adding it once a template names groups)."""
+    template = EfaLaunchTemplate(
+        stack,
+        f"InferenceLaunchTemplate-{name}",
+        replace(props, additional_security_groups=[*props.additional_security_groups, eks_cluster.cluster.cluster_security_group]),
+    )
+    return eks.LaunchTemplateSpec(id=template.launch_template_id, version=template.latest_version_number)
+
+
+def _training_operator_identity(stack: Construct, eks_cluster: EksCluster) -> None:
+    """A role for the training operator's controller through EKS Pod Identity, created before the add-on."""
+    role = iam.Role(
+        stack,
+        "TrainingOperatorRole",
+        assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(TRAINING_OPERATOR_POLICY)],
+        description="HyperPod training operator (EKS Pod Identity)",
+    )
+    acknowledge(
+        role,
+        f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{TRAINING_OPERATOR_POLICY}]",
+        "The AWS managed policy HyperPod documents for its training operator; it acts only on clusters tagged SageMaker=true",
+    )
+    association = eks.CfnPodIdentityAssociation(
+        stack,
+        "TrainingOperatorPodIdentity",
+        cluster_name=eks_cluster.cluster_name,
+        namespace=TRAINING_OPERATOR_NAMESPACE,
+        service_account=TRAINING_OPERATOR_SERVICE_ACCOUNT,
+        role_arn=role.role_arn,
+    )
+    operator = eks_cluster.addons["amazon-sagemaker-hyperpod-training-operator"]
+    operator.node.add_dependency(association)
+    operator.node.add_dependency(eks_cluster.addons["cert-manager"])
+    operator.node.add_dependency(eks_cluster.addons["eks-pod-identity-agent"])
+
+
+def _grant_data_bucket(
+    stack: cdk.Stack, role: iam.IRole, bucket: s3.IBucket, bucket_name: str, read_only: Sequence[str], read_write: Sequence[str]
+) -> None:
+    """Nodes read the read-only prefixes (datasets) and read, write and delete in the read-write ones
+    (checkpoints); nothing else of the bucket. The grant goes through a view of the bucket by its
+    (config-derived) name, so the statement names the bucket literally rather than through a
+    cross-stack export, and the encryption key through the bucket's key."""
+    view = s3.Bucket.from_bucket_attributes(stack, "DataBucketView", bucket_name=bucket_name, encryption_key=bucket.encryption_key)
+    for prefix in read_only:
+        view.grant_read(role, f"{prefix}*")
+    for prefix in read_write:
+        view.grant_read_write(role, f"{prefix}*")
+    policy = role.node.try_find_child("DefaultPolicy")
+    if policy is None:  # no prefixes: no grant
+        return
+    reason = (
+        "CDK grant_read/grant_read_write action groups on the environment's data bucket and its KMS key only, each on the prefixes "
+        "storage.bucket.read_only_prefixes / read_write_prefixes name: nodes read datasets and write checkpoints"
+    )
+    actions = ["s3:GetObject*", "s3:GetBucket*", "s3:List*"]
+    if read_write:
+        actions += ["s3:DeleteObject*", "s3:Abort*"]
+    if bucket.encryption_key is not None:
+        actions += ["kms:GenerateDataKey*", "kms:ReEncrypt*"] if read_write else []
+    for action in actions:
+        acknowledge(policy, f"IAM5[Action::{action}]", reason)
+    for prefix in [*read_only, *read_write]:
+        acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects(f'{prefix}*'))}]", reason)
+
+
+def _grant_eks_node_permissions(role: iam.IRole) -> None:
+    """The VPC CNI's, image pulls' and Pod Identity's permissions on HyperPod EKS nodes, as narrow as
+    EC2 allows: reads and ecr:GetAuthorizationToken take no resource (docs/facts/iam.md#eks-cni-policy-actions);
+    ENI changes are limited to the stack's region; ENI tags to the keys the VPC CNI writes
+    (docs/facts/eks.md#vpc-cni-eni-tag-keys)."""
+    stack = cdk.Stack.of(role)
+    cni_tag_keys = [
+        "node.k8s.amazonaws.com/instance_id",
+        "node.k8s.amazonaws.com/createdAt",
+        "cluster.k8s.amazonaws.com/name",
+        "eks:eni:owner",
+    ]
+    mutating = tuple(a for a in EKS_NODE_ACTIONS if a.startswith("ec2:") and not a.startswith("ec2:Describe"))
+    reads = tuple(a for a in EKS_NODE_ACTIONS if a not in mutating)
+    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodesRead", actions=list(reads), resources=["*"]))
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="EksNodeEnis",
+            actions=list(mutating),
+            resources=["*"],
+            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="EksNodeEniTags",
+            actions=["ec2:CreateTags"],
+            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
+            conditions={"ForAllValues:StringEquals": {"aws:TagKeys": cni_tag_keys}},
+        )
+    )
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    acknowledge(
+        policy,
+        "IAM5[Resource::*]",
+        "EC2 Describe* and ecr:GetAuthorizationToken take no resource, eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod "
+        "identity associations, and the VPC CNI creates and attaches ENIs whose ids do not exist yet (AmazonEKS_CNI_Policy grants them on *): "
+        "ENI changes are limited to this region by aws:RequestedRegion",
+    )
+    acknowledge(
+        policy,
+        "IAM5[Resource::arn:aws:ec2:" + f"{stack.region}:{stack.account}:network-interface/*]",
+        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so the resource type is fixed and aws:TagKeys allows only the CNI's keys",
+    )
