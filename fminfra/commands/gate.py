@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fminfra.checks import Finding, check_templates
 from fminfra.commands.assembly import POLICY_PACKS_FILE, StackTemplate, read_assembly
-from fminfra.commands.plan import format_table, group_plans
+from fminfra.commands.plan import format_table, group_plans, slurm_head_rows
 from fminfra.config import EnvironmentConfig
 
 CFN_LINT_CONFIG = ".cfnlintrc.yaml"
@@ -49,11 +49,7 @@ def environment_summary(cfg: EnvironmentConfig | None, stacks: list[StackTemplat
     lines.append(format_table(["stack", "resources"], [[s.stack_name, str(s.resource_count)] for s in stacks]))
     if cfg is not None:
         rows = [[r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text] for r in group_plans(cfg)]
-        slurm = cfg.compute.slurm if cfg.compute.orchestrator == "slurm" else None
-        if slurm is not None:
-            rows.append(["controller", "slurm controller", slurm.controller.instance_type, "1", "0", "-"])
-            if slurm.login.count:
-                rows.append(["login", "slurm login", slurm.login.instance_type, str(slurm.login.count), "0", "-"])
+        rows += [[name, kind, instance_type, str(count), "0", "-"] for name, kind, instance_type, count in slurm_head_rows(cfg)]
         if rows:
             lines.append(format_table(["group", "kind", "instance type", "count", "GPUs", "EFA attached/max"], rows))
             lines.append(COUNT_LEGEND)

@@ -1,0 +1,52 @@
+"""What a new user trips on first (issue 26): plan's warnings, table and per-GPU throughput, init's
+capacity types, guard's baseline and Node.js, and the cfn-lint the gate runs. The wheel itself,
+every offline verb from it and the library app are tests/test_wheel.py's."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from fminfra.cli import main
+from fminfra.commands.plan import plan_warnings, render_plan
+from fminfra.config import load_config, parse_config
+from tests.conftest import ROOT
+
+CAPACITY_EC2 = ROOT / "tests" / "configs" / "capacity-ec2.yaml"
+
+# --- plan -----------------------------------------------------------------------------------------
+
+
+def test_plan_prints_each_warning_once_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """stdout is the plan; every warning once, on stderr (as `validate` prints them)."""
+    assert main(["plan", str(CAPACITY_EC2)]) == 0
+    out = capsys.readouterr()
+    warnings = plan_warnings(load_config(CAPACITY_EC2))
+    assert len(warnings) >= 5
+    assert "WARN" not in out.out
+    assert out.err.splitlines() == warnings
+
+
+def test_plan_lists_the_slurm_controller_and_login_groups() -> None:
+    lines = render_plan(load_config(ROOT / "config" / "dev.yaml")).splitlines()
+    rows = [line.split() for line in lines]
+    assert ["controller", "slurm", "controller", "ml.m5.12xlarge", "1", "0", "-", "-", "on-demand", "-"] in rows
+    assert ["login", "slurm", "login", "ml.m5.4xlarge", "1", "0", "-", "-", "on-demand", "-"] in rows
+    # no login nodes, no login row
+    assert not [
+        r
+        for r in (line.split() for line in render_plan(load_config(ROOT / "tests/configs/hp-slurm-inference.yaml")).splitlines())
+        if r[:1] == ["login"]
+    ]
+
+
+def test_plan_throughput_per_gpu_counts_the_gpus_that_mount_the_file_system() -> None:
+    """Inference node groups do not mount FSx: hp-slurm-inference's 32 training GPUs share it, not all 51."""
+    data = yaml.safe_load((ROOT / "tests/configs/hp-slurm-inference.yaml").read_text())
+    data["storage"] = yaml.safe_load((ROOT / "config/dev.yaml").read_text())["storage"]
+    cfg = parse_config(data, "f.yaml")
+    text = render_plan(cfg)
+    assert "total GPUs (training groups and inference at max size): 51" in text
+    assert cfg.storage is not None and cfg.storage.lustre is not None
+    per_gpu = cfg.storage.lustre.throughput_gb_per_s / 32
+    assert f"{per_gpu:.3f} GB/s per training GPU (32 GPUs)" in text
