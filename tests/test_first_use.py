@@ -4,6 +4,8 @@ every offline verb from it and the library app are tests/test_wheel.py's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -50,3 +52,59 @@ def test_plan_throughput_per_gpu_counts_the_gpus_that_mount_the_file_system() ->
     assert cfg.storage is not None and cfg.storage.lustre is not None
     per_gpu = cfg.storage.lustre.throughput_gb_per_s / 32
     assert f"{per_gpu:.3f} GB/s per training GPU (32 GPUs)" in text
+
+
+# --- init -----------------------------------------------------------------------------------------
+
+BASE = ["init", "--name", "blocks", "--account", "123456789012", "--region", "us-west-2", "--orchestrator", "ec2"]
+
+
+def test_init_writes_a_capacity_block_config_that_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "blocks.yaml"
+    args = ["--capacity-type", "capacity-block", "--reservation-id", "cr-0123456789abcdef0"]
+    window = ["--starts-at", "2027-01-10T11:30:00Z", "--ends-at", "2027-01-17T11:30:00Z"]
+    assert main([*BASE, *args, *window, "--output", str(out)]) == 0
+    cap = load_config(out).compute.instance_groups[0].capacity
+    assert (cap.type, cap.reservation_ids) == ("capacity-block", ["cr-0123456789abcdef0"])
+    assert cap.starts_at is not None and cap.starts_at.isoformat() == "2027-01-10T11:30:00+00:00"
+    assert main(["validate", str(out)]) == 0
+
+
+def test_init_writes_an_existing_reservation_config_that_validates(tmp_path: Path) -> None:
+    out = tmp_path / "reserved.yaml"
+    ids = ["--reservation-id", "cr-0123456789abcdef0", "--reservation-id", "cr-0123456789abcdef1"]
+    assert main([*BASE, "--capacity-type", "reservation", *ids, "--output", str(out)]) == 0
+    cap = load_config(out).compute.instance_groups[0].capacity
+    assert (cap.type, cap.reservation_ids) == ("reservation", ["cr-0123456789abcdef0", "cr-0123456789abcdef1"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--capacity-type", "reservation"], "--capacity-type reservation needs --reservation-id"),
+        (["--capacity-type", "capacity-block"], "--capacity-type capacity-block needs --reservation-id"),
+        (
+            ["--reservation-id", "cr-0123456789abcdef0"],
+            "--reservation-id: only with --capacity-type reservation or capacity-block, got on-demand",
+        ),
+        (
+            ["--capacity-type", "reservation", "--reservation-id", "cr-0123456789abcdef0", "--starts-at", "2027-01-10T11:30:00Z"],
+            "--starts-at: only with --capacity-type capacity-block, got reservation",
+        ),
+    ],
+)
+def test_init_capacity_flags_that_do_not_fit_are_one_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "x.yaml"
+    assert main([*BASE, *args, "--output", str(out)]) == 2
+    assert capsys.readouterr().err == f"{message}\n"
+    assert not out.exists()
+
+
+def test_init_a_capacity_block_on_hyperpod_is_the_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "x.yaml"
+    args = ["init", "--name", "x", "--account", "123456789012", "--region", "us-west-2", "--orchestrator", "slurm"]
+    assert main([*args, "--capacity-type", "capacity-block", "--reservation-id", "cr-0123456789abcdef0", "--output", str(out)]) == 2
+    assert "capacity-block is not available to HyperPod groups (orchestrator slurm)" in capsys.readouterr().err
+    assert not out.exists()

@@ -19,7 +19,15 @@ from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 
 HELP = "write a commented starter config (region, orchestrator, instance type, count, capacity)"
 ORCHESTRATORS = ("slurm", "eks", "ec2", "none")
-CAPACITY_TYPES = ("on-demand", "odcr", "training-plan")
+CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
+# Flag -> the capacity field it writes, and the capacity types that take it (CapacityConfig's rules).
+CAPACITY_FLAGS = {
+    "reservation_id": ("reservation_ids", ("reservation", "capacity-block")),
+    "starts_at": ("starts_at", ("capacity-block",)),
+    "ends_at": ("ends_at", ("capacity-block",)),
+    "training_plan_arn": ("training_plan_arn", ("training-plan",)),
+}
+REQUIRED_FLAGS = {"reservation": ("reservation_id",), "capacity-block": ("reservation_id",), "training-plan": ("training_plan_arn",)}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,6 +38,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance-type", default="p5.48xlarge", help="GPU instance type (default p5.48xlarge)")
     p.add_argument("--count", type=int, default=2, help="instances (inference: the maximum size); default 2")
     p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
+    p.add_argument(
+        "--reservation-id",
+        action="append",
+        metavar="CR_ID",
+        help="with --capacity-type reservation or capacity-block: a capacity reservation id (cr-...); repeat for several",
+    )
+    p.add_argument("--starts-at", metavar="TIME", help="with --capacity-type capacity-block: the block's start, e.g. 2027-01-10T11:30:00Z")
+    p.add_argument("--ends-at", metavar="TIME", help="with --capacity-type capacity-block: the block's end, e.g. 2027-01-17T11:30:00Z")
     p.add_argument("--training-plan-arn", help="with --capacity-type training-plan: the SageMaker training plan")
     p.add_argument("--output", help="file to write (default config/NAME.yaml); an existing file is never overwritten")
 
@@ -38,12 +54,8 @@ def starter(ns: argparse.Namespace) -> str:
     """The config text, with a comment on each choice a user should review."""
     if ns.region not in AZ_ID_PREFIX_BY_REGION:
         raise UsageError(f"--region: unknown region {ns.region!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
-    if ns.capacity_type == "training-plan" and not ns.training_plan_arn:
-        raise UsageError("--capacity-type training-plan needs --training-plan-arn")
     prefix = AZ_ID_PREFIX_BY_REGION[ns.region]
-    capacity: dict[str, object] = {"type": ns.capacity_type}
-    if ns.training_plan_arn:
-        capacity["training_plan_arn"] = ns.training_plan_arn
+    capacity = _capacity(ns)
     lines = [
         f"# {ns.name}: written by `fminfra init`; `python -m fminfra validate` and `plan` check it offline.",
         "# Every field and its default: `python -m fminfra show THIS_FILE`; reference: docs/config.md.",
@@ -78,6 +90,22 @@ def starter(ns: argparse.Namespace) -> str:
         "# observability: AMP and alert rules are on by default; Grafana is off (docs/observability.md)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _capacity(ns: argparse.Namespace) -> dict[str, object]:
+    """The group's `capacity` from the flags; UsageError naming a flag its type needs or does not take."""
+    for dest in REQUIRED_FLAGS.get(ns.capacity_type, ()):
+        if not getattr(ns, dest, None):
+            raise UsageError(f"--capacity-type {ns.capacity_type} needs --{dest.replace('_', '-')}")
+    capacity: dict[str, object] = {"type": ns.capacity_type}
+    for dest, (field, types) in CAPACITY_FLAGS.items():
+        value = getattr(ns, dest, None)
+        if value is None:
+            continue
+        if ns.capacity_type not in types:
+            raise UsageError(f"--{dest.replace('_', '-')}: only with --capacity-type {' or '.join(types)}, got {ns.capacity_type}")
+        capacity[field] = value
+    return capacity
 
 
 def _flow(value: dict[str, object]) -> str:
