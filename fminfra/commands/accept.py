@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -150,10 +150,35 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def passable(self) -> bool:
-        """False when the gate cannot pass whatever the cluster does: a group without an NCCL threshold,
-        or a DDP image the job will refuse."""
-        return all(t.fail_gbps is not None for t in self.nccl.values()) and self.image_unpinned is None
+    def missing(self) -> list[str]:
+        """What the gate cannot pass without, whatever the cluster does (`missing_for_a_run`)."""
+        return missing_for_a_run(self.cfg.name, self.nccl, self.image_unpinned)
+
+
+def missing_for_a_run(environment: str, nccl: Mapping[str, NcclThreshold], image_unpinned: str | None) -> list[str]:
+    """What a real run fails on whatever the cluster does: a group without an NCCL threshold, or a
+    DDP image the job refuses. A dry run reports these and still exits 0 (`end_dry_run`)."""
+    out = [
+        f"nccl {group}: no threshold ({t.source}); set accept.nccl_fail_gbps for {environment} in pipeline.yaml"
+        for group, t in nccl.items()
+        if t.fail_gbps is None or t.warn_gbps is None
+    ]
+    if image_unpinned is not None:
+        out.append(
+            f"ddp: image {image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env); "
+            "the job refuses it unless FMINFRA_ALLOW_UNPINNED=1 is exported"
+        )
+    return out
+
+
+def end_dry_run(verb: str, environment: str, missing: list[str]) -> int:
+    """The end of every dry run: nothing ran, so nothing failed (exit 0); what a real run would
+    miss goes to stderr, one line each, after the plan on stdout."""
+    for line in missing:
+        print(f"{verb} {environment} --dry-run: missing: {line}", file=sys.stderr)
+    if missing:
+        print(f"{verb} {environment} --dry-run: nothing ran; a real run fails until the missing items above are set", file=sys.stderr)
+    return EXIT_OK
 
 
 def slurm_plan(
@@ -198,7 +223,7 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
     for group, t in plan.nccl.items():
         if t.fail_gbps is None:
             out(
-                f"nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: FAIL, no threshold ({t.source}); set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
+                f"nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: MISSING, no threshold ({t.source}); set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
             )
         else:
             out(
@@ -207,7 +232,7 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
     out("ddp: the loss must fall (mean of the last 10 steps below half the first 10); step time reported")
     if plan.image_unpinned is not None:
         out(
-            f"ddp: FAIL, image {plan.image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env);"
+            f"ddp: MISSING, image {plan.image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env);"
             " the job refuses it unless FMINFRA_ALLOW_UNPINNED=1 is exported"
         )
     if plan.fsx_baseline_gb_per_s is not None:
@@ -428,5 +453,5 @@ def main(ns: argparse.Namespace) -> int:
     plan = slurm_plan(cfg, run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
     if ns.dry_run:
         print_plan(plan)
-        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
+        return end_dry_run("accept", cfg.name, plan.missing)
     return run_on_login_node(plan, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)

@@ -382,7 +382,7 @@ def main(ns: argparse.Namespace) -> int:
         print("# and on the node, `fminfra accept` does:")
         plan = accept.slurm_plan(cfg, ns.run_id, accept._overrides(ns.pipeline, cfg.name), accept.read_instance_thresholds())
         accept.print_plan(plan)
-        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
+        return accept.end_dry_run("accept-remote", cfg.name, plan.missing)
     import boto3
     from botocore.exceptions import BotoCoreError
 
