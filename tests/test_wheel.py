@@ -180,5 +180,15 @@ def test_readme_library_app_synthesizes_from_the_wheel_in_an_empty_folder(instal
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert len(list((tmp_path / "cdk.out").glob("assembly-dev/*.template.json"))) == 5
-    # Quiet: no warning (the stage's feature flags settle the cross-stack reference strength).
+    # Quiet: no warning (the stage's feature flags settle the cross-stack reference strength), and
+    # no "N feature flags are not configured" (the CLI counts the app's own context: FEATURE_FLAGS).
     assert "WARNING" not in result.stderr, result.stderr
+    assert "feature flags are not configured" not in result.stdout + result.stderr, result.stderr
+    # README tags the stage, and the tag reaches every stack's taggable resources.
+    tagged = 0
+    for template in (tmp_path / "cdk.out").glob("assembly-dev/*.template.json"):
+        for resource in json.loads(template.read_text())["Resources"].values():
+            tags = resource.get("Properties", {}).get("Tags")
+            if isinstance(tags, list) and {"Key": "cost-center", "Value": "ml-platform"} in tags:
+                tagged += 1
+    assert tagged > 0
