@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from fminfra.commands.common import EXIT_BAD_INPUT, Parser, UsageError
 from fminfra.core.errors import ConfigError, ValidationError
+from fminfra.core.resources import use_bundled_node
 
 # Verb -> module in fminfra.commands, in the order `--help` lists them.
 COMMANDS = {
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_bundled_node()  # before any verb imports aws-cdk-lib (jsii starts Node.js then)
     try:
         ns = build_parser().parse_args(argv)
         return int(ns.handler(ns))

@@ -4,14 +4,19 @@ every offline verb from it and the library app are tests/test_wheel.py's."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from pathlib import Path
 
 import pytest
 import yaml
 
 from fminfra.cli import main
+from fminfra.commands import guard
+from fminfra.commands.gate import CFN_LINT_MISSING
 from fminfra.commands.plan import plan_warnings, render_plan
 from fminfra.config import load_config, parse_config
+from fminfra.core.resources import bundled_node
 from tests.conftest import ROOT
 
 CAPACITY_EC2 = ROOT / "tests" / "configs" / "capacity-ec2.yaml"
@@ -108,3 +113,49 @@ def test_init_a_capacity_block_on_hyperpod_is_the_config_error(tmp_path: Path, c
     assert main([*args, "--capacity-type", "capacity-block", "--reservation-id", "cr-0123456789abcdef0", "--output", str(out)]) == 2
     assert "capacity-block is not available to HyperPod groups (orchestrator slurm)" in capsys.readouterr().err
     assert not out.exists()
+
+
+# --- guard and gate -------------------------------------------------------------------------------
+
+
+def test_guard_with_an_empty_baseline_folder_stops_before_synthesizing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_synth(config_path: Path) -> None:
+        raise AssertionError("synthesized although the baseline folder is empty")
+
+    monkeypatch.setattr(guard, "synthesize", no_synth)
+    empty = tmp_path / "baseline"
+    empty.mkdir()
+    assert main(["guard", "dev", "--baseline", str(empty)]) == 2
+    assert capsys.readouterr().err == (
+        f"{empty}: (folder): no *.template.json files (an empty baseline); create it with `python -m fminfra guard CONFIG --update-baseline`\n"
+    )
+
+
+def test_the_cli_runs_jsii_on_the_bundled_node_unless_jsii_node_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    node = bundled_node()
+    assert node is not None and node.is_file() and os.access(node, os.X_OK)
+    monkeypatch.delenv("JSII_NODE", raising=False)
+    assert main(["schema"]) == 0
+    assert os.environ["JSII_NODE"] == str(node)
+    monkeypatch.setenv("JSII_NODE", "/opt/node/bin/node")  # the user's own choice wins
+    assert main(["schema"]) == 0
+    assert os.environ["JSII_NODE"] == "/opt/node/bin/node"
+
+
+def test_without_cfn_lint_gate_and_guard_say_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cfnlint" else real(name, *a))
+    templates = tmp_path / "t"
+    templates.mkdir()
+    (templates / "S.template.json").write_text('{"Resources": {}}')
+    assert main(["guard", "--templates", str(templates), "--baseline", str(templates)]) == 2
+    assert capsys.readouterr().err == f"guard: {CFN_LINT_MISSING}\n"
+    from fminfra.commands.common import UsageError
+    from fminfra.commands.gate import cfn_lint
+
+    with pytest.raises(UsageError, match=r"^gate: cfn-lint is not installed beside this Python: pip install 'cfn-lint>=1.58.0,<2'"):
+        cfn_lint([templates / "S.template.json"])

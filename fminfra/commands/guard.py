@@ -17,6 +17,7 @@ lets a deliberate change through (it is still printed).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import sys
@@ -710,6 +711,10 @@ def main(ns: Any) -> int:
     from fminfra.config import resolve_config_path
 
     try:
+        if importlib.util.find_spec("cfnlint") is None:  # the create-only properties come from its schemas
+            from fminfra.commands.gate import CFN_LINT_MISSING
+
+            raise GuardInputError(f"guard: {CFN_LINT_MISSING}")
         if ns.deployed and ns.change_set:
             raise GuardInputError("guard: --deployed and --change-set exclude each other")
         if (ns.deployed or ns.change_set) and (ns.baseline or ns.update_baseline):
@@ -785,6 +790,11 @@ def _require_baseline(baseline: Path | None, config_path: Path) -> None:
     baseline_dir = baseline or _default_baseline(load_config(config_path).name)
     if not baseline_dir.is_dir():
         raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
+    if not (baseline_dir / "manifest.json").exists() and not any(baseline_dir.glob("*.template.json")):
+        raise GuardInputError(
+            f"{baseline_dir}: (folder): no *.template.json files (an empty baseline); "
+            "create it with `python -m fminfra guard CONFIG --update-baseline`"
+        )
 
 
 def _default_baseline(environment: str | None) -> Path:
