@@ -4,7 +4,8 @@ The public API, what a CDK app of your own imports (each name is also importable
 named beside it below, which is where its documentation lives):
 
 - config: `load_config`, `parse_config`, `EnvironmentConfig` (and `PipelineConfig`, `load_pipeline`);
-- one environment as one `cdk.Stage`: `EnvironmentStage`, and the stacks it wires;
+- one environment as one `cdk.Stage`: `EnvironmentStage`, and the stacks it wires; `FEATURE_FLAGS`, the CDK feature
+  flags its templates are tested with (`cdk.App(context=FEATURE_FLAGS)`);
 - the promotion pipeline: `PipelineStack`;
 - the constructs, one per AWS concept, each with its frozen `...Props` dataclass;
 - the errors bad input raises: `ConfigError` (config files), `ValidationError` (construct props).
@@ -25,6 +26,7 @@ _moved.install()  # the old module names of 0.2.0 (fminfra/_moved.py)
 
 # Public name -> the module that defines it.
 _EXPORTS = {
+    "FEATURE_FLAGS": "fminfra.app.stage",
     "AlertTopic": "fminfra.observability.constructs.alerting",
     "AlertTopicProps": "fminfra.observability.constructs.alerting",
     "AmpScraper": "fminfra.observability.constructs.amp_scraper",
@@ -96,6 +98,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "FEATURE_FLAGS",
     "AlertTopic",
     "AlertTopicProps",
     "AmpScraper",

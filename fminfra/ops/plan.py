@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from fminfra import catalog
 from fminfra.capacity.rules import scale_in_time, utc_timestamp
+from fminfra.compute.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME
 from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
 from fminfra.core.table import format_table
 from fminfra.eks.rules import team_queue
+
+INFERENCE_KIND = "eks-inference"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +69,7 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     kind = {"slurm": "hyperpod-slurm", "eks": "hyperpod-eks", "ec2": "ec2", "none": "none"}[cfg.compute.orchestrator]
     groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
         *((kind, g) for g in cfg.compute.instance_groups),
-        *(("eks-inference", g) for g in cfg.compute.inference_node_groups),
+        *((INFERENCE_KIND, g) for g in cfg.compute.inference_node_groups),
     ]
     for group_kind, group in groups:
         spec = catalog.get(group.instance_type)
@@ -99,6 +103,23 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
     return rows
 
 
+def slurm_head_rows(cfg: EnvironmentConfig) -> list[tuple[str, str, str, int]]:
+    """The Slurm controller group (always one node) and the login group when it has nodes:
+    (name, kind, HyperPod instance type, count); neither has GPUs or EFA."""
+    slurm = cfg.compute.slurm if cfg.compute.orchestrator == "slurm" else None
+    if slurm is None:
+        return []
+    rows = [(CONTROLLER_GROUP_NAME, "slurm controller", slurm.controller.instance_type, 1)]
+    if slurm.login.count:
+        rows.append((LOGIN_GROUP_NAME, "slurm login", slurm.login.instance_type, slurm.login.count))
+    return rows
+
+
+def training_gpus(rows: list[GroupPlan]) -> int:
+    """GPUs of the training groups: the nodes that mount the file system (inference node groups do not)."""
+    return sum(r.gpus for r in rows if r.kind != INFERENCE_KIND)
+
+
 def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[str]:
     """What a deploy now does to each ec2 Capacity Block group: inside its window the
     update policy keeps the group's size and only a new `count` resizes it; without a window
@@ -124,9 +145,9 @@ def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[s
     return notes
 
 
-def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
-    """The text `python -m fminfra plan` prints for one environment (NOW: for the Capacity Block
-    notes; default the current time)."""
+def render_plan(cfg: EnvironmentConfig) -> str:
+    """The text `python -m fminfra plan` prints on stdout for one environment; its warnings are
+    `plan_warnings`, which go to stderr."""
     rows = group_plans(cfg)
     what = (
         "inference only: an EKS cluster with GPU node groups, no training cluster"
@@ -134,28 +155,33 @@ def render_plan(cfg: EnvironmentConfig, now: datetime | None = None) -> str:
         else f"orchestrator {cfg.compute.orchestrator}"
     )
     out = [f"environment {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id}), {what}"]
+    table = [
+        [r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text, str(r.network_gbps), r.capacity, r.placement] for r in rows
+    ]
+    table += [
+        [name, kind, instance_type, str(count), "0", "-", "-", "on-demand", "-"]
+        for name, kind, instance_type, count in slurm_head_rows(cfg)
+    ]
     out.append(
         format_table(
-            ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"],
-            [
-                [r.name, r.kind, r.instance_type, r.count_text, str(r.gpus), r.efa_text, str(r.network_gbps), r.capacity, r.placement]
-                for r in rows
-            ],
+            ["group", "kind", "instance type", "count", "GPUs", "EFA attached/max", "network Gbps", "capacity", "placement"], table
         )
     )
     total = sum(r.gpus for r in rows)
     out.append(f"total GPUs (training groups and inference at max size): {total}")
-    out.extend(storage_lines(cfg, total))
+    out.extend(storage_lines(cfg, training_gpus(rows)))
     out.extend(eks_lines(cfg))
     out.extend(scheduling_lines(cfg))
-    for r in rows:
-        for note in r.notes:
-            out.append(f"WARN {r.name}: {note}")
-    for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)):
-        out.append(f"WARN deploy: {note}")
-    for path, msg in cfg.warnings():
-        out.append(f"WARN {path}: {msg}")
     return "\n".join(out)
+
+
+def plan_warnings(cfg: EnvironmentConfig, now: datetime | None = None) -> list[str]:
+    """The `WARN ...` lines of `plan` (NOW: for the Capacity Block notes; default the current time):
+    each group's notes, what a deploy now does to Capacity Block groups, the config's warnings."""
+    out = [f"WARN {r.name}: {note}" for r in group_plans(cfg) for note in r.notes]
+    out.extend(f"WARN deploy: {note}" for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)))
+    out.extend(f"WARN {path}: {msg}" for path, msg in cfg.warnings())
+    return out
 
 
 def eks_lines(cfg: EnvironmentConfig) -> list[str]:
@@ -188,7 +214,8 @@ def scheduling_lines(cfg: EnvironmentConfig) -> list[str]:
 
 
 def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
-    """The storage lines of `plan`: bucket, and the file system's capacity and throughput."""
+    """The storage lines of `plan`: bucket, and the file system's capacity and throughput, per GPU
+    of the GPUS that mount it (the training groups' GPUs: inference node groups do not mount it)."""
     storage = cfg.storage
     if storage is None:
         return ["storage: none (no data bucket, no file system)"]
@@ -207,7 +234,7 @@ def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
     lines.append(
         f"lustre: {lustre.deployment_type}, {lustre.capacity_gib} GiB{sized}, {tier}, "
         f"throughput {lustre.throughput_gb_per_s:.2f} GB/s, "
-        + (f"{lustre.throughput_gb_per_s / gpus:.3f} GB/s per GPU ({gpus} GPUs)" if gpus else "no GPUs to feed")
+        + (f"{lustre.throughput_gb_per_s / gpus:.3f} GB/s per training GPU ({gpus} GPUs)" if gpus else "no training GPUs to feed")
         + f", efa {'on' if lustre.efa else 'off'}, {len(lustre.repositories)} repositories"
     )
     return lines
@@ -220,4 +247,6 @@ def command(ns: argparse.Namespace) -> int:
         if i:
             print()
         print(render_plan(cfg))
+        for line in plan_warnings(cfg):  # once, on stderr (as `validate` prints them): stdout is the plan
+            print(line, file=sys.stderr)
     return EXIT_OK

@@ -49,3 +49,31 @@ def test_cdk_json_and_the_stage_agree_on_feature_flags() -> None:
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
     flags = {k: v for k, v in context.items() if k.startswith("@aws-cdk")}
     assert flags == FEATURE_FLAGS
+
+
+def test_app_context_feature_flags_are_the_stages_and_can_be_overridden() -> None:
+    """`cdk.App(context=fminfra.FEATURE_FLAGS)` (README's library app) puts the stage's flags on the
+    app, where the CDK CLI counts them; a value the app is given on top still wins."""
+    import fminfra
+
+    assert fminfra.FEATURE_FLAGS is FEATURE_FLAGS
+    flag = "@aws-cdk/aws-iam:minimizePolicies"
+    app = cdk.App(context={**fminfra.FEATURE_FLAGS, flag: False})
+    assert all(app.node.try_get_context(k) == v for k, v in FEATURE_FLAGS.items() if k != flag)
+    assert EnvironmentStage(app, load_config(ROOT / "config" / "dev.yaml")).node.try_get_context(flag) is False
+
+
+def test_tags_of_the_app_stop_at_a_stage_and_tags_of_the_stage_reach_its_stacks(tmp_path: Path) -> None:
+    """What README's library section says, on the pinned aws-cdk-lib: an aspect of the app (Tags.of)
+    is not applied inside a Stage; Tags.of(stage) is."""
+    from aws_cdk import aws_sns as sns
+
+    app = cdk.App(outdir=str(tmp_path))
+    stage = cdk.Stage(app, "env")
+    sns.Topic(cdk.Stack(stage, "Stack"), "Topic")
+    cdk.Tags.of(app).add("from-app", "1")
+    cdk.Tags.of(stage).add("from-stage", "1")
+    app.synth()
+    (template,) = read_templates(tmp_path / "assembly-env").values()
+    (topic,) = template["Resources"].values()
+    assert topic["Properties"]["Tags"] == [{"Key": "from-stage", "Value": "1"}]

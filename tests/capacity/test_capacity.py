@@ -14,7 +14,7 @@ from fminfra import catalog
 from fminfra.cli.main import main
 from fminfra.config import load_config, parse_config
 from fminfra.core.errors import ConfigError
-from fminfra.ops.plan import group_plans, render_plan
+from fminfra.ops.plan import group_plans, plan_warnings, render_plan
 from fminfra.policy.rules import check_templates
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
@@ -140,7 +140,7 @@ def test_drain_minutes_moves_the_scheduled_scale_in() -> None:
         placement="none",
         capacity={**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z", "drain_minutes": 45},
     )
-    text = render_plan(parse_config(data, "f.yaml"))
+    text = "\n".join(plan_warnings(parse_config(data, "f.yaml")))
     assert "to 0 at 2027-01-17T10:15:00Z, 45 minutes before EC2 starts terminating the block's instances (2027-01-17T11:00:00Z)" in text
 
 
@@ -443,11 +443,11 @@ def test_plan_reports_every_efa_interface_attached(path: Path) -> None:
 
 
 def test_plan_warns_about_reservation_billing_and_block_windows() -> None:
-    text = render_plan(load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml"))
+    text = "\n".join(plan_warnings(load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")))
     assert "WARN odcr: an ODCR bills from creation whether or not instances run" in text
     assert "WARN serve: an ODCR bills from creation whether or not instances run" in text
     assert "WARN blocks: Capacity Block group starts at 0 instances" in text
-    block = render_plan(load_config(ROOT / "examples" / "ec2-capacity-block.yaml"))
+    block = "\n".join(plan_warnings(load_config(ROOT / "examples" / "ec2-capacity-block.yaml")))
     assert (
         "WARN block: Capacity Block: the group scales to 8 at 2027-01-10T11:30:00Z and to 0 at 2027-01-17T10:50:00Z, "
         "10 minutes before EC2 starts terminating the block's instances (2027-01-17T11:00:00Z)"

@@ -176,7 +176,10 @@ def test_gate_says_cdk_nag_did_not_run_when_it_did_not(synth: Synth, capsys: pyt
     """The test session's app attaches cdk-nag but writes no policy-pack record: the gate must not say ok."""
     code, out, _ = _run(["gate", "--outdir", str(synth.outdir), str(ROOT / "config" / "dev.yaml")], capsys)
     assert code == 1
-    assert "policy gates: cdk-nag not run (no fminfra-policy-packs.json: synthesize with `make synth`)" in out
+    assert (
+        "policy gates: cdk-nag not run (no fminfra-policy-packs.json: synthesize with `make synth`; in an app of your own, "
+        "build it with fminfra.build_app and call fminfra.app.synth.record_policy_packs(app) after app.synth())"
+    ) in out
     assert "count: instances; for inference node groups min-desired-max" in out
     assert "controller  slurm controller" in out
 

@@ -232,7 +232,7 @@ def test_target_10_at_1000_in_config_and_plan() -> None:
     lines = [line for line in render_plan(cfg).splitlines() if line.startswith("lustre:")]
     assert lines == [
         "lustre: persistent_2, 12000 GiB (smallest valid capacity for target 10 GB/s), 1000 MB/s/TiB, throughput 11.72 GB/s, "
-        "0.092 GB/s per GPU (128 GPUs), efa off, 2 repositories"
+        "0.092 GB/s per training GPU (128 GPUs), efa off, 2 repositories"
     ]
 
 
@@ -263,7 +263,7 @@ def test_efa_capacity_step_is_a_warning_not_a_rejection(tmp_path: Path, capsys: 
     out = capsys.readouterr()
     assert out.out == f"{path}: ok\n" and out.err == f"{path}: {expected}\n"
     assert main(["plan", str(path)]) == 0
-    assert f"WARN {expected.replace(': warning:', ':')}" in capsys.readouterr().out
+    assert capsys.readouterr().err == f"WARN {expected.replace(': warning:', ':')}\n"
     # On a multiple of the step, or without EFA, there is nothing to warn about.
     assert parse_config(_lustre(**CAPACITY_ONLY | {"storage_capacity_gib": 9600})).warnings() == []
     assert parse_config(_lustre(**CAPACITY_ONLY | {"storage_capacity_gib": 7200, "efa": False})).warnings() == []

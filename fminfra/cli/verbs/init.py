@@ -18,6 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--instance-type", default="p5.48xlarge", help="GPU instance type (default p5.48xlarge)")
     p.add_argument("--count", type=int, default=2, help="instances (inference: the maximum size); default 2")
     p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
+    p.add_argument(
+        "--reservation-id",
+        action="append",
+        metavar="CR_ID",
+        help="with --capacity-type reservation or capacity-block: a capacity reservation id (cr-...); repeat for several",
+    )
+    p.add_argument("--starts-at", metavar="TIME", help="with --capacity-type capacity-block: the block's start, e.g. 2027-01-10T11:30:00Z")
+    p.add_argument("--ends-at", metavar="TIME", help="with --capacity-type capacity-block: the block's end, e.g. 2027-01-17T11:30:00Z")
     p.add_argument("--training-plan-arn", help="with --capacity-type training-plan: the SageMaker training plan")
     p.add_argument("--output", help="file to write (default config/NAME.yaml); an existing file is never overwritten")
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS
 from fminfra.ops.accept import checks, eks, slurm
-from fminfra.ops.common import EXIT_BAD_INPUT, EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
+from fminfra.ops.common import EXIT_BAD_INPUT, UsageError, load_configs
 
 
 def command(ns: argparse.Namespace) -> int:
@@ -35,5 +35,5 @@ def command(ns: argparse.Namespace) -> int:
     plan = slurm.slurm_plan(cfg, run_id, checks._overrides(ns.pipeline, cfg.name), checks.read_instance_thresholds())
     if ns.dry_run:
         slurm.print_plan(plan)
-        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
+        return checks.end_dry_run("accept", cfg.name, plan.missing)
     return slurm.run_on_login_node(plan, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)

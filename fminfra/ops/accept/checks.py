@@ -5,6 +5,8 @@ table and JSON report of a run."""
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,3 +191,29 @@ def _overrides(pipeline_file: Path | None, env: str) -> AcceptThresholds | None:
         if cfg.name == env:
             return entry.accept
     return None
+
+
+def missing_for_a_run(environment: str, nccl: Mapping[str, NcclThreshold], image_unpinned: str | None) -> list[str]:
+    """What a real run fails on whatever the cluster does: a group without an NCCL threshold, or a
+    DDP image the job refuses. A dry run reports these and still exits 0 (`end_dry_run`)."""
+    out = [
+        f"nccl {group}: no threshold ({t.source}); set accept.nccl_fail_gbps for {environment} in pipeline.yaml"
+        for group, t in nccl.items()
+        if t.fail_gbps is None or t.warn_gbps is None
+    ]
+    if image_unpinned is not None:
+        out.append(
+            f"ddp: image {image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env); "
+            "the job refuses it unless FMINFRA_ALLOW_UNPINNED=1 is exported"
+        )
+    return out
+
+
+def end_dry_run(verb: str, environment: str, missing: list[str]) -> int:
+    """The end of every dry run: nothing ran, so nothing failed (exit 0); what a real run would
+    miss goes to stderr, one line each, after the plan on stdout."""
+    for line in missing:
+        print(f"{verb} {environment} --dry-run: missing: {line}", file=sys.stderr)
+    if missing:
+        print(f"{verb} {environment} --dry-run: nothing ran; a real run fails until the missing items above are set", file=sys.stderr)
+    return EXIT_OK

@@ -36,7 +36,7 @@ from fminfra.ops.accept import checks as accept
 from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
 from fminfra.ops.accept.results import ResultError, nccl_ofi_provider
 from fminfra.ops.accept.slurm import unpinned_image
-from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from fminfra.ops.common import EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
 
 # The condition types that end a job, per resource, and the one that means success
@@ -380,7 +380,6 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
     lustre = cfg.storage.lustre if cfg.storage is not None else None
     baseline = lustre_throughput_gb_per_s(lustre.capacity_gib, lustre.mb_per_tib) if lustre is not None else None
     image = unpinned_image()
-    passable = all(t.fail_gbps is not None for t in thresholds.values()) and image is None
     if dry_run:
         print(
             f"# fminfra accept {cfg.name} (dry run): HyperPod EKS; `kubectl apply -f -` of each object below, one job at a time in this order, namespace {plan.namespace}, queue {plan.queue}"
@@ -389,7 +388,7 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
             limits = (
                 f"fail < {t.fail_gbps:g} GB/s, warn < {t.warn_gbps:g} GB/s"
                 if t.fail_gbps is not None and t.warn_gbps is not None
-                else f"FAIL, no threshold; set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
+                else f"MISSING, no threshold; set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
             )
             print(f"# nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: {limits} ({t.source})")
         print(
@@ -399,11 +398,11 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
         if baseline is not None:
             print(f"# fsx: fio read and write summed over the nodes: warn below the baseline {baseline:.2f} GB/s")
         if image is not None:
-            print(f"# fsx: FAIL, image {image} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env)")
+            print(f"# ddp: MISSING, image {image} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env)")
         for note in plan.notes:
             print(f"# note: {note}")
         print_manifests(plan)
-        return EXIT_OK if passable else EXIT_CHECK_FAILED
+        return accept.end_dry_run("accept", cfg.name, accept.missing_for_a_run(cfg.name, thresholds, image))
     results = (report.parent if report else Path()) / f"accept-{run_id}"
     return run(plan, thresholds, baseline, timeout_s, poll_s, results, report)
 

@@ -56,7 +56,7 @@ from fminfra.config.loader import read_yaml
 from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, gate_enabled, load_pipeline
 from fminfra.ops import accept as accept_command
 from fminfra.ops.accept import slurm as accept
-from fminfra.ops.accept.checks import _overrides, read_instance_thresholds
+from fminfra.ops.accept.checks import _overrides, end_dry_run, read_instance_thresholds
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
 
 # The session document that runs one command and ends (docs/facts/jobs.md#hyperpod-ssm-target).
@@ -369,7 +369,7 @@ def command(ns: argparse.Namespace) -> int:
         print("# and on the node, `fminfra accept` does:")
         plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
         accept.print_plan(plan)
-        return EXIT_OK if plan.passable else EXIT_CHECK_FAILED
+        return end_dry_run("accept-remote", cfg.name, plan.missing)
     import boto3
     from botocore.exceptions import BotoCoreError
 

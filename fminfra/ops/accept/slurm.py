@@ -42,6 +42,7 @@ from fminfra.ops.accept.checks import (
     SlurmJob,
     ddp_check,
     fsx_checks,
+    missing_for_a_run,
     nccl_checks,
     nccl_threshold,
     report_checks,
@@ -78,10 +79,9 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def passable(self) -> bool:
-        """False when the gate cannot pass whatever the cluster does: a group without an NCCL threshold,
-        or a DDP image the job will refuse."""
-        return all(t.fail_gbps is not None for t in self.nccl.values()) and self.image_unpinned is None
+    def missing(self) -> list[str]:
+        """What the gate cannot pass without, whatever the cluster does (`missing_for_a_run`)."""
+        return missing_for_a_run(self.cfg.name, self.nccl, self.image_unpinned)
 
 
 def slurm_plan(
@@ -126,7 +126,7 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
     for group, t in plan.nccl.items():
         if t.fail_gbps is None:
             out(
-                f"nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: FAIL, no threshold ({t.source}); set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
+                f"nccl {group}: all_reduce busbw at 1-2 GiB on 2 nodes: MISSING, no threshold ({t.source}); set accept.nccl_fail_gbps for {cfg.name} in pipeline.yaml"
             )
         else:
             out(
@@ -135,7 +135,7 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
     out("ddp: the loss must fall (mean of the last 10 steps below half the first 10); step time reported")
     if plan.image_unpinned is not None:
         out(
-            f"ddp: FAIL, image {plan.image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env);"
+            f"ddp: MISSING, image {plan.image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env);"
             " the job refuses it unless FMINFRA_ALLOW_UNPINNED=1 is exported"
         )
     if plan.fsx_baseline_gb_per_s is not None:

@@ -21,6 +21,7 @@ templates are read by `fminfra.core.assembly.read_templates`. This module is `co
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,6 +79,10 @@ def command(ns: Any) -> int:
     from fminfra.config import resolve_config_path
 
     try:
+        if importlib.util.find_spec("cfnlint") is None:  # the create-only properties come from its schemas
+            from fminfra.ops.gate import CFN_LINT_MISSING
+
+            raise GuardInputError(f"guard: {CFN_LINT_MISSING}")
         if ns.deployed and ns.change_set:
             raise GuardInputError("guard: --deployed and --change-set exclude each other")
         if (ns.deployed or ns.change_set) and (ns.baseline or ns.update_baseline):
@@ -153,6 +158,11 @@ def _require_baseline(baseline: Path | None, config_path: Path) -> None:
     baseline_dir = baseline or _default_baseline(load_config(config_path).name)
     if not baseline_dir.is_dir():
         raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
+    if not (baseline_dir / "manifest.json").exists() and not any(baseline_dir.glob("*.template.json")):
+        raise GuardInputError(
+            f"{baseline_dir}: (folder): no *.template.json files (an empty baseline); "
+            "create it with `python -m fminfra guard CONFIG --update-baseline`"
+        )
 
 
 def _default_baseline(environment: str | None) -> Path:

@@ -61,9 +61,10 @@ def test_every_shipped_slurm_config_dry_run_exits_0(name: str, capsys: pytest.Ca
     """The EKS config (staging) gets its dry run with the EKS path of `accept` (branch eksjobs)."""
     assert cli_main(["accept", name, "--dry-run", "--run-id", "r1"]) == 0, capsys.readouterr().out
     assert cli_main(["accept-remote", name, "--dry-run", "--run-id", "r1"]) == 0
+    assert "--dry-run: missing:" not in capsys.readouterr().err
 
 
-def test_the_threshold_check_fails_without_pipeline_thresholds(tmp_path: Path) -> None:
+def test_the_threshold_check_fails_without_pipeline_thresholds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The test of the two tests above: pipeline.yaml without the p5en policy leaves prod and staging none."""
     bare = tmp_path / "pipeline.yaml"
     text = (ROOT / "pipeline.yaml").read_text().replace("config/", f"{ROOT}/config/")
@@ -72,7 +73,9 @@ def test_the_threshold_check_fails_without_pipeline_thresholds(tmp_path: Path) -
     bare.write_text("\n".join(line for line in text.splitlines() if "accept: {nccl_fail_gbps" not in line) + "\n")
     assert _training_thresholds("prod", bare) == {"workers": None}
     assert _training_thresholds("staging", bare) == {"workers": None}
-    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(bare)]) == 1
+    # a dry run runs nothing: exit 0, and what a run would miss on stderr
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(bare)]) == 0
+    assert "accept prod --dry-run: missing: nccl workers: no threshold" in capsys.readouterr().err
 
 
 def test_the_shipped_p5en_threshold_says_it_is_policy() -> None:

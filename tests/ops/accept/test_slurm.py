@@ -78,11 +78,15 @@ def test_dry_run_takes_the_pinned_image(capsys: pytest.CaptureFixture[str]) -> N
     assert "not pinned by digest" not in capsys.readouterr().out
 
 
-def test_dry_run_fails_while_the_image_is_unpinned(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dry_run_reports_the_unpinned_image_as_missing(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dry run ran no job, so it exits 0; what the run would refuse is reported."""
     manifest = load_versions() | {"ACCEPT_PYTORCH_IMAGE_DIGEST": ""}
     monkeypatch.setattr(accept, "load_versions", lambda: manifest)
-    assert cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"]) == 1
-    assert "ddp: FAIL, image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in capsys.readouterr().out
+    assert cli_main(["accept", "dev", "--dry-run", "--run-id", "r1"]) == 0
+    out = capsys.readouterr()
+    assert "ddp: MISSING, image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in out.out
+    assert "accept dev --dry-run: missing: ddp: image nvcr.io/nvidia/pytorch:25.06-py3 is not pinned by digest" in out.err
+    assert "FAIL" not in out.out
 
 
 def _pipeline_without_thresholds() -> str:
@@ -93,19 +97,25 @@ def _pipeline_without_thresholds() -> str:
     return "\n".join(line for line in text.splitlines() if "accept: {nccl_fail_gbps" not in line) + "\n"
 
 
-def test_dry_run_prod_without_a_threshold_fails(
+def test_dry_run_prod_without_a_threshold_reports_it_missing_and_exits_0(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("FMINFRA_ALLOW_UNPINNED", "1")
     pipeline = tmp_path / "pipeline.yaml"
     pipeline.write_text(_pipeline_without_thresholds())
-    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 1
-    out = capsys.readouterr().out
+    assert cli_main(["accept", "prod", "--dry-run", "--run-id", "r1", "--pipeline", str(pipeline)]) == 0
+    captured = capsys.readouterr()
+    out = captured.out
     assert "--partition=workers --nodes=16" in out
     assert (
-        "FAIL, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge); set accept.nccl_fail_gbps for prod"
+        "MISSING, no threshold (none: instance_types.tsv has no measured threshold for p5en.48xlarge); set accept.nccl_fail_gbps for prod"
         in out
     )
+    assert captured.err.splitlines() == [
+        "accept prod --dry-run: missing: nccl workers: no threshold (none: instance_types.tsv has no measured threshold for "
+        "p5en.48xlarge); set accept.nccl_fail_gbps for prod in pipeline.yaml",
+        "accept prod --dry-run: nothing ran; a real run fails until the missing items above are set",
+    ]
 
 
 def test_dry_run_prod_with_a_pipeline_threshold(

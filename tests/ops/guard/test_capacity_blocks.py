@@ -14,7 +14,7 @@ import pytest
 
 from fminfra.config import load_config
 from fminfra.ops.guard import capacity_block_deploy_findings
-from fminfra.ops.plan import capacity_block_deploy_notes, render_plan
+from fminfra.ops.plan import capacity_block_deploy_notes, plan_warnings
 from tests.conftest import ROOT, Synth
 
 EXAMPLE = ROOT / "examples" / "ec2-capacity-block.yaml"
@@ -95,8 +95,8 @@ def test_plan_says_when_a_deploy_touches_a_running_block_group() -> None:
     assert capacity_block_deploy_notes(cfg, BEFORE_BLOCK) == []
     (note,) = capacity_block_deploy_notes(cfg, INSIDE)
     assert note.startswith("block: its Capacity Block runs now (until 2027-01-17T11:30:00Z); a deploy keeps its 8 instances")
-    assert f"WARN deploy: {note}" in render_plan(cfg, now=INSIDE)
-    assert "WARN deploy:" not in render_plan(cfg, now=BEFORE_BLOCK)
+    assert f"WARN deploy: {note}" in plan_warnings(cfg, now=INSIDE)
+    assert not [line for line in plan_warnings(cfg, now=BEFORE_BLOCK) if line.startswith("WARN deploy:")]
 
 
 def test_plan_warns_that_a_windowless_block_group_is_reset_by_a_deploy() -> None:
