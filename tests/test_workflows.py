@@ -562,9 +562,12 @@ def accept_role_problems(role: dict[str, Any], policies: list[dict[str, Any]], r
         ]
         if [(s["Action"], sorted(s["Resource"]), s.get("Condition")) for s in denials] != [("ssm:StartSession", sorted(denied), None)]:
             problems.append(f"session denials {denials}")
+        # its own sessions: Session Manager's session-id tag against ${aws:userid}
+        # (docs/facts/iam.md#ssm-terminate-own-sessions-assumed-role)
         end = next((s for s in grants if s["Action"] == "ssm:TerminateSession"), {})
-        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/${{aws:userid}}-*":
-            problems.append(f"terminate resources {end.get('Resource')}")
+        own = {"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": "${aws:userid}"}}
+        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/*" or end.get("Condition") != own:
+            problems.append(f"terminate resources {end.get('Resource')} {end.get('Condition')}")
     elif denials or (
         actions != ["eks:DescribeCluster"]
         or grants[0]["Resource"] != f"arn:aws:eks:{cfg.region}:{cfg.account}:cluster/fminfra-{cfg.name}-eks"
