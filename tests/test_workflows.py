@@ -762,20 +762,10 @@ _NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
-def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
-    root = dest / "repo"
-    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
-    for name in (".venv", "node_modules"):
-        (root / name).symlink_to((ROOT / name).resolve())
-    # Already installed: the install markers must stay newer than what they depend on.
-    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
-        os.utime(root / name, (946684800, 946684800))
-    for config in (root / "config").glob("*.yaml"):
-        if config.stem not in environments:
-            config.unlink()
-    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
-    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
-    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+def ci_environment(dest: Path, root: Path) -> tuple[dict[str, str], Path]:
+    """The fresh environment a CI step starts with, for a source folder `root` (scratch files in
+    `dest`): PATH=/usr/bin:/bin (a stand-in non-root `id`, `sudo` and `apt-get` first when the
+    tests run as root, their calls logged), CodeBuild's and GitHub's variables; and the log."""
     home = dest / "home"
     home.mkdir()
     log = dest / "privileged-calls.log"
@@ -802,6 +792,24 @@ def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiS
         "GITHUB_OUTPUT": str(dest / "github_output"),
         "GITHUB_STEP_SUMMARY": str(dest / "step_summary"),
     }
+    return env, log
+
+
+def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
+    root = dest / "repo"
+    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
+    for name in (".venv", "node_modules"):
+        (root / name).symlink_to((ROOT / name).resolve())
+    # Already installed: the install markers must stay newer than what they depend on.
+    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
+        os.utime(root / name, (946684800, 946684800))
+    for config in (root / "config").glob("*.yaml"):
+        if config.stem not in environments:
+            config.unlink()
+    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
+    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
+    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    env, log = ci_environment(dest, root)
     return CiSandbox(root=root, env=env, log=log)
 
 
