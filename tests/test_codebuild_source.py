@@ -1,6 +1,7 @@
 """`make test` as the CodePipeline Synth step runs it: in CodeBuild, on a source artifact that is a
 zip of the repository without `.git` (docs/facts/pipeline.md#codepipeline-source-zip-no-git,
-docs/facts/pipeline.md#cdk-pipelines-code-build-clone-output), in a fresh shell, with
+docs/facts/pipeline.md#cdk-pipelines-code-build-clone-output) and without its file modes (every
+file 0644: docs/facts/pipeline.md#codepipeline-source-zip-no-modes), in a fresh shell, with
 `make setup`'s folders (.venv, .venv-checkov, node_modules) inside the source folder, and as many
 test workers as the build's memory holds (docs/facts/pipeline.md#codebuild-compute-type-memory).
 """
@@ -13,12 +14,14 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
 from tests.source_files import git_files, gitignore_patterns, source_files, walked_files
+from tests.test_wheel import build_wheel, copy_package_sources
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import pytest_workers  # scripts/pytest_workers.py
@@ -172,9 +175,23 @@ def test_make_test_sizes_its_workers_by_memory() -> None:
 REPRESENTATIVE = "tests/test_facts.py tests/test_codebuild_source.py tests/test_layout.py"
 
 
+def _without_modes(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """A member as CodePipeline's zip extracts: no external attributes, so files 0644 and folders
+    0755 whatever git recorded (docs/facts/pipeline.md#codepipeline-source-zip-no-modes)."""
+    member = tarfile.tar_filter(member, dest)
+    return member.replace(mode=0o755 if member.isdir() else 0o644, deep=False)
+
+
+def strip_modes(root: Path) -> None:
+    """What the extraction above does, for a tree already on disk."""
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
 def _archive(dest: Path) -> None:
     """What CodePipeline hands CodeBuild after a push of this working tree: the files of the next
-    commit (tracked, with their changes, plus new untracked ones), without .git."""
+    commit (tracked, with their changes, plus new untracked ones), without .git and without modes."""
 
     def git(*args: str) -> bytes:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
@@ -183,11 +200,12 @@ def _archive(dest: Path) -> None:
     tar = dest.parent / "source.tar"
     tar.write_bytes(git("archive", "--format=tar", ref))
     with tarfile.open(tar) as archive:
-        archive.extractall(dest, filter="tar")
+        archive.extractall(dest, filter=_without_modes)
     for name in git("ls-files", "-o", "--exclude-standard", "-z").decode().split("\0"):
         if name and (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
+            shutil.copyfile(ROOT / name, dest / name)
+            (dest / name).chmod(0o644)
 
 
 def _setup_folders(src: Path) -> None:
@@ -228,6 +246,7 @@ def test_make_test_runs_in_codebuilds_shape(tmp_path: Path) -> None:
     src.mkdir()
     _archive(src)
     assert not (src / ".git").exists()
+    assert not [p for p in src.rglob("*") if p.is_file() and p.stat().st_mode & 0o111], "the model keeps a mode"
     _setup_folders(src)
     env, _ = ci_environment(tmp_path, src)
     env["GIT_CEILING_DIRECTORIES"] = str(tmp_path)  # git finds no repository above the source either
@@ -245,3 +264,66 @@ def test_make_test_runs_in_codebuilds_shape(tmp_path: Path) -> None:
     assert result.returncode == 0, output[-4000:]
     assert not ENVIRONMENT_FAILURES.search(output), output[-4000:]
     assert re.search(r"\d+ passed", output), output[-2000:]
+
+
+# --------------------------------------------------------------------------------------------
+# the wheel's modes come from setup.py's rule, not from the source's
+
+
+def wheel_mode_problems(wheel: Path) -> list[str]:
+    """`path: mode` of every packaged script whose mode in the wheel breaks setup.py's rule: a file
+    under fminfra/_scripts/ that starts with `#!` is 0755, every other one 0644."""
+    problems = []
+    with zipfile.ZipFile(wheel) as zf:
+        for info in zf.infolist():
+            if not info.filename.startswith("fminfra/_scripts/") or info.is_dir():
+                continue
+            mode = (info.external_attr >> 16) & 0o777
+            wanted = 0o755 if zf.read(info).startswith(b"#!") else 0o644
+            if mode != wanted:
+                problems.append(f"{info.filename}: {mode:o}, the rule says {wanted:o}")
+    return problems
+
+
+def test_the_wheel_makes_the_scripts_executable_from_a_source_without_modes(tmp_path: Path) -> None:
+    """CodePipeline's source has every file 0644; the wheel built from it (tests/test_wheel.py runs
+    bootstrap.sh's mode check on it) still has the scripts executable, by setup.py's rule."""
+    src = tmp_path / "src"
+    copy_package_sources(src)
+    strip_modes(src)
+    wheel = build_wheel(src, tmp_path / "dist")
+    assert wheel_mode_problems(wheel) == []
+    with zipfile.ZipFile(wheel) as zf:
+        assert (zf.getinfo("fminfra/_scripts/node/bootstrap.sh").external_attr >> 16) & 0o777 == 0o755
+        assert (zf.getinfo("fminfra/_scripts/node/versions.env").external_attr >> 16) & 0o777 == 0o644
+
+
+def test_the_wheel_mode_check_can_fail(tmp_path: Path) -> None:
+    """A test of the test: a wheel as the copy that kept the source's modes built it in CodeBuild."""
+    wheel = tmp_path / "fminfra-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for name, text, mode in (
+            ("fminfra/_scripts/node/bootstrap.sh", "#!/usr/bin/env bash\n", 0o644),
+            ("fminfra/_scripts/node/versions.env", "NCCL_VERSION=1\n", 0o755),
+            ("fminfra/_scripts/node/lib.sh", "# sourced\n", 0o644),
+        ):
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100000 | mode) << 16
+            zf.writestr(info, text)
+    assert wheel_mode_problems(wheel) == [
+        "fminfra/_scripts/node/bootstrap.sh: 644, the rule says 755",
+        "fminfra/_scripts/node/versions.env: 755, the rule says 644",
+    ]
+
+
+def test_the_model_strips_the_modes(tmp_path: Path) -> None:
+    """The archive's extraction filter resets what `git archive` keeps (100755)."""
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    with tarfile.open(tmp_path / "a.tar", "w") as tar:
+        tar.add(script, arcname="run.sh")
+    with tarfile.open(tmp_path / "a.tar") as tar:
+        assert tar.getmember("run.sh").mode == 0o755
+        tar.extractall(tmp_path / "out", filter=_without_modes)
+    assert (tmp_path / "out" / "run.sh").stat().st_mode & 0o777 == 0o644

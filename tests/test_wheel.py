@@ -59,27 +59,35 @@ class Installed:
     site: Path
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """Build the wheel from a copy of the sources and install it into a fresh venv (once per module)."""
-    tmp_path = tmp_path_factory.mktemp("wheel")
-    # Build from a copy so that build/ and *.egg-info never land in the checkout.
-    src = tmp_path / "src"
+def copy_package_sources(src: Path) -> None:
+    """What the wheel is built from, copied, so that build/ and *.egg-info never land in the checkout."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("fminfra", "scripts"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
     for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
         shutil.copy2(ROOT / name, src / name)
-    dist = tmp_path / "dist"
+
+
+def build_wheel(src: Path, dist: Path) -> Path:
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=300,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = dist.glob("fminfra-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """Build the wheel from a copy of the sources and install it into a fresh venv (once per module)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
+    src = tmp_path / "src"
+    copy_package_sources(src)
+    wheel = build_wheel(src, tmp_path / "dist")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
     packaged = ("node/bootstrap.sh", "node/validate.sh", "node/lib.sh", "node/versions.env", "node/instance_types.tsv")
