@@ -1,9 +1,10 @@
 """The GitHub OIDC roles trust the subjects GitHub issues today.
 
-GitHub's tokens carry `repo:OWNER/REPO:CONTEXT` for older repositories, and
-`repo:OWNER@OWNER_ID/REPO@REPO_ID:CONTEXT` for repositories created after July 15, 2026, renamed or
-transferred since, or opted in to immutable subject claims
-(docs/facts/pipeline.md#github-oidc-subject-claims). `issued_subject` models what GitHub issues;
+GitHub's tokens carry `repo:OWNER/REPO:CONTEXT` for older repositories, and the owner's and the
+repository's ids for repositories with immutable subject claims: `repo:OWNER@OWNER_ID/REPO@REPO_ID:CONTEXT`
+in GitHub's docs and in the tokens public threads recorded, `repo:OWNER-OWNER_ID/REPO-REPO_ID:CONTEXT`
+in its first changelog (docs/facts/pipeline.md#github-oidc-subject-claims: the sources conflict, so
+the roles trust the prefix GitHub gives, as given: `PREFIXES` below). `issued_subject` models the `@` form;
 `trusts` evaluates a role's trust policy against a token's claims as STS does for the two
 condition operators the roles use. The roles are synthesized for a repository as
 `gh api repos/OWNER/REPO` describes it (docs/facts/pipeline.md#github-rest-repository-ids).
@@ -255,3 +256,80 @@ def test_the_acceptance_role_can_end_its_own_sessions_only(tmp_path: Path) -> No
     # the test of the test: the grant as it was matches no session of an assumed role
     before = {"Action": "ssm:TerminateSession", "Resource": f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/${{aws:userid}}-*"}
     assert not _allows_terminate(before, own, userid, userid)
+
+
+# --------------------------------------------------------------------------------------------
+# the exact prefix GitHub gives, in every form its sources show, trusted as given
+# (docs/facts/pipeline.md#github-oidc-subject-claims, docs/facts/pipeline.md#github-oidc-subject-prefix-endpoint)
+
+PREFIXES = [
+    # `sub_claim_prefix` of the repository OIDC endpoint, as Azure/azure-dev issue #9382 recorded it
+    "repo:vhvb1989@24213737/ppconfig@1323153730",
+    # GitHub's OIDC reference and github/docs PR #45221: `@` before each id
+    "repo:octocat@123456/my-repo@456789",
+    # GitHub's changelog of 2026-04-23: `-` before each id
+    "repo:octocat-123456/my-repo-456789",
+    # a repository without immutable subject claims
+    "repo:octo-org/octo-repo",
+]
+
+
+def _trusted_subjects(repository: str, tmp_path: Path) -> set[str]:
+    """Every `sub` value the dev account's roles trust."""
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(tmp_path), context=context)
+    (stack,) = github_oidc_stacks(app, CONFIGS[:1], repository=repository)
+    template = app.synth().get_stack_by_name(stack.stack_name).template
+    found: set[str] = set()
+    for resource in template["Resources"].values():
+        if resource["Type"] != "AWS::IAM::Role":
+            continue
+        for statement in resource["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+            for pairs in statement.get("Condition", {}).values():
+                value = pairs.get(f"{GITHUB_OIDC_HOST}:sub")
+                found.update([value] if isinstance(value, str) else value or [])
+    return found
+
+
+@pytest.mark.parametrize("prefix", PREFIXES)
+def test_the_prefix_github_gives_is_trusted_exactly(prefix: str, tmp_path: Path) -> None:
+    """`-c github_repository=` the prefix as GitHub prints it, or without `repo:`: the roles trust
+    that prefix and nothing rebuilt from it."""
+    wanted = {f"{prefix}:environment:dev", f"{prefix}:pull_request", f"{prefix}:ref:refs/heads/main"}
+    assert _trusted_subjects(prefix, tmp_path / "as-printed") == wanted
+    assert _trusted_subjects(prefix.removeprefix("repo:"), tmp_path / "bare") == wanted
+
+
+def test_a_refused_repository_says_where_to_read_the_prefix() -> None:
+    with pytest.raises(ValidationError) as raised:
+        github_oidc_stacks(cdk.App(), CONFIGS[:1], repository="octocat@123456/my-repo")
+    assert "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix" in str(raised.value)
+
+
+def promotion_prefix_problems(text: str) -> list[str]:
+    """What docs/promotion.md's OIDC section must do: have the user read the prefix from GitHub
+    (the repository OIDC endpoint, or a real token's `sub`), never assemble it from ids."""
+    section = text.split("## GitHub Actions with OIDC", 1)[1].split("\n## ", 1)[0]
+    problems = []
+    if "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix" not in section:
+        problems.append("no command that reads sub_claim_prefix from GitHub")
+    if re.search(r"\.owner\.id|\\\(\.id\)", section):
+        problems.append("a recipe that builds the prefix from the ids")
+    if "-c github_repository=SUB_CLAIM_PREFIX" not in section:
+        problems.append("the deploy commands do not pass the prefix as read")
+    return problems
+
+
+def test_the_docs_read_the_prefix_from_github() -> None:
+    assert promotion_prefix_problems((ROOT / "docs" / "promotion.md").read_text()) == []
+    # the test of the test: the section as it was (a recipe from `gh api repos/OWNER/REPO`)
+    before = (
+        "## GitHub Actions with OIDC\n```bash\n"
+        "gh api repos/OWNER/REPO --jq '\"\\(.owner.login)@\\(.owner.id)/\\(.name)@\\(.id)\"'\n"
+        "npx cdk deploy -c github_repository=OWNER@OWNER_ID/REPO@REPO_ID fminfra-github-oidc-ACCOUNT\n```\n"
+    )
+    assert promotion_prefix_problems(before) == [
+        "no command that reads sub_claim_prefix from GitHub",
+        "a recipe that builds the prefix from the ids",
+        "the deploy commands do not pass the prefix as read",
+    ]

@@ -30,18 +30,25 @@ from fminfra.core.errors import ValidationError
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
-# The repository as the `sub` claim of its tokens names it: `OWNER/REPO`, or, for a repository GitHub
-# gives immutable subject claims (created after July 15, 2026, renamed or transferred since, or
-# opted in), `OWNER@OWNER_ID/REPO@REPO_ID` (docs/facts/pipeline.md#github-oidc-subject-claims;
-# the ids: docs/facts/pipeline.md#github-rest-repository-ids). A leading `repo:` (as a token's
-# prefix is copied) is dropped.
+# The repository as the `sub` claim of its tokens names it, trusted exactly as given: the prefix
+# GitHub gives for the repository (`gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq
+# .sub_claim_prefix`, or the start of a real token's `sub`), with or without its leading `repo:`.
+# GitHub's sources show `OWNER/NAME`, and for immutable subject claims `OWNER@OWNER_ID/NAME@REPO_ID`
+# (its OIDC reference) or `OWNER-OWNER_ID/NAME-REPO_ID` (its 2026-04-23 changelog): they conflict
+# (docs/facts/pipeline.md#github-oidc-subject-claims, docs/facts/pipeline.md#github-oidc-subject-prefix-endpoint),
+# so nothing here builds or rewrites the prefix. The `-` form is a name form to this rule.
 REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+(@[0-9]+)?/[A-Za-z0-9_.-]+(@[0-9]+)?$")
-REPOSITORY_FORMS = "OWNER/NAME, or OWNER@OWNER_ID/NAME@REPO_ID (GitHub's immutable subject claims: both ids, digits only)"
+PREFIX_COMMAND = "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix"
+REPOSITORY_FORMS = (
+    "the subject prefix GitHub gives for the repository, as `" + PREFIX_COMMAND + "` prints it "
+    "(OWNER/NAME, OWNER@OWNER_ID/NAME@REPO_ID with both ids, digits only, or OWNER-OWNER_ID/NAME-REPO_ID; "
+    "a leading repo: is allowed)"
+)
 
 
 def subject_repository(repository: str) -> str:
-    """The repository part of the subjects the roles trust, exactly as GitHub's tokens carry it:
-    `OWNER/NAME` or `OWNER@OWNER_ID/NAME@REPO_ID`; ValidationError (one line) on anything else."""
+    """The repository part of the subjects the roles trust, exactly as given (less a leading
+    `repo:`); ValidationError (one line) on anything GitHub's subjects cannot hold."""
     value = repository.removeprefix("repo:")
     match = REPOSITORY_RULE.match(value)
     if not match or (match.group(1) is None) != (match.group(2) is None):
