@@ -130,11 +130,15 @@ accept-gate: deps
 	$(PY) -m fminfra accept-remote $(CONFIG_DIR)/$(ENV).yaml --pipeline $(PIPELINE_FILE) --if-gated
 
 # FMINFRA_REQUIRE_CHECKOV: tests/ops/test_checkov.py fails (instead of skipping) without checkov.
-# -n auto: one pytest-xdist worker per core; each worker synthesizes the apps once (tests/conftest.py).
+# Workers: one pytest-xdist worker per core, as far as the memory holds them (each synthesizes the
+# apps once, with its own jsii process: .ci/pytest_workers.py); TEST_WORKERS=N sets the count
+# (0: no workers). PYTEST_ARGS: what pytest runs (default: the whole suite).
+TEST_WORKERS ?=
+PYTEST_ARGS ?=
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest -n auto
+	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest -n $(or $(TEST_WORKERS),$$($(PY) .ci/pytest_workers.py --explain)) $(PYTEST_ARGS)
 
 # The gate figures docs/gates.md records: checkov checks/failed/skipped, cfn-lint, cdk-nag
 # acknowledgments by rule, with each tool's version, over every template the tests synthesize.

@@ -124,7 +124,10 @@ class PipelineStack(cdk.Stack):
     ) -> None:
         super().__init__(scope, construct_id, env=cdk.Environment(account=pipeline_config.account, region=pipeline_config.region), **kwargs)
         pc = pipeline_config
+        # A zip of the repository without .git (no clone: docs/facts/pipeline.md#cdk-pipelines-code-build-clone-output);
+        # `make test` needs none (docs/facts/pipeline.md#codepipeline-source-zip-no-git).
         source = pipelines.CodePipelineSource.connection(pc.source.repository, pc.source.branch, connection_arn=pc.source.connection_arn)
+        # 8 vCPUs, up to 16 GiB (docs/facts/pipeline.md#codebuild-compute-type-memory): `make test` sizes its workers to that.
         build_environment = codebuild.BuildEnvironment(build_image=BUILD_IMAGE, compute_type=codebuild.ComputeType.LARGE)
         runtimes = codebuild.BuildSpec.from_object({"phases": {"install": {"runtime-versions": BUILD_RUNTIMES}}})
         synth = pipelines.ShellStep(

@@ -4,7 +4,8 @@ An account holds one OIDC provider per URL, so the provider cannot live in an en
 Stage (two environments in one account would both create it). Per AWS account this stack creates
 the GitHub OIDC provider (or imports an existing one) and, per environment in that account, a
 deploy role that only a workflow job running in the GitHub environment of that name
-(`repo:OWNER/REPO:environment:ENV`) can assume, plus one diff role for pull requests. The roles can
+(`repo:OWNER/REPO:environment:ENV`, or `repo:OWNER@OWNER_ID/REPO@REPO_ID:environment:ENV` for a
+repository with immutable subject claims) can assume, plus one diff role for pull requests. The roles can
 do one thing: assume that environment's CDK bootstrap roles (deploy, file publishing, lookup),
 which hold the actual permissions. Two read-only roles complete it: one for pull-request diffs and
 one for the checks that run on the pipeline's branch before an environment's approval (so its
@@ -30,7 +31,38 @@ from fminfra.promotion.rules import accept_role_name, accept_step_role_name, dep
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
-REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# The repository as the `sub` claim of its tokens names it, trusted exactly as given: the prefix
+# GitHub gives for the repository (`gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq
+# .sub_claim_prefix`, or the start of a real token's `sub`), with or without its leading `repo:`.
+# GitHub's sources show `OWNER/NAME`, and for immutable subject claims `OWNER@OWNER_ID/NAME@REPO_ID`
+# (its OIDC reference) or `OWNER-OWNER_ID/NAME-REPO_ID` (its 2026-04-23 changelog): they conflict
+# (docs/facts/pipeline.md#github-oidc-subject-claims, docs/facts/pipeline.md#github-oidc-subject-prefix-endpoint),
+# so nothing here builds or rewrites the prefix. The `-` form is a name form to this rule.
+REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+(@[0-9]+)?/[A-Za-z0-9_.-]+(@[0-9]+)?$")
+PREFIX_COMMAND = "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix"
+REPOSITORY_FORMS = (
+    "the subject prefix GitHub gives for the repository, as `" + PREFIX_COMMAND + "` prints it "
+    "(OWNER/NAME, OWNER@OWNER_ID/NAME@REPO_ID with both ids, digits only, or OWNER-OWNER_ID/NAME-REPO_ID; "
+    "a leading repo: is allowed)"
+)
+
+
+def subject_repository(repository: str) -> str:
+    """The repository part of the subjects the roles trust, exactly as given (less a leading
+    `repo:`); ValidationError (one line) on anything GitHub's subjects cannot hold."""
+    value = repository.removeprefix("repo:")
+    match = REPOSITORY_RULE.match(value)
+    if not match or (match.group(1) is None) != (match.group(2) is None):
+        raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}: allowed: {REPOSITORY_FORMS}")
+    return value
+
+
+def github_subject(repository: str, context: str) -> str:
+    """A token's `sub` for a job of the repository: `repo:REPOSITORY:CONTEXT` (context
+    `environment:ENV`, `pull_request`, `ref:refs/heads/BRANCH`)."""
+    return f"repo:{subject_repository(repository)}:{context}"
+
+
 BOOTSTRAP_QUALIFIER = "hnb659fds"
 DEPLOY_BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
 
@@ -72,8 +104,7 @@ class GithubOidcStack(cdk.Stack):
         pipeline_name: str = "fminfra",
         **kwargs: object,
     ) -> None:
-        if not REPOSITORY_RULE.match(repository):
-            raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}")
+        repository = subject_repository(repository)
         others = sorted({e.name for e in environments if e.account != account})
         if others:
             raise ValidationError(f"environments must all be in account {account}; not: {', '.join(others)}")
@@ -94,7 +125,7 @@ class GithubOidcStack(cdk.Stack):
                 f"DeployRole-{env.name}",
                 role_name=deploy_role_name(env.name),
                 description=f"GitHub Actions deploys of fminfra {env.name} from {repository} (GitHub environment {env.name} only)",
-                assumed_by=self._github_principal(repository, f"repo:{repository}:environment:{env.name}"),
+                assumed_by=self._github_principal(repository, github_subject(repository, f"environment:{env.name}")),
                 max_session_duration=cdk.Duration.seconds(DEPLOY_SESSION_SECONDS),
             )
             role.add_to_policy(
@@ -114,7 +145,7 @@ class GithubOidcStack(cdk.Stack):
             "DiffRole",
             DIFF_ROLE_NAME,
             f"GitHub Actions pull-request diffs from {repository}: read-only CDK lookup roles",
-            self._github_principal(repository, f"repo:{repository}:pull_request"),
+            self._github_principal(repository, github_subject(repository, "pull_request")),
             lookup_roles,
             ["sts:AssumeRole", "sts:TagSession"],
         )
@@ -124,7 +155,7 @@ class GithubOidcStack(cdk.Stack):
             "CheckRole",
             CHECK_ROLE_NAME,
             f"GitHub Actions checks before approval from {repository} branch {branch}: read-only CDK lookup roles",
-            self._github_principal(repository, f"repo:{repository}:ref:refs/heads/{branch}"),
+            self._github_principal(repository, github_subject(repository, f"ref:refs/heads/{branch}")),
             lookup_roles,
             ["sts:AssumeRole"],
         )
@@ -134,7 +165,7 @@ class GithubOidcStack(cdk.Stack):
         """Reach the environment's cluster and nothing else: on HyperPod Slurm, find the login node
         (DescribeCluster, ListClusterNodes) and open a non-interactive SSM session on it; on EKS,
         describe the EKS cluster (the EKS path of `fminfra accept` builds its token from that)."""
-        principals: list[iam.IPrincipal] = [self._github_principal(repository, f"repo:{repository}:environment:{env.name}")]
+        principals: list[iam.IPrincipal] = [self._github_principal(repository, github_subject(repository, f"environment:{env.name}"))]
         if pipeline_account:
             step_role = f"arn:aws:iam::{pipeline_account}:role/{accept_step_role_name(pipeline_name, env.name)}"
             principals.append(iam.AccountPrincipal(pipeline_account).with_conditions({"ArnEquals": {"aws:PrincipalArn": step_role}}))
@@ -183,10 +214,20 @@ class GithubOidcStack(cdk.Stack):
                     ],
                 )
             )
-            # End its own sessions only (a session id begins with its starter's name; that an assumed
-            # role's begins with ${aws:userid} is unverified: docs/facts/iam.md#iam-ssm-start-session-hyperpod-target).
-            own_sessions = f"arn:aws:ssm:{env.region}:{env.account}:session/${{aws:userid}}-*"
-            role.add_to_policy(iam.PolicyStatement(sid="EndItsOwnSessions", actions=["ssm:TerminateSession"], resources=[own_sessions]))
+            # End its own sessions only. A session id begins with an IAM user's name, so
+            # `session/${aws:userid}-*` never matches an assumed role's sessions (aws:userid is
+            # ROLE_ID:SESSION_NAME there); Session Manager tags every session with
+            # aws:ssmmessages:session-id = ROLE_ID:SESSION_NAME for an assumed role, and its guide's
+            # method for those is that tag against ${aws:userid} (docs/facts/iam.md#ssm-terminate-own-sessions-assumed-role).
+            own_sessions = f"arn:aws:ssm:{env.region}:{env.account}:session/*"
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    sid="EndItsOwnSessions",
+                    actions=["ssm:TerminateSession"],
+                    resources=[own_sessions],
+                    conditions={"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": "${aws:userid}"}},  # as the guide writes it
+                )
+            )
             acknowledge(
                 role,
                 f"IAM5[Resource::{clusters}]",
@@ -202,8 +243,9 @@ class GithubOidcStack(cdk.Stack):
             )
             acknowledge(
                 role,
-                f"IAM5[Resource::{own_sessions.replace('${aws:userid}', '<aws:userid>')}]",  # as cdk-nag prints a policy variable
-                "ssm:TerminateSession on the sessions this role started only (a session id begins with its starter's name)",
+                f"IAM5[Resource::{own_sessions}]",
+                "ssm:TerminateSession on this account's and region's sessions whose AWS-applied aws:ssmmessages:session-id tag is this "
+                "role session's own ${aws:userid}: the sessions it started only",
             )
         elif orchestrator == "eks":
             role.add_to_policy(

@@ -8,11 +8,12 @@ A citation is `docs/facts/<topic>.md#<anchor>` anywhere in a tracked text file; 
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.source_files import source_files
 
 ROOT = Path(__file__).resolve().parents[2]
 FACTS = ROOT / "docs" / "facts"
@@ -24,9 +25,9 @@ OUTSIDE = re.compile(r"(/w\x6frk/|\.\./shared/|shared/r\x65ference/|aws-gpu-f\x6
 
 
 def tracked_text_files() -> list[Path]:
-    names = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    # with or without .git: CodePipeline's source has none (tests/source_files.py)
     suffixes = {".py", ".md", ".sh", ".env", ".tsv", ".yaml", ".yml", ".csv", ".tmpl", ".toml", ".txt", ""}
-    paths = [ROOT / name for name in names.splitlines() if "__snapshots__" not in name and not name.startswith("baselines/")]
+    paths = [ROOT / name for name in source_files(ROOT) if "__snapshots__" not in name and not name.startswith("baselines/")]
     return [p for p in paths if p.suffix in suffixes and p.is_file()]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
+from tests.source_files import source_files
 
 APP = r"""
 import json, os, sys
@@ -60,8 +61,8 @@ SOURCES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE")
 
 
 def tracked(folder: str) -> list[str]:
-    listed = subprocess.run(["git", "ls-files", "-z", "--", folder], cwd=ROOT, capture_output=True, check=True, timeout=60).stdout
-    return sorted(name for name in listed.decode().split("\0") if name and (ROOT / name).is_file())
+    """The source files under folder: git's list, or the walk where there is no .git (CodePipeline)."""
+    return [name for name in source_files(ROOT) if name.startswith(f"{folder}/")]
 
 
 def expected_package_data() -> list[str]:
@@ -82,9 +83,8 @@ class Built:
     names: frozenset[str]
 
 
-def build_wheel(tmp_path: Path, *, edit_pyproject: Callable[[str], str] | None = None) -> Built:
-    """Build the wheel from a copy of the sources (build/ and *.egg-info never land in the checkout)."""
-    src = tmp_path / "src"
+def copy_package_sources(src: Path, *, edit_pyproject: Callable[[str], str] | None = None) -> None:
+    """What the wheel is built from, copied, so that build/ and *.egg-info never land in the checkout."""
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("fminfra", "scripts"):
         shutil.copytree(ROOT / name, src / name, ignore=ignore)
@@ -92,18 +92,27 @@ def build_wheel(tmp_path: Path, *, edit_pyproject: Callable[[str], str] | None =
         shutil.copy2(ROOT / name, src / name)
     if edit_pyproject is not None:
         (src / "pyproject.toml").write_text(edit_pyproject((src / "pyproject.toml").read_text()))
-    dist = tmp_path / "dist"
+
+
+def build_from(src: Path, dist: Path) -> Built:
+    """The wheel built from the sources in src."""
     built = subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(src)],
         capture_output=True,
         text=True,
         check=False,
-        timeout=120,
+        timeout=300,
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = dist.glob("fminfra-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         return Built(wheel=wheel, names=frozenset(zf.namelist()))
+
+
+def build_wheel(tmp_path: Path, *, edit_pyproject: Callable[[str], str] | None = None) -> Built:
+    """Build the wheel from a copy of the sources."""
+    copy_package_sources(tmp_path / "src", edit_pyproject=edit_pyproject)
+    return build_from(tmp_path / "src", tmp_path / "dist")
 
 
 @pytest.fixture(scope="module")

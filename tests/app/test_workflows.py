@@ -270,8 +270,13 @@ def test_every_deploying_job_is_protected_per_environment_with_a_long_session() 
     jobs = _deploying_jobs()
     assert [j for j, _ in jobs] == ["deploy-environment.yml:deploy"]
     for where, job in jobs:
-        assert deploy_job_problems(job) == [], where
         assert job["permissions"]["actions"] == "read", where  # the protection check reads the environment
+        # as each of deploy.yml's calls runs it: the calling job holds the environment's group
+        # (tests/app/test_promotion_order.py)
+        for env, caller in _load("deploy.yml")["jobs"].items():
+            if caller.get("uses") == "./.github/workflows/deploy-environment.yml":
+                called = {**job, "environment": env, "concurrency": job.get("concurrency") or caller.get("concurrency")}
+                assert deploy_job_problems(called) == [], (where, env)
 
 
 @pytest.mark.parametrize(
@@ -557,9 +562,12 @@ def accept_role_problems(role: dict[str, Any], policies: list[dict[str, Any]], r
         ]
         if [(s["Action"], sorted(s["Resource"]), s.get("Condition")) for s in denials] != [("ssm:StartSession", sorted(denied), None)]:
             problems.append(f"session denials {denials}")
+        # its own sessions: Session Manager's session-id tag against ${aws:userid}
+        # (docs/facts/iam.md#ssm-terminate-own-sessions-assumed-role)
         end = next((s for s in grants if s["Action"] == "ssm:TerminateSession"), {})
-        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/${{aws:userid}}-*":
-            problems.append(f"terminate resources {end.get('Resource')}")
+        own = {"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": "${aws:userid}"}}
+        if end.get("Resource") != f"arn:aws:ssm:{cfg.region}:{cfg.account}:session/*" or end.get("Condition") != own:
+            problems.append(f"terminate resources {end.get('Resource')} {end.get('Condition')}")
     elif denials or (
         actions != ["eks:DescribeCluster"]
         or grants[0]["Resource"] != f"arn:aws:eks:{cfg.region}:{cfg.account}:cluster/fminfra-{cfg.name}-eks"
@@ -754,20 +762,10 @@ _NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
-def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
-    root = dest / "repo"
-    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
-    for name in (".venv", "node_modules"):
-        (root / name).symlink_to((ROOT / name).resolve())
-    # Already installed: the install markers must stay newer than what they depend on.
-    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
-        os.utime(root / name, (946684800, 946684800))
-    for config in (root / "config").glob("*.yaml"):
-        if config.stem not in environments:
-            config.unlink()
-    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
-    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
-    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+def ci_environment(dest: Path, root: Path) -> tuple[dict[str, str], Path]:
+    """The fresh environment a CI step starts with, for a source folder `root` (scratch files in
+    `dest`): PATH=/usr/bin:/bin (a stand-in non-root `id`, `sudo` and `apt-get` first when the
+    tests run as root, their calls logged), CodeBuild's and GitHub's variables; and the log."""
     home = dest / "home"
     home.mkdir()
     log = dest / "privileged-calls.log"
@@ -794,6 +792,24 @@ def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiS
         "GITHUB_OUTPUT": str(dest / "github_output"),
         "GITHUB_STEP_SUMMARY": str(dest / "step_summary"),
     }
+    return env, log
+
+
+def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiSandbox:
+    root = dest / "repo"
+    shutil.copytree(ROOT, root, ignore=_NOT_SOURCE, symlinks=True)
+    for name in (".venv", "node_modules"):
+        (root / name).symlink_to((ROOT / name).resolve())
+    # Already installed: the install markers must stay newer than what they depend on.
+    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
+        os.utime(root / name, (946684800, 946684800))
+    for config in (root / "config").glob("*.yaml"):
+        if config.stem not in environments:
+            config.unlink()
+    pipeline = yaml.safe_load((root / "pipeline.yaml").read_text())
+    pipeline["environments"] = [e for e in pipeline["environments"] if Path(e["config"]).stem in environments]
+    (root / "pipeline.yaml").write_text(yaml.safe_dump(pipeline))
+    env, log = ci_environment(dest, root)
     return CiSandbox(root=root, env=env, log=log)
 
 
