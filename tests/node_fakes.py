@@ -295,10 +295,11 @@ class FakeNode:
 
     base: Path
     env: dict[str, str] = field(default_factory=dict)
+    root_dir: Path | None = None  # another node's root (the HyperPod simulation's), else base/root
 
     @property
     def root(self) -> Path:
-        return self.base / "root"
+        return self.root_dir or self.base / "root"
 
     @property
     def log(self) -> Path:
@@ -663,3 +664,32 @@ def make_image(base: Path, image: str) -> tuple[FakeNode, str]:
     node.env["FAKE_ARCH"] = "aarch64" if "gb200" in instance_type else "x86_64"
     build(node)
     return node, instance_type
+
+
+# The GPU types of instance_types.tsv (the ones bootstrap.sh knows).
+GPU_TYPES = frozenset(
+    line.split()[0] for line in (NODE / "instance_types.tsv").read_text().splitlines() if line.strip() and not line.startswith("#")
+)
+
+
+def dress(root: Path, image: str) -> dict[str, str]:
+    """Put a modelled image (IMAGES) on another fake's node root, as the HyperPod simulation's GPU
+    nodes boot it: its files under `root`, /etc/os-release, and its read-only commands in a folder of
+    their own. Returns the environment those commands need, with that folder as FAKE_IMAGE_BIN."""
+    os_id, os_version, build, instance_type = IMAGES[image]
+    node = FakeNode(root.parent / f"{root.name}.image", root_dir=root)
+    bin_dir = node.base / "bin"
+    for d in (bin_dir, node.state, root / "etc"):
+        d.mkdir(parents=True, exist_ok=True)
+    for name in ("dpkg-query", "rpm", "nvidia-smi", "ldconfig"):
+        (bin_dir / name).write_text(_PRELUDE + FAKES[name])
+        (bin_dir / name).chmod(0o755)
+    (root / "etc" / "os-release").write_text(f'NAME="test"\nID={os_id}\nVERSION_ID="{os_version}"\n')
+    build(node)
+    return {
+        "FAKE_IMAGE_BIN": str(bin_dir),
+        "FAKE_STATE": str(node.state),
+        "FAKE_LOG": str(node.log),
+        "FAKE_ARCH": "aarch64" if "gb200" in instance_type else "x86_64",
+        "FMINFRA_KERNEL_RELEASE": KERNEL,
+    }
