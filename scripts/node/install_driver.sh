@@ -162,7 +162,7 @@ check_imex() {
     # (docs/facts/hyperpod.md#hyperpod-slurm-ami-contents): a loaded driver with another IMEX is
     # reported and kept, never "fixed".
     if ((rc == 4)) && [[ -n $(loaded_driver_version) ]]; then
-        CHECK_DETAIL+=" (kept: the image's pairing)"
+        CHECK_DETAIL="${CHECK_DETAIL%%; nvidia-imex must be*}; another version than the driver's, kept (the image's pairing)"
         return 5
     fi
     return "$rc"
