@@ -71,8 +71,6 @@ NODE_KEYS: tuple[str, ...] = (
 # Keys whose empty value has a meaning (the manifest's comments say which).
 MAY_BE_EMPTY: frozenset[str] = frozenset(
     {"EFA_INSTALLER_SHA256", "AWS_OFI_NCCL_SOURCE_COMMIT", "GDRCOPY_COMMIT", "NCCL_TESTS_COMMIT", "ACCEPT_PYTORCH_IMAGE_DIGEST"}
-    # enroot packages: empty until filled; the lifecycle then refuses to install enroot.
-    | {f"ENROOT_{p}DEB_SHA256_{a}" for p in ("", "CAPS_") for a in ("AMD64", "ARM64")}
 )
 
 _SHAPES: tuple[tuple[str, re.Pattern[str], str], ...] = (

@@ -4,12 +4,17 @@
 # The fstab entry waits for network-online.target (Ubuntu has no network.service; a Requires= on a
 # unit that does not exist fails the mount unit at boot) and is an automount, as in AWS's reference
 # lifecycle scripts (docs/facts/hyperpod.md#hyperpod-reference-fsx-fstab). Idempotent.
+# Before mounting it waits (DNS_TIMEOUT seconds) until the file system's DNS name resolves: HyperPod's
+# agent restarts systemd-resolved while the lifecycle starts, for which AWS's reference sleeps 30 s
+# (docs/facts/hyperpod.md#hyperpod-reference-resolved-wait); waiting for the name itself is neither
+# too short nor longer than needed.
 # FMINFRA_ROOT prefixes every system path (tests run it in a folder).
 set -o errexit -o nounset -o pipefail
 
 ROOT=${FMINFRA_ROOT:-}
 RETRIES=${RETRIES:-5}
 DELAY=${RETRY_DELAY:-5}
+DNS_TIMEOUT=${DNS_TIMEOUT:-120}
 
 log() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) mount_fsx: $*" >&2; }
 
@@ -36,6 +41,18 @@ if ! grep -qxF "$entry" "$fstab"; then
 fi
 # systemd turns fstab into mount and automount units when it reloads.
 systemctl daemon-reload
+
+dns=$1
+waited=0
+until getent hosts "$dns" >/dev/null; do
+    if ((waited >= DNS_TIMEOUT)); then
+        log "$dns does not resolve after ${DNS_TIMEOUT}s (is systemd-resolved up, and does the VPC resolve FSx names?); not mounting"
+        exit 1
+    fi
+    ((waited == 0)) && log "waiting for $dns to resolve (systemd-resolved may be restarting)"
+    sleep 1
+    waited=$((waited + 1))
+done
 
 attempt=1
 until mountpoint -q "$target"; do

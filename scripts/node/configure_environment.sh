@@ -29,8 +29,22 @@ found_dir() {
     printf '%s' "$dir"
 }
 
-installed_nccl() {
-    if [[ $PKG == apt ]]; then pkg_version libnccl2; else pkg_version libnccl; fi
+# The NCCL programs load (lib.sh nccl_found) and its folder where the loader would not search it
+# by itself. NCCL compiled into a CUDA folder (the HyperPod AMIs) is found only through
+# LD_LIBRARY_PATH, so that folder goes on it; a NCCL the loader finds (a package) goes first when a
+# CUDA folder also holds one, since LD_LIBRARY_PATH is searched before the loader's cache and the
+# image's own NCCL would shadow the pinned one (docs/facts/node-software.md#loader-search-order).
+nccl_paths() {
+    local found version path how
+    NCCL_LOADED="" NCCL_FIRST_DIR="" NCCL_DIR=""
+    found=$(nccl_found) || return 0
+    IFS=$'\t' read -r version path how <<<"$found"
+    NCCL_LOADED=$version
+    if [[ $how == CUDA* || $path == /usr/local/cuda*/lib* ]]; then
+        NCCL_DIR=${path%/*}
+    elif [[ -e $FMINFRA_ROOT$1/lib/libnccl.so.2 || -e $FMINFRA_ROOT$1/lib64/libnccl.so.2 ]]; then
+        NCCL_FIRST_DIR=${path%/*}
+    fi
 }
 
 contents() {
@@ -41,6 +55,10 @@ contents() {
     cuda=${cuda#"$FMINFRA_ROOT"}
     libs="$cuda/lib64"
     bins="$cuda/bin"
+    NCCL_LOADED="" NCCL_FIRST_DIR="" NCCL_DIR=""
+    [[ $DRY_RUN == 1 ]] || nccl_paths "$cuda"
+    [[ -z $NCCL_DIR || :$libs: == *:$NCCL_DIR:* ]] || libs+=":$NCCL_DIR"
+    [[ -z $NCCL_FIRST_DIR ]] || libs="$NCCL_FIRST_DIR:$libs"
     # Types without EFA get no EFA installer, hence no libfabric, Open MPI or OFI plugin paths.
     if ((TYPE_EFA > 0)); then
         if [[ -n $(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT) ]]; then
@@ -53,9 +71,8 @@ contents() {
         libs+=":$(found_dir "Open MPI" 'libmpi.so*' /opt/amazon/openmpi/lib64 /opt/amazon/openmpi/lib)"
         libs+=":$plugin_dir"
         bins+=":/opt/amazon/openmpi/bin:/opt/amazon/efa/bin"
-        nccl=""
-        [[ $DRY_RUN == 1 ]] || nccl=$(installed_nccl)
-        if [[ -n $nccl && -e $FMINFRA_ROOT$plugin_dir/libnccl-ofi-tuner.so ]] &&
+        nccl=$NCCL_LOADED
+        if [[ -n $nccl && $nccl != unknown && -e $FMINFRA_ROOT$plugin_dir/libnccl-ofi-tuner.so ]] &&
             [[ $(printf '%s\n' "${nccl%%[-+]*}" 2.21 | sort -V | head -n 1) != 2.21 ]]; then
             tuner_line=$'\n'"export NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so"
             tuner_env=" \"NCCL_TUNER_PLUGIN=$plugin_dir/libnccl-ofi-tuner.so\""

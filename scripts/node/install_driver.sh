@@ -40,6 +40,10 @@ apply_driver() {
     local kernel
     kernel=$(kernel_release)
     if [[ $PKG == apt ]]; then
+        # From branch 590 NVIDIA's Ubuntu packages drop the branch from their names and the branch is
+        # held by pinning packages (docs/facts/node-software.md#nvidia-ubuntu-590-package-names);
+        # that install is not written here.
+        ((BRANCH < 590)) || usage_error "$FMINFRA_VERSIONS: NVIDIA_DRIVER_BRANCH=$BRANCH: installing branch 590 or later on Ubuntu is not supported (its packages are renamed); use 580, or an image that carries the driver"
         pkg_install "linux-headers-$kernel" "nvidia-driver-$BRANCH-open"
         pkg_hold "nvidia-driver-$BRANCH-open"
     else
@@ -84,15 +88,24 @@ install_companion() {
     pkg_hold "$name"
 }
 
-# Package names: apt nvidia-fabricmanager-<branch> (newer: nvidia-fabricmanager), dnf
-# nvidia-fabric-manager (newer: nvidia-fabricmanager); docs/facts/node-software.md#nvidia-fabric-manager-packages
+# Package names (docs/facts/node-software.md#nvidia-fabric-manager-packages,
+# #nvidia-ubuntu-590-package-names): on apt, NVIDIA's CUDA repository names it
+# nvidia-fabricmanager-<branch> up to branch 580 and nvidia-fabricmanager from branch 590 on, while
+# Ubuntu's own archive keeps nvidia-fabricmanager-<branch> (595 too); on dnf nvidia-fabric-manager,
+# newer nvidia-fabricmanager. The installed one is found under any of these names; fminfra installs
+# the name NVIDIA's repository uses (the repository pin makes NVIDIA's packages come from there) at
+# the loaded driver's exact version and holds it: without a branch in the name, an upgrade would
+# otherwise move Fabric Manager to the newest branch, away from the driver in use.
 fabric_manager_candidates() {
     local branch=""
     # A plan may be for another machine: it names the manifest's branch and reads nothing here.
     [[ $DRY_RUN == 1 ]] || branch=$(loaded_driver_version)
     branch=${branch%%.*}
-    if [[ $PKG == apt ]]; then
-        printf '%s\n' "nvidia-fabricmanager-${branch:-$BRANCH}" nvidia-fabricmanager
+    branch=${branch:-$BRANCH}
+    if [[ $PKG == apt ]] && ((branch >= 590)); then
+        printf '%s\n' nvidia-fabricmanager "nvidia-fabricmanager-$branch"
+    elif [[ $PKG == apt ]]; then
+        printf '%s\n' "nvidia-fabricmanager-$branch" nvidia-fabricmanager
     else
         printf '%s\n' nvidia-fabric-manager nvidia-fabricmanager
     fi
@@ -142,7 +155,17 @@ check_imex() {
     local branch
     branch=$(loaded_driver_version)
     branch=${branch%%.*}
-    check_companion nvidia-imex "nvidia-imex-${branch:-$BRANCH}" nvidia-imex
+    local rc=0
+    check_companion nvidia-imex "nvidia-imex-${branch:-$BRANCH}" nvidia-imex || rc=$?
+    # That IMEX must equal the driver's version is not sourced (unlike Fabric Manager's), and
+    # AWS's HyperPod AMI of 2025-08-12 ships IMEX 570.172.08-1 with driver 570.158.01
+    # (docs/facts/hyperpod.md#hyperpod-slurm-ami-contents): a loaded driver with another IMEX is
+    # reported and kept, never "fixed".
+    if ((rc == 4)) && [[ -n $(loaded_driver_version) ]]; then
+        CHECK_DETAIL="${CHECK_DETAIL%%; nvidia-imex must be*}; another version than the driver's, kept (the image's pairing)"
+        return 5
+    fi
+    return "$rc"
 }
 
 apply_imex() {

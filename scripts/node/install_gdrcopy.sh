@@ -2,8 +2,9 @@
 # GDRCopy GDRCOPY_VERSION, built from github.com/NVIDIA/gdrcopy at the pinned GDRCOPY_COMMIT, unless
 # the image already carries it whole. "Whole" is what aws-ofi-nccl needs
 # (docs/facts/node-software.md#gdrcopy-loader-and-module):
-#   - the unversioned libgdrapi.so on the loader path (aws-ofi-nccl dlopen()s "libgdrapi.so");
-#   - the gdrdrv kernel module built for the running kernel;
+#   - the unversioned libgdrapi.so where the loader finds it (aws-ofi-nccl dlopen()s "libgdrapi.so"):
+#     LD_LIBRARY_PATH or `ldconfig -p`, wherever the image put it (packages, or /opt/gdrcopy);
+#   - the gdrdrv kernel module built for the running kernel, or loaded;
 #   - gdrdrv loaded again after a reboot: GDRCopy's DKMS package, or fminfra's unit
 #     fminfra-gdrdrv.service (modprobe and the /dev/gdrdrv node, as GDRCopy's insmod.sh does).
 # The done-marker names the kernel: after a kernel update the module is rebuilt on the next run.
@@ -15,15 +16,11 @@ LDCONF=/etc/ld.so.conf.d/fminfra-gdrcopy.conf
 UNIT=/etc/systemd/system/fminfra-gdrdrv.service
 LOADER=/opt/gdrcopy/sbin/fminfra-gdrdrv-load
 
-# Directories the dynamic linker searches by default, and fminfra's own when configured.
-loader_dirs() {
-    printf '%s\n' "/usr/lib/$LIB_ARCH-linux-gnu" /usr/lib64 /usr/lib /usr/local/lib
-    [[ -f $FMINFRA_ROOT$LDCONF ]] && printf '%s\n' "$PREFIX/lib"
-    return 0
-}
-
+# gdrdrv built for the running kernel (any folder under /lib/modules/<kernel>: extra/ from
+# drv_install, updates/dkms/ from DKMS), or already loaded (/sys/module/gdrdrv).
 module_present() {
     local found
+    [[ -d $FMINFRA_ROOT/sys/module/gdrdrv ]] && return 0
     found=$(find "$FMINFRA_ROOT/lib/modules/$KERNEL" -name 'gdrdrv.ko*' -print -quit 2>/dev/null || true)
     [[ -n $found ]]
 }
@@ -33,10 +30,9 @@ loads_at_boot() {
 }
 
 check_gdrcopy() {
-    local -a dirs missing=()
+    local -a missing=()
     local found version
-    mapfile -t dirs < <(loader_dirs)
-    first_dir_with libgdrapi.so "${dirs[@]}" >/dev/null || missing+=("libgdrapi.so on the loader path")
+    loader_resolve libgdrapi.so >/dev/null || missing+=("libgdrapi.so on the loader path (LD_LIBRARY_PATH, ldconfig -p)")
     module_present || missing+=("gdrdrv for kernel $KERNEL")
     loads_at_boot || missing+=("gdrdrv loading at boot (DKMS package or $UNIT)")
     if [[ -f $FMINFRA_ROOT$PREFIX/.fminfra-stamp && $(<"$FMINFRA_ROOT$PREFIX/.fminfra-stamp") == "$STAMP" ]]; then
@@ -101,7 +97,10 @@ main() {
     GDRCOPY_COMMIT=$(ver_optional GDRCOPY_COMMIT)
     KERNEL=$(kernel_release)
     STAMP="gdrcopy $GDRCOPY_VERSION commit ${GDRCOPY_COMMIT:-unpinned}, gdrdrv for kernel $KERNEL"
-    step gdrcopy "$STAMP" check_gdrcopy apply_gdrcopy
+    # optional in --verify (a WARN, not a FAIL): aws-ofi-nccl loads GDRCopy at run time only
+    # (docs/facts/node-software.md#gdrcopy-loader-and-module), and the HyperPod AMIs' release notes
+    # name it in some releases only (docs/facts/hyperpod.md#hyperpod-slurm-ami-contents).
+    step gdrcopy "$STAMP" check_gdrcopy apply_gdrcopy optional
     finish_steps
 }
 

@@ -16,13 +16,29 @@ nccl_packages() {
     fi
 }
 
+# What a program loads (lib.sh nccl_found), not which package is installed: the HyperPod AMIs
+# compile NCCL into their CUDA folders and have no NCCL package. The package's version is reported
+# (and compared) only where the loaded library is the package's.
 check_nccl() {
-    local name=libnccl2 version
+    local name=libnccl2 found version path how package
     [[ $PKG == dnf ]] && name=libnccl
-    version=$(pkg_version "$name")
-    CHECK_DETAIL="$name ${version:-absent}"
-    [[ -n $version ]] || return 1
-    [[ $version == "$NCCL_PKG_VERSION" ]] || return 3
+    if ! found=$(nccl_found); then
+        CHECK_DETAIL="no NCCL: libnccl.so.2 is neither on the loader path (LD_LIBRARY_PATH, ldconfig -p) nor in a CUDA folder"
+        return 1
+    fi
+    IFS=$'\t' read -r version path how <<<"$found"
+    package=$(pkg_version "$name")
+    # The detail names what the image carries, not how it is found today, so that a marker written
+    # before configure_environment.sh put a CUDA folder on the loader path still matches after.
+    if [[ $path == /usr/local/cuda*/lib* ]]; then
+        CHECK_DETAIL="NCCL $version compiled into $path"
+        [[ $how != CUDA* ]] || log INFO "nccl: $path is not on the loader path; configure_environment.sh puts its folder on it"
+    else
+        CHECK_DETAIL="NCCL $version at $path ($how)"
+    fi
+    [[ -n $package ]] && CHECK_DETAIL+="; package $name $package"
+    [[ ${version%%+*} == "${NCCL_PKG_VERSION%%-*}" ]] || return 3
+    [[ -z $package || $package == "$NCCL_PKG_VERSION" ]] || return 3
 }
 
 apply_nccl() {

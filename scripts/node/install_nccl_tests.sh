@@ -20,7 +20,7 @@ apply_nccl_tests() {
     # Open MPI comes with the EFA installer; types without EFA get single-node (MPI=0) binaries.
     local -a mpi=(MPI=0)
     ((TYPE_EFA == 0)) || mpi=(MPI=1 MPI_HOME="$FMINFRA_ROOT/opt/amazon/openmpi")
-    run make -C "$src" -j "${mpi[@]}" CUDA_HOME="$(cuda_home)" NCCL_HOME="$FMINFRA_ROOT/usr" BUILDDIR="$prefix/build"
+    run make -C "$src" -j "${mpi[@]}" CUDA_HOME="$(cuda_home)" NCCL_HOME="$FMINFRA_ROOT$NCCL_HOME" BUILDDIR="$prefix/build"
     write_file "$prefix/.fminfra-stamp" "$STAMP"
 }
 
@@ -29,8 +29,11 @@ main() {
     NCCL_TESTS_VERSION=$(ver NCCL_TESTS_VERSION)
     NCCL_TESTS_COMMIT=$(ver_optional NCCL_TESTS_COMMIT)
     local nccl="<installed NCCL>"
+    NCCL_HOME=/usr
     if [[ $DRY_RUN == 0 ]]; then
-        if [[ $PKG == apt ]]; then nccl=$(pkg_version libnccl2); else nccl=$(pkg_version libnccl); fi
+        nccl=$(nccl_found | cut -f1,2 | tr '\t' ' ') || nccl=""
+        # NCCL compiled into a CUDA folder (the HyperPod AMIs) has its headers there; a package's are in /usr.
+        [[ $nccl =~ \ (/usr/local/cuda[^/]*)/lib[^/]*/libnccl\.so\.2$ ]] && NCCL_HOME=${BASH_REMATCH[1]}
     fi
     STAMP="nccl-tests $NCCL_TESTS_VERSION commit ${NCCL_TESTS_COMMIT:-unpinned} against NCCL ${nccl:-not installed}"
     step nccl-tests "$STAMP" check_nccl_tests apply_nccl_tests optional

@@ -505,6 +505,54 @@ first_dir_with() {
     return 1
 }
 
+# Where the dynamic loader finds NAME (a soname such as libnccl.so.2, or libgdrapi.so), as a path on
+# the node (without FMINFRA_ROOT) and how it was found, "PATH<TAB>HOW"; nothing when it does not.
+# The loader searches LD_LIBRARY_PATH first, then its cache (`ldconfig -p` lists "NAME (flags) =>
+# PATH"), so a library on LD_LIBRARY_PATH shadows the cached one (docs/facts/node-software.md#loader-search-order).
+loader_resolve() {
+    local name=$1 dir path
+    local -a dirs=()
+    IFS=: read -r -a dirs <<<"${LD_LIBRARY_PATH:-}"
+    for dir in "${dirs[@]}"; do
+        [[ -n $dir && -e $FMINFRA_ROOT$dir/$name ]] || continue
+        printf '%s\tLD_LIBRARY_PATH' "$dir/$name"
+        return 0
+    done
+    path=$(ldconfig -p 2>/dev/null | awk -v n="$name" '$1 == n && $(NF - 1) == "=>" { print $NF; exit }') || path=""
+    if [[ -n $path ]]; then
+        printf '%s\tldconfig' "$path"
+        return 0
+    fi
+    return 1
+}
+
+# The NCCL a program on this node loads, as "VERSION<TAB>PATH<TAB>HOW"; nothing when none is found.
+# Where: the loader's answer for libnccl.so.2 (NVIDIA's libnccl2/libnccl packages install it in the
+# loader's directories), else the CUDA folders, where the HyperPod and Deep Learning AMIs compile
+# NCCL in (/usr/local/cuda-X.Y/lib, docs/facts/hyperpod.md#hyperpod-slurm-ami-contents), the default
+# /usr/local/cuda first. The version is the library's own: NCCL embeds "NCCL version X.Y.Z+cudaA.B"
+# (docs/facts/node-software.md#nccl-version-string), else the file's name libnccl.so.X.Y.Z.
+nccl_found() {
+    local found path how dir real version
+    if found=$(loader_resolve libnccl.so.2); then
+        path=${found%%$'\t'*} how=${found#*$'\t'}
+    else
+        for dir in /usr/local/cuda/lib /usr/local/cuda/lib64 $(cd "$FMINFRA_ROOT/" && compgen -G 'usr/local/cuda-*/lib*' | sort -r -V); do
+            dir=/${dir#/}
+            if [[ -e $FMINFRA_ROOT$dir/libnccl.so.2 ]]; then
+                path=$dir/libnccl.so.2 how="CUDA folder, not on the loader path"
+                break
+            fi
+        done
+    fi
+    [[ -n ${path:-} ]] || return 1
+    real=$(readlink -f "$FMINFRA_ROOT$path") || real=$FMINFRA_ROOT$path
+    version=$(grep -a -o -m 1 'NCCL version [0-9][0-9.]*+cuda[0-9.]*' "$real" 2>/dev/null | head -n 1) || version=""
+    version=${version#NCCL version }
+    if [[ -z $version && $real =~ libnccl\.so\.([0-9]+\.[0-9]+\.[0-9]+)$ ]]; then version=${BASH_REMATCH[1]}; fi
+    printf '%s\t%s\t%s' "${version:-unknown}" "$path" "$how"
+}
+
 # Directories of the EFA installer's aws-ofi-nccl plugin: /opt/amazon/ofi-nccl/lib (deb) or lib64
 # (rpm) since aws-ofi-nccl 1.17, lib/<arch>-linux-gnu before
 # (docs/facts/node-software.md#ofi-nccl-library-layout).

@@ -51,9 +51,15 @@ Node (one folder per node = FMINFRA_ROOT; commands on PATH are the AMI's, hence 
   /opt/slurm/include only. install writes D/usr/local/lib/slurm/spank_pyxis.so and
   D/usr/local/share/pyxis/pyxis.conf (`required /usr/local/lib/slurm/spank_pyxis.so`), as pyxis's
   Makefile at v0.20.0 does.
-- node/bootstrap.sh and observability/install_exporters.sh (other issues' scripts, tested in
-  test_node_scripts.py and test_exporter_scripts.py) are replaced after the download by 0644
-  recorders of their arguments and environment: this simulation checks which node runs them how.
+- GPU nodes boot a modelled HyperPod AMI (tests/fakes/node_fakes.py IMAGES, each from its release notes;
+  DEFAULT_GPU_IMAGE unless a test names one): its files under the node's root and its read-only
+  commands (nvidia-smi, dpkg-query/rpm, ldconfig -p) on PATH, so the real node/bootstrap.sh --verify
+  runs. CPU nodes carry none of it.
+- `enroot version` prints the AMI's enroot version (Cluster(enroot=...), "" for none). `make -C DIR
+  install|setcap DESTDIR=D` in an enroot clone installs D/usr/local/bin/enroot (enroot's Makefile,
+  prefix /usr/local). `getent hosts NAME` fails for the first FAKE_DNS_DOWN_CALLS calls.
+- observability/install_exporters.sh (tested in test_exporter_scripts.py) is replaced after the
+  download by a 0644 recorder of its arguments and environment.
 """
 
 from __future__ import annotations
@@ -68,13 +74,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PYXIS_TAG_COMMITS = {"v0.20.0": "424563865a491f2d8f3c396a095d18db81f1fb07"}
+from tests.fakes.node_fakes import GPU_TYPES, dress
+
+# Tag -> commit, per repository: NVIDIA/pyxis v0.20.0 (docs/facts/node-software.md#pin-pyxis-commit),
+# NVIDIA/enroot v4.1.2 (docs/facts/node-software.md#pin-enroot-commit).
+TAG_COMMITS = {
+    "https://github.com/NVIDIA/pyxis.git": {"v0.20.0": "424563865a491f2d8f3c396a095d18db81f1fb07"},
+    "https://github.com/NVIDIA/enroot.git": {"v4.1.2": "bd51f53b6fa954805ae3e1985c5dc7594ff66d05"},
+}
 UBUNTU_UNITS = {"network-online.target", "network.target", "remote-fs.target", "local-fs.target", "systemd-networkd.service"}
 MARKER = re.compile(r"<<marker:0xbaba:(\d+)>>")
+# The image a GPU group boots unless a test names another (tests/fakes/node_fakes.py IMAGES).
+DEFAULT_GPU_IMAGE = "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib"
 
 _FAKES: dict[str, str] = {
     "hostname": 'echo "$FAKE_NODE_IP 172.17.0.1"',
     "dpkg": "echo amd64",
+    # getent hosts NAME: fails (exit 2, as for an unknown name) for the first FAKE_DNS_DOWN_CALLS calls,
+    # as while systemd-resolved is being restarted (docs/facts/hyperpod.md#hyperpod-reference-resolved-wait).
+    "getent": r"""
+count_file=$FMINFRA_ROOT/run/fake-dns-calls; n=$(($(cat "$count_file" 2>/dev/null || echo 0) + 1)); mkdir -p "${count_file%/*}"; echo "$n" >"$count_file"
+((n > ${FAKE_DNS_DOWN_CALLS:-0})) || exit 2
+echo "10.1.255.10     $2"
+""",
     "mount": r"""
 [[ $1 == -t && $2 == lustre && $3 == -o ]] || { echo "mount: unsupported $*" >&2; exit 1; }
 src=$5 target=$6
@@ -87,7 +109,12 @@ awk -v t="$1" '$2 == t { found = 1 } END { exit found ? 0 : 32 }' "$FMINFRA_ROOT
 """,
     "curl": r"""
 out="" url=""
-while (($#)); do case $1 in -o) out=$2; shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac; done
+while (($#)); do case $1 in -o) out=$2; shift 2 ;; -H | -X | --connect-timeout | --max-time) shift 2 ;; -*) shift ;; *) url=$1; shift ;; esac; done
+# IMDSv2: a token for PUT /latest/api/token, then the instance type (assumed: HyperPod's type name, ml. prefix included).
+case $url in
+    http://169.254.169.254/latest/api/token) echo fake-token; exit 0 ;;
+    http://169.254.169.254/latest/meta-data/instance-type) echo "$FAKE_INSTANCE_TYPE"; exit 0 ;;
+esac
 printf 'fake:%s' "$url" >"$out"
 """,
     "apt-get": r"""
@@ -96,10 +123,10 @@ exit 0
 """,
     "git": r"""
 if [[ $1 == clone ]]; then
-    tag="" ; dir=""
-    shift; while (($#)); do case $1 in --branch) tag=$2; shift 2 ;; --depth) shift 2 ;; -*) shift ;; *) dir=$1; shift ;; esac; done
-    mkdir -p "$dir"; commit=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], 'f'*40))" "$FAKE_TAGS" "$tag")
-    echo "$commit" >"$dir/.fake-head"
+    tag="" ; dir="" ; url=""
+    shift; while (($#)); do case $1 in --branch) tag=$2; shift 2 ;; --depth) shift 2 ;; -*) shift ;; *) [[ -z $url ]] && url=$1 || dir=$1; shift ;; esac; done
+    mkdir -p "$dir"; commit=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], {}).get(sys.argv[3], 'f'*40))" "$FAKE_TAGS" "$url" "$tag")
+    echo "$commit" >"$dir/.fake-head"; echo "$url" >"$dir/.fake-url"; echo "${tag#v}" >"$dir/.fake-tag"
 elif [[ $1 == -C && $3 == rev-parse ]]; then
     cat "$2/.fake-head"
 else
@@ -108,7 +135,18 @@ fi
 """,
     "make": r"""
 dir=. target=all destdir=""
-while (($#)); do case $1 in -C) dir=$2; shift 2 ;; DESTDIR=*) destdir=${1#DESTDIR=}; shift ;; install) target=install; shift ;; *) shift ;; esac; done
+while (($#)); do case $1 in -C) dir=$2; shift 2 ;; DESTDIR=*) destdir=${1#DESTDIR=}; shift ;; install) target=install; shift ;; setcap) target=setcap; shift ;; *) shift ;; esac; done
+if [[ $(cat "$dir/.fake-url" 2>/dev/null) == *enroot* ]]; then
+    # enroot's Makefile (prefix /usr/local): install puts bin/enroot there; setcap needs it installed.
+    if [[ $target == install ]]; then
+        mkdir -p "$destdir/usr/local/bin"
+        printf '#!/usr/bin/env bash\n[[ $1 == version ]] && echo %s\n[[ $1 == info ]] && echo "Config file: /usr/local/etc/enroot/enroot.conf"\nexit 0\n' "$(cat "$dir/.fake-tag")" >"$destdir/usr/local/bin/enroot"
+        chmod +x "$destdir/usr/local/bin/enroot"
+    elif [[ $target == setcap ]]; then
+        [[ -x $destdir/usr/local/bin/enroot ]] || { echo "setcap: $destdir/usr/local/bin/enroot-mksquashovlfs: No such file" >&2; exit 1; }
+    fi
+    exit 0
+fi
 found=""
 for inc in $(grep -oE -- '-I *[^ ]+' <<<"${CPPFLAGS:-}" | sed 's/^-I *//') /usr/include; do
     [[ -f $inc/slurm/spank.h ]] && found=$inc
@@ -269,8 +307,10 @@ class Node:
     group: str
     instance_type: str
     ip: str
-    enroot: bool = True
+    enroot: str = ""
+    image: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    env_extra: dict[str, str] = field(default_factory=dict)
     result: subprocess.CompletedProcess[str] | None = None
 
     @property
@@ -282,7 +322,15 @@ class Node:
 class Cluster:
     """Nodes of one HyperPod cluster, its resource_config.json, and HyperPod's agent."""
 
-    def __init__(self, base: Path, groups: list[tuple[str, str, int]], *, enroot: bool = True, slurm_conf_delay: float = 0.5) -> None:
+    def __init__(
+        self,
+        base: Path,
+        groups: list[tuple[str, str, int]],
+        *,
+        enroot: str = "4.1.2",
+        slurm_conf_delay: float = 0.5,
+        images: dict[str, str] | None = None,
+    ) -> None:
         self.base = base
         self.cluster_dir = base / "cluster"
         self.cluster_dir.mkdir(parents=True)
@@ -292,7 +340,8 @@ class Cluster:
         self.nodes: list[Node] = []
         for g, (name, instance_type, count) in enumerate(groups):
             for i in range(count):
-                self.nodes.append(Node(base / f"{name}-{i + 1}", name, instance_type, f"10.1.{g}.{i + 10}", enroot))
+                image = (images or {}).get(name) or (DEFAULT_GPU_IMAGE if instance_type.removeprefix("ml.") in GPU_TYPES else "")
+                self.nodes.append(Node(base / f"{name}-{i + 1}", name, instance_type, f"10.1.{g}.{i + 10}", enroot, image))
         self.resource_config = {
             "ClusterConfig": {"ClusterArn": "arn:aws:sagemaker:us-west-2:111111111111:cluster/abcde01234yz", "ClusterName": "sim"},
             "InstanceGroups": [
@@ -337,25 +386,35 @@ class Cluster:
             path = root / "bin" / name
             path.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"$FAKE_CALLS"\n{body}')
             path.chmod(0o755)
-        if node.enroot:
-            (root / "bin/enroot").write_text("#!/usr/bin/env bash\necho enroot\n")
+        if node.enroot:  # the AMI's enroot (a package: configuration in /etc/enroot)
+            (root / "bin/enroot").write_text(f"#!/usr/bin/env bash\n[[ $1 == version ]] && echo {node.enroot}\nexit 0\n")
             (root / "bin/enroot").chmod(0o755)
+        if node.image:
+            dressed = dress(root, node.image)
+            node.env_extra = dressed
         node.env = {
-            "PATH": f"{root / 'bin'}:/usr/bin:/bin",
+            # Ubuntu's default PATH puts /usr/local/bin (what source builds install) before the packages' folders.
+            "PATH": f"{root / 'usr/local/bin'}:{root / 'bin'}:/usr/bin:/bin",
             "HOME": str(root),
             "FMINFRA_ROOT": str(root),
             "SAGEMAKER_RESOURCE_CONFIG_PATH": str(root / "run/hyperpod/resource_config.json"),
             "FAKE_NODE_IP": node.ip,
+            "FAKE_INSTANCE_TYPE": node.instance_type,
             "FAKE_CALLS": str(root / "calls.log"),
             "FAKE_BIN": str(root / "bin"),
             "FAKE_CLUSTER": str(self.cluster_dir),
             "FAKE_DAEMONS": str(self.daemons),
-            "FAKE_TAGS": json.dumps(PYXIS_TAG_COMMITS),
+            "FAKE_TAGS": json.dumps(TAG_COMMITS),
+            "NVME_WAIT_S": "0",
             "POLL_INTERVAL": "0.2",
             "SLURM_CONF_TIMEOUT": "20",
             "RETRIES": "2",
             "RETRY_DELAY": "0",
         }
+        if node.env_extra:  # the GPU image's read-only commands (nvidia-smi, dpkg-query, ldconfig) after the node's own
+            extra = dict(node.env_extra)
+            node.env["PATH"] = f"{root / 'usr/local/bin'}:{root / 'bin'}:{extra.pop('FAKE_IMAGE_BIN')}:/usr/bin:/bin"
+            node.env.update(extra)
 
     def write_slurm_conf(self) -> None:
         """HyperPod's agent: slurm.conf naming the controller, on the controller."""
@@ -416,8 +475,9 @@ def reboot(node: Node) -> list[str]:
 
 
 def prepare_download(scripts: Path) -> None:
-    """Replace the other issues' scripts with 0644 recorders (see the module docstring)."""
-    for rel in ("node/bootstrap.sh", "observability/install_exporters.sh"):
+    """Replace the exporter installer with a 0644 recorder (see the module docstring); the node
+    scripts run for real on the GPU nodes' modelled images."""
+    for rel in ("observability/install_exporters.sh",):
         path = scripts / rel
         assert path.exists(), f"{rel} was not published"
         path.write_text("#!/usr/bin/env bash\n" + RECORDER)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from fminfra.core.versions import parse_manifest
@@ -37,6 +38,11 @@ KERNEL = "6.8.0-1066-aws"
 # cuda-toolkit-X-Y installs /usr/local/cuda-X.Y.
 _PRELUDE = (
     '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$FAKE_LOG"\n'
+    # nccl_lib PACKAGE VERSION: NVIDIA's libnccl2 (deb) / libnccl (rpm) install libnccl.so.X.Y.Z and the
+    # libnccl.so.2 link in the loader's directory; the library holds "NCCL version X.Y.Z+cudaA.B".
+    "nccl_lib() { [[ $1 == libnccl2 || $1 == libnccl ]] || return 0; local dir=/usr/lib64 v=${2%%-*} c=${2##*+cuda}; "
+    '[[ $1 == libnccl2 ]] && dir=/usr/lib/${FAKE_ARCH:-x86_64}-linux-gnu; mkdir -p "$FMINFRA_ROOT$dir"; rm -f "$FMINFRA_ROOT$dir"/libnccl.so.2*; '
+    'printf "\\0NCCL version %s+cuda%s\\0" "$v" "$c" >"$FMINFRA_ROOT$dir/libnccl.so.$v"; ln -sf "libnccl.so.$v" "$FMINFRA_ROOT$dir/libnccl.so.2"; }\n'
     "cuda_dirs() { [[ $1 =~ ^cuda-toolkit-([0-9]+)-([0-9]+)$ ]] || return 0; "
     'mkdir -p "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin"; '
     'touch "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin/nvcc"; '
@@ -80,7 +86,7 @@ for a in "$@"; do
   names+=("$name"); versions+=("$version")
 done
 mkdir -p "$FAKE_STATE/pkgs"
-for i in "${!names[@]}"; do printf '%s' "${versions[$i]}" >"$FAKE_STATE/pkgs/${names[$i]}"; cuda_dirs "${names[$i]}"; done
+for i in "${!names[@]}"; do printf '%s' "${versions[$i]}" >"$FAKE_STATE/pkgs/${names[$i]}"; cuda_dirs "${names[$i]}"; nccl_lib "${names[$i]}" "${versions[$i]}"; done
 """,
     "apt-cache": r"""
 [[ $1 == madison ]] || exit 0
@@ -115,7 +121,7 @@ for a in "$@"; do
   if [[ -z $version && $versioned == 1 ]]; then echo "Error: Unable to find a match: $a" >&2; exit 1; fi
   if [[ $a =~ ^nvidia-driver:([0-9]+) ]]; then name=nvidia-driver; version=$(tail -n 1 "$FAKE_STATE/repo/nvidia-driver-${BASH_REMATCH[1]}-open"); fi
   [[ -n $version ]] || { if [[ -f $FAKE_STATE/repo/$name ]]; then version=$(tail -n 1 "$FAKE_STATE/repo/$name"); else version=1.0-fake; fi; }
-  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"; cuda_dirs "$name"
+  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"; cuda_dirs "$name"; nccl_lib "$name" "$version"
 done
 """,
     "dpkg-query": r"""
@@ -225,11 +231,31 @@ printf 'provider: efa\n    fabric: efa\n    domain: rdmap16s27-rdm\n'
     "mpirun": 'cat "$FAKE_ALLREDUCE_OUTPUT"\n',
     "srun": 'cat "$FAKE_ALLREDUCE_OUTPUT"\n',
     "systemctl": "",
-    "ldconfig": "",
+    # ldconfig -p: the loader's cache, built as ldconfig builds it: the default directories and those
+    # listed in /etc/ld.so.conf.d/*.conf, one "NAME (flags) => PATH" line per library
+    # (docs/facts/node-software.md#loader-search-order). Plain `ldconfig` (rebuild) does nothing here.
+    "ldconfig": r"""
+[[ ${1:-} == -p ]] || exit 0
+dirs=(/lib/${FAKE_ARCH:-x86_64}-linux-gnu /usr/lib/${FAKE_ARCH:-x86_64}-linux-gnu /lib64 /usr/lib64 /lib /usr/lib /usr/local/lib)
+for conf in "$FMINFRA_ROOT"/etc/ld.so.conf.d/*.conf; do
+  [[ -f $conf ]] || continue
+  while read -r d; do [[ -z $d || $d == \#* ]] || dirs+=("$d"); done <"$conf"
+done
+for d in "${dirs[@]}"; do
+  for f in "$FMINFRA_ROOT$d"/lib*.so*; do [[ -e $f ]] && printf '\t%s (libc6,x86-64) => %s\n' "$(basename "$f")" "$d/$(basename "$f")"; done
+done
+exit 0
+""",
 }
 
 # Commands that only read the node's state; a second bootstrap run may call these and nothing else.
-READ_ONLY = {"dpkg-query", "rpm", "nvidia-smi"}
+READ_ONLY = {"dpkg-query", "rpm", "nvidia-smi", "ldconfig -p"}
+
+
+def read_only(calls: list[str]) -> bool:
+    """Whether every call only read the node's state (`ldconfig -p` reads the cache; `ldconfig` rebuilds it)."""
+    return all(c.split()[0] in READ_ONLY or c.startswith("ldconfig -p") for c in calls)
+
 
 # The EFA installer: the layout of the OS family it runs on (FAKE_OS_FAMILY: deb or rpm).
 EFA_INSTALLER = r"""#!/usr/bin/env bash
@@ -250,7 +276,9 @@ REPOSITORY: dict[str, list[str]] = {
     "libnccl-devel": ["2.28.9-1+cuda13.0", "2.30.4-1+cuda12.9", "2.30.4-1+cuda13.2"],
     "nvidia-driver-580-open": ["580.95.05-1"],
     "nvidia-fabricmanager-580": ["580.95.05-1"],
-    "nvidia-fabricmanager-595": ["595.91.07-1"],
+    # From branch 590 NVIDIA's Ubuntu packages drop the branch from the name
+    # (docs/facts/node-software.md#nvidia-ubuntu-590-package-names).
+    "nvidia-fabricmanager": ["595.91.07-1"],
     "nvidia-fabricmanager-570": ["570.172.08-1"],
     "nvidia-fabric-manager": ["580.95.05-1"],
     "nvidia-imex-580": ["580.95.05-1"],
@@ -267,10 +295,11 @@ class FakeNode:
 
     base: Path
     env: dict[str, str] = field(default_factory=dict)
+    root_dir: Path | None = None  # another node's root (the HyperPod simulation's), else base/root
 
     @property
     def root(self) -> Path:
-        return self.base / "root"
+        return self.root_dir or self.base / "root"
 
     @property
     def log(self) -> Path:
@@ -467,20 +496,102 @@ def dlami_base_oss_ubuntu_2404_arm64(node: FakeNode) -> None:
     _nvidia_apt_entry(node, "ubuntu2404", "sbsa")
 
 
-def hyperpod_default_ami(node: FakeNode) -> None:
-    """SageMaker HyperPod's default AMI (Slurm, Ubuntu 22.04, x86_64).
+def _nccl_in_cuda(node: FakeNode, compiled: dict[str, str]) -> None:
+    """NCCL compiled into CUDA folders: /usr/local/cuda-X.Y/lib/libnccl.so.<version> with the
+    libnccl.so.2 link, the library holding "NCCL version <version>+cudaX.Y" (NCCL's own version string)."""
+    for cuda, version in compiled.items():
+        node.put(f"/usr/local/cuda-{cuda}/lib/libnccl.so.{version}", f"\0NCCL version {version}+cuda{cuda}\0")
+        (node.root / f"usr/local/cuda-{cuda}/lib/libnccl.so.2").symlink_to(f"libnccl.so.{version}")
 
-    docs/facts/hyperpod.md#hyperpod-ami-preinstalled: it carries the NVIDIA driver with its
-    Fabric Manager, CUDA, NCCL and EFA. No public release notes with versions were found, so the
-    versions are assumed, chosen older than the manifest's to exercise adoption: driver and Fabric
-    Manager 570.172.08, CUDA 12.8, NCCL 2.27.3-1+cuda12.9, EFA installer 1.43.2 with aws-ofi-nccl
-    1.16.3 in the layout before 1.17 (/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu), no GDRCopy.
-    """
-    node.load_driver("570.172.08")
-    node.install_packages(**{"nvidia-driver-570-open": "570.172.08-1", "nvidia-fabricmanager-570": "570.172.08-1"})
-    _cuda(node, "12.8", default="12.8")
-    node.install_packages(libnccl2="2.27.3-1+cuda12.9", libnccl_dev="2.27.3-1+cuda12.9")
-    _efa(node, efa="1.43.2", ofi="1.16.3", plugin_dir="/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", lib="lib")
+
+def nccl_package(node: FakeNode, package: str, version: str, lib_dir: str) -> None:
+    """NVIDIA's NCCL package: the package record and the library it installs in the loader's directory."""
+    upstream, cuda = version.split("-")[0], version.rsplit("+cuda", 1)[1]
+    node.install_packages(**{package: version})
+    link = node.root / lib_dir.lstrip("/") / "libnccl.so.2"
+    if link.is_symlink():  # an upgrade: the package's files replace the old ones
+        (link.parent / link.readlink()).unlink()
+        link.unlink()
+    node.put(f"{lib_dir}/libnccl.so.{upstream}", f"\0NCCL version {upstream}+cuda{cuda}\0")
+    link.symlink_to(f"libnccl.so.{upstream}")
+
+
+def hyperpod_slurm_x86_64_20260125(node: FakeNode, *, nccl: str, ofi: str) -> None:
+    """SageMaker HyperPod AMI for Slurm, x86_64, release of January 25, 2026.
+
+    docs/facts/hyperpod.md#hyperpod-slurm-ami-contents; each line of the published entry and what
+    the fake makes of it is listed in docs/node-bootstrap.md ("Modelled images"). Named: driver
+    580.126.09, CUDA 12.6, 12.8, 12.9, 13.0, "EFA Installer version: 2.3.1amzn2.0", kernel 6.8,
+    built on the Deep Learning Base GPU AMI (Ubuntu 22.04). Not named, so run in each form the
+    sources allow: NCCL (`nccl`: "cuda" compiled into the CUDA folders as the ARM64 entry of
+    2025-08-12 describes, 2.27.5 for CUDA 12.8; or "package", NVIDIA's libnccl2 at that version),
+    the aws-ofi-nccl folder (`ofi`: "lib" since 1.17, "lib/x86_64-linux-gnu" as the 2025-08-12 entry
+    gives for ARM64) with no version recorded. Fabric Manager: the base DLAMI ships it
+    (docs/facts/node-software.md#nvidia-fabric-manager-packages) at the driver's version, under the
+    branch-580 name. No GDRCopy (not named in this entry)."""
+    node.load_driver("580.126.09")
+    node.install_packages(**{"nvidia-fabricmanager-580": "580.126.09-1"})
+    _cuda(node, "12.6", "12.8", "12.9", "13.0", default="13.0")
+    if nccl == "cuda":
+        _nccl_in_cuda(node, {"12.8": "2.27.5"})
+    else:
+        nccl_package(node, "libnccl2", "2.27.5-1+cuda12.8", "/usr/lib/x86_64-linux-gnu")
+    plugin = "/opt/amazon/ofi-nccl/lib" if ofi == "lib" else "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+    node.put("/opt/amazon/efa_installed_packages", "# EFA installer version: 2.3.1amzn2.0\n")
+    node.put("/opt/amazon/efa/lib/libfabric.so.1")
+    node.put("/opt/amazon/openmpi/lib/libmpi.so.40")
+    node.put(f"{plugin}/libnccl-net-ofi.so")
+
+
+def hyperpod_slurm_arm64_20250812(node: FakeNode, *, gdrcopy: str) -> None:
+    """SageMaker HyperPod AMI for Slurm, ARM64 (Ubuntu 22.04), release of August 12, 2025.
+
+    docs/facts/hyperpod.md#hyperpod-slurm-ami-contents, line by line in docs/node-bootstrap.md.
+    Named: driver 570.158.01, Nvidia-IMEX v570.172.08-1, CUDA 12.4, 12.5, 12.6, 12.8 (default 12.8),
+    "CUDA, NCCL and cuDDN installation directories: /usr/local/cuda-xx.x/" with compiled NCCL
+    2.22.3 (12.4, 12.5), 2.24.3 (12.6), 2.27.5 (12.8); EFA installer 1.42.0 with aws-ofi-nccl in
+    /opt/amazon/ofi-nccl/lib/aarch64-linux-gnu; GDRCopy 2.5.1, in a form the entry leaves open
+    (`gdrcopy`: "dkms", NVIDIA's packages with the DKMS module, or "source", a build under
+    /opt/gdrcopy that nothing puts on the loader path)."""
+    node.load_driver("570.158.01")
+    node.install_packages(**{"nvidia-imex-570": "570.172.08-1"})
+    _cuda(node, "12.4", "12.5", "12.6", "12.8", default="12.8")
+    _nccl_in_cuda(node, {"12.4": "2.22.3", "12.5": "2.22.3", "12.6": "2.24.3", "12.8": "2.27.5"})
+    node.put("/opt/amazon/efa_installed_packages", "# EFA installer version: 1.42.0\n")
+    node.put("/opt/amazon/efa/lib/libfabric.so.1")
+    node.put("/opt/amazon/openmpi/lib/libmpi.so.40")
+    node.put("/opt/amazon/ofi-nccl/lib/aarch64-linux-gnu/libnccl-net-ofi.so")
+    if gdrcopy == "dkms":
+        node.install_packages(gdrcopy="2.5.1-1", libgdrapi="2.5.1-1", gdrdrv_dkms="2.5.1-1")
+        node.put("/usr/lib/aarch64-linux-gnu/libgdrapi.so")
+        node.put(f"/lib/modules/{KERNEL}/updates/dkms/gdrdrv.ko")
+    else:
+        node.put("/opt/gdrcopy/lib/libgdrapi.so")
+        node.put(f"/lib/modules/{KERNEL}/extra/gdrdrv.ko")
+
+
+def hyperpod_eks_al2023_x86_64_20251022(node: FakeNode, *, nccl: str) -> None:
+    """SageMaker HyperPod AMI for Amazon EKS, AL2023 x86_64, release of October 22, 2025.
+
+    docs/facts/hyperpod.md#hyperpod-eks-ami-contents, line by line in docs/node-bootstrap.md.
+    Named: driver 580.95.05, CUDA 12.6, 12.8, 12.9, 13.0 (default 12.9), efa_version 1.43.3,
+    ofi_nccl_version 1.16.3, gdr_copy 2.5.1 with packages gdrcopy 2.5.1-1, gdrcopy-devel 2.5.1-1,
+    gdrcopy-kmod 2.5.1-1dkms. Not named, so in each form: NCCL (`nccl`: "cuda", 2.27.5 in the CUDA
+    12.8 folder as the ARM64 EKS entry of 2025-08-12 describes, or "package", NVIDIA's libnccl rpm).
+    Fabric Manager: the base DLAMI's (docs/facts/node-software.md#nvidia-fabric-manager-packages),
+    Amazon Linux's name nvidia-fabric-manager, at the driver's version. The aws-ofi-nccl plugin in
+    the rpm's lib64 (docs/facts/node-software.md#ofi-nccl-library-layout)."""
+    node.load_driver("580.95.05")
+    node.install_packages(**{"nvidia-fabric-manager": "580.95.05-1"})
+    _cuda(node, "12.6", "12.8", "12.9", "13.0", default="12.9")
+    if nccl == "cuda":
+        _nccl_in_cuda(node, {"12.8": "2.27.5"})
+    else:
+        nccl_package(node, "libnccl", "2.27.5-1+cuda12.8", "/usr/lib64")
+    _efa(node, efa="1.43.3", ofi="1.16.3", plugin_dir="/opt/amazon/ofi-nccl/lib64", lib="lib64", tuner=False)
+    node.install_packages(gdrcopy="2.5.1-1", gdrcopy_devel="2.5.1-1", gdrcopy_kmod="2.5.1-1dkms")
+    node.put("/usr/lib64/libgdrapi.so")
+    node.put(f"/lib/modules/{KERNEL}/extra/gdrdrv.ko")
 
 
 def plain(node: FakeNode) -> None:
@@ -491,7 +602,42 @@ def plain(node: FakeNode) -> None:
 IMAGES = {
     "dlami-base-oss-ubuntu-22.04": ("ubuntu", "22.04", dlami_base_oss_ubuntu_2204, "p5.48xlarge"),
     "dlami-base-oss-ubuntu-24.04-arm64": ("ubuntu", "24.04", dlami_base_oss_ubuntu_2404_arm64, "p6e-gb200.36xlarge"),
-    "hyperpod-default-ami": ("ubuntu", "22.04", hyperpod_default_ami, "ml.p5.48xlarge"),
+    "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_x86_64_20260125, nccl="cuda", ofi="lib"),
+        "ml.p5.48xlarge",
+    ),
+    "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_x86_64_20260125, nccl="package", ofi="lib-arch"),
+        "ml.p5.48xlarge",
+    ),
+    "hyperpod-slurm-arm64-2025-08-12/gdrcopy-dkms": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_arm64_20250812, gdrcopy="dkms"),
+        "ml.p6e-gb200.36xlarge",
+    ),
+    "hyperpod-slurm-arm64-2025-08-12/gdrcopy-source": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_arm64_20250812, gdrcopy="source"),
+        "ml.p6e-gb200.36xlarge",
+    ),
+    "hyperpod-eks-al2023-x86_64-2025-10-22/nccl-cuda": (
+        "amzn",
+        "2023",
+        partial(hyperpod_eks_al2023_x86_64_20251022, nccl="cuda"),
+        "ml.p5en.48xlarge",
+    ),
+    "hyperpod-eks-al2023-x86_64-2025-10-22/nccl-package": (
+        "amzn",
+        "2023",
+        partial(hyperpod_eks_al2023_x86_64_20251022, nccl="package"),
+        "ml.p5en.48xlarge",
+    ),
     "ubuntu-22.04": ("ubuntu", "22.04", plain, "p5.48xlarge"),
     "ubuntu-24.04": ("ubuntu", "24.04", plain, "p6-b200.48xlarge"),
     "al2023-x86_64": ("amzn", "2023", plain, "p5en.48xlarge"),
@@ -499,8 +645,51 @@ IMAGES = {
 }
 
 
+# What `bootstrap.sh --verify` on the untouched image must answer: None for a pass (WARN lines
+# allowed), else the FAIL lines it must print (the components the image's published contents lack).
+VERIFY_UNTOUCHED: dict[str, tuple[str, ...] | None] = {
+    **{name: None for name in IMAGES if name.startswith("hyperpod-")},
+    "dlami-base-oss-ubuntu-22.04": ("FAIL nccl: no NCCL",),
+    "dlami-base-oss-ubuntu-24.04-arm64": ("FAIL nvidia-imex: no nvidia-imex", "FAIL nccl: no NCCL"),
+    **{
+        name: ("FAIL nvidia-driver: no NVIDIA driver responds", "FAIL cuda-toolkit: no CUDA toolkit", "FAIL efa:", "FAIL nccl: no NCCL")
+        for name in ("ubuntu-22.04", "ubuntu-24.04", "al2023-x86_64", "al2023-arm64")
+    },
+}
+
+
 def make_image(base: Path, image: str) -> tuple[FakeNode, str]:
     os_id, os_version, build, instance_type = IMAGES[image]
     node = make_node(base, os_id=os_id, os_version=os_version)
+    node.env["FAKE_ARCH"] = "aarch64" if "gb200" in instance_type else "x86_64"
     build(node)
     return node, instance_type
+
+
+# The GPU types of instance_types.tsv (the ones bootstrap.sh knows).
+GPU_TYPES = frozenset(
+    line.split()[0] for line in (NODE / "instance_types.tsv").read_text().splitlines() if line.strip() and not line.startswith("#")
+)
+
+
+def dress(root: Path, image: str) -> dict[str, str]:
+    """Put a modelled image (IMAGES) on another fake's node root, as the HyperPod simulation's GPU
+    nodes boot it: its files under `root`, /etc/os-release, and its read-only commands in a folder of
+    their own. Returns the environment those commands need, with that folder as FAKE_IMAGE_BIN."""
+    os_id, os_version, build, instance_type = IMAGES[image]
+    node = FakeNode(root.parent / f"{root.name}.image", root_dir=root)
+    bin_dir = node.base / "bin"
+    for d in (bin_dir, node.state, root / "etc"):
+        d.mkdir(parents=True, exist_ok=True)
+    for name in ("dpkg-query", "rpm", "nvidia-smi", "ldconfig"):
+        (bin_dir / name).write_text(_PRELUDE + FAKES[name])
+        (bin_dir / name).chmod(0o755)
+    (root / "etc" / "os-release").write_text(f'NAME="test"\nID={os_id}\nVERSION_ID="{os_version}"\n')
+    build(node)
+    return {
+        "FAKE_IMAGE_BIN": str(bin_dir),
+        "FAKE_STATE": str(node.state),
+        "FAKE_LOG": str(node.log),
+        "FAKE_ARCH": "aarch64" if "gb200" in instance_type else "x86_64",
+        "FMINFRA_KERNEL_RELEASE": KERNEL,
+    }

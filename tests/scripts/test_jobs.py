@@ -131,12 +131,15 @@ def test_ddp_job_runs_the_manifest_pin_on_enroot_4(cluster: FakeCluster) -> None
     assert f"--container-image={PINNED} " in cluster.srun_calls()[0]
 
 
-def test_ddp_job_with_the_manifest_pin_fails_on_enroot_3_5(cluster: FakeCluster) -> None:
-    """What the lifecycle installs (ENROOT_VERSION=3.5.0) cannot pull the pinned image
-    (docs/facts/jobs.md#enroot-digest-references): the job fails in srun with enroot's error."""
-    code, _ = _submit(cluster, "ddp-smoke.sbatch", FAKE_ENROOT_VERSION=load_versions()["ENROOT_VERSION"])
-    assert code != 0
-    assert "Invalid image reference" in (cluster.root / "run" / "results" / "ddp.log").read_text()
+def test_ddp_job_with_the_manifest_pin_runs_on_the_lifecycle_enroot(cluster: FakeCluster) -> None:
+    """The lifecycle's enroot agrees with the pinned image (issue #31): the enroot it builds
+    (ENROOT_VERSION) and the oldest it adopts from an AMI (ENROOT_MIN_VERSION) both pull it by
+    digest (docs/facts/jobs.md#enroot-digest-references); enroot 3.5.0, which it used to install, did not."""
+    (cluster.state / "out.txt").write_text("x\n")
+    versions = load_versions()
+    for enroot in (versions["ENROOT_VERSION"], versions["ENROOT_MIN_VERSION"]):
+        code, output = _submit(cluster, "ddp-smoke.sbatch", FAKE_ENROOT_VERSION=enroot, FAKE_TORCHRUN_OUTPUT=str(cluster.state / "out.txt"))
+        assert code == 0, (enroot, output)
 
 
 def test_ddp_job_runs_torchrun_in_the_pinned_container(cluster: FakeCluster) -> None:

@@ -16,7 +16,21 @@ import pytest
 
 from fminfra import catalog
 from tests.conftest import ROOT
-from tests.fakes.node_fakes import IMAGES, KERNEL, MANIFEST, NCCL_PKG, NODE, FakeNode, make_image, make_node, sign, write_efa_installer
+from tests.fakes.node_fakes import (
+    IMAGES,
+    KERNEL,
+    MANIFEST,
+    NCCL_PKG,
+    NODE,
+    VERIFY_UNTOUCHED,
+    FakeNode,
+    make_image,
+    make_node,
+    nccl_package,
+    read_only,
+    sign,
+    write_efa_installer,
+)
 
 SCRIPTS = sorted(NODE.glob("*.sh"))
 
@@ -230,7 +244,7 @@ def test_bootstrap_installs_in_order_then_a_second_run_changes_nothing(node: Fak
     second = node.run("bootstrap.sh", "--instance-type", "p5.48xlarge")
     assert second.returncode == 0, second.stderr
     again = node.calls()[n_calls:]
-    assert {c.split()[0] for c in again} <= {"dpkg-query", "nvidia-smi"}, again
+    assert read_only(again), again
     assert node.snapshot() == before
     assert "done-marker matches" in second.stderr
 
@@ -262,7 +276,7 @@ def test_verify_mode_installs_nothing_and_fails_on_a_bare_node(node: FakeNode) -
     assert result.returncode == 1
     assert "FAIL nvidia-driver: no NVIDIA driver responds" in result.stderr
     assert "FAIL efa: no EFA installer has run" in result.stderr
-    assert {c.split()[0] for c in node.calls()} <= {"dpkg-query", "nvidia-smi"}
+    assert read_only(node.calls())
 
 
 # --- verification and retries -------------------------------------------------------------------
@@ -474,7 +488,7 @@ def test_install_verify_and_rerun_on_each_modelled_image(tmp_path: Path, image: 
     before, n_calls = node.snapshot(), len(node.calls())
     second = node.run("bootstrap.sh", "--instance-type", instance_type)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert {c.split()[0] for c in node.calls()[n_calls:]} <= {"dpkg-query", "rpm", "nvidia-smi"}, node.calls()[n_calls:]
+    assert read_only(node.calls()[n_calls:]), node.calls()[n_calls:]
     assert node.snapshot() == before
     # What the image carries at another version is adopted and said so, never recorded as the pin.
     done = (node.markers / "bootstrap.done").read_text()
@@ -646,7 +660,10 @@ def test_repository_keyring_of_the_image_must_hold_the_pinned_key(tmp_path: Path
     [
         ("al2023-x86_64", "/opt/amazon/efa/lib64:/opt/amazon/openmpi/lib64:/opt/amazon/ofi-nccl/lib64"),
         ("ubuntu-24.04", "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib"),
-        ("hyperpod-default-ami", "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"),
+        (
+            "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch",
+            "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
+        ),
     ],
 )
 def test_library_paths_are_found_where_the_packages_put_them(tmp_path: Path, image: str, libs: str) -> None:
@@ -663,8 +680,9 @@ def test_library_paths_are_found_where_the_packages_put_them(tmp_path: Path, ima
 
 def test_tuner_variable_only_for_nccl_older_than_2_21(tmp_path: Path) -> None:
     """Defect 5: NCCL 2.19/2.20 load the tuner only through NCCL_TUNER_PLUGIN."""
-    node, instance_type = make_image(tmp_path, "hyperpod-default-ami")
-    node.install_packages(libnccl2="2.20.5-1+cuda12.4")
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch")
+    nccl_package(node, "libnccl2", "2.20.5-1+cuda12.4", "/usr/lib/x86_64-linux-gnu")
+    node.put("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so")
     result = node.run("configure_environment.sh", "--instance-type", instance_type)
     assert result.returncode == 0, result.stderr
     profile = (node.root / "etc/profile.d/fminfra-gpu.sh").read_text()
@@ -739,9 +757,10 @@ def test_pin_bump_is_installed_not_just_recorded(node: FakeNode) -> None:
     assert second.returncode == 0, second.stderr[-2000:]
     assert node.package("libnccl2") == "2.30.5-1+cuda13.2"
     assert (node.markers / "nccl.done").read_text().strip() == "NCCL 2.30.5-1+cuda13.2"
-    assert "nccl: replacing libnccl2 2.30.4-1+cuda13.2 with NCCL 2.30.5-1+cuda13.2 (fminfra installed the older version)" in second.stderr
+    replaced = "NCCL 2.30.4+cuda13.2 at /usr/lib/x86_64-linux-gnu/libnccl.so.2 (ldconfig); package libnccl2 2.30.4-1+cuda13.2"
+    assert f"nccl: replacing {replaced} with NCCL 2.30.5-1+cuda13.2 (fminfra installed the older version)" in second.stderr
     # nccl-tests are rebuilt against the NCCL now installed.
-    assert "against NCCL 2.30.5-1+cuda13.2" in (node.markers / "nccl-tests.done").read_text()
+    assert "against NCCL 2.30.5+cuda13.2 /usr/lib/x86_64-linux-gnu/libnccl.so.2" in (node.markers / "nccl-tests.done").read_text()
 
 
 def test_pin_bump_of_an_efa_installer_fminfra_installed_reinstalls_it(node: FakeNode) -> None:
@@ -758,14 +777,15 @@ def test_pin_bump_of_an_efa_installer_fminfra_installed_reinstalls_it(node: Fake
 def test_pin_bump_on_an_adopted_component_is_reported_never_recorded(tmp_path: Path) -> None:
     """Defect 7: on an image whose NCCL fminfra did not install, a bump is reported (WARN, marker
     'adopted:') and FMINFRA_ENFORCE_VERSIONS=1 replaces it although apt holds it."""
-    node, instance_type = make_image(tmp_path, "hyperpod-default-ami")
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch")
     node.run("bootstrap.sh", "--instance-type", instance_type)
     (node.state / "held").mkdir(exist_ok=True)
     (node.state / "held" / "libnccl2").touch()  # the image holds its NCCL
     result = node.run("bootstrap.sh", "--instance-type", instance_type)
-    assert "nccl: adopting what the image carries (libnccl2 2.27.3-1+cuda12.9)" in result.stderr
-    assert (node.markers / "nccl.done").read_text().startswith("adopted: libnccl2 2.27.3-1+cuda12.9")
-    assert "nccl: adopted: libnccl2 2.27.3-1+cuda12.9" in (node.markers / "bootstrap.done").read_text()
+    found = "NCCL 2.27.5+cuda12.8 at /usr/lib/x86_64-linux-gnu/libnccl.so.2 (ldconfig); package libnccl2 2.27.5-1+cuda12.8"
+    assert f"nccl: adopting what the image carries ({found})" in result.stderr
+    assert (node.markers / "nccl.done").read_text().startswith(f"adopted: {found}")
+    assert f"nccl: adopted: {found}" in (node.markers / "bootstrap.done").read_text()
     enforced = node.run("install_nccl.sh", "--instance-type", instance_type, FMINFRA_ENFORCE_VERSIONS="1")
     assert enforced.returncode == 0, enforced.stderr
     assert node.package("libnccl2") == NCCL_PKG
@@ -879,3 +899,108 @@ def test_ofi_source_build_without_cxx20_stops(node: FakeNode) -> None:
     assert result.returncode == 1
     assert "the source build needs a C++20 compiler; g++ 9 does not accept -std=c++20" in result.stderr
     assert not any("aws-ofi-nccl.git" in c for c in node.calls())
+
+
+# --- issue #31: checks of what a node can do, on the images AWS publishes ------------------------
+
+
+@pytest.mark.parametrize("image", sorted(IMAGES))
+def test_verify_on_the_untouched_image(tmp_path: Path, image: str) -> None:
+    """As HyperPod runs on_create on a fresh node: `--verify` before anything was installed gives the
+    answer the image's published contents imply (node_fakes.VERIFY_UNTOUCHED): a pass on the
+    HyperPod AMIs, whatever form their NCCL and GDRCopy take; one FAIL line naming each missing
+    component elsewhere. Nothing is installed or written outside the logs."""
+    node, instance_type = make_image(tmp_path, image)
+    before = node.snapshot()
+    result = node.run("bootstrap.sh", "--verify", "--instance-type", instance_type)
+    expected = VERIFY_UNTOUCHED[image]
+    if expected is None:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert " FAIL " not in result.stderr
+    else:
+        assert result.returncode == 1
+        for line in expected:
+            assert line in result.stderr, (line, result.stderr[-3000:])
+    assert read_only(node.calls()), node.calls()
+    assert node.snapshot() == before
+
+
+def test_nccl_is_found_where_the_loader_finds_it_not_by_package_name(tmp_path: Path) -> None:
+    """Defect 1: NCCL compiled into a CUDA folder (no package) counts, with the version the library
+    itself reports; a package record without the library does not."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib")
+    result = node.run("install_nccl.sh", "--verify", "--instance-type", instance_type)
+    assert result.returncode == 0, result.stderr
+    assert "WARN nccl: NCCL 2.27.5+cuda12.8 compiled into /usr/local/cuda-12.8/lib/libnccl.so.2" in result.stderr
+    # A package that is recorded as installed but whose library is gone is not NCCL a node can load.
+    bare = make_node(tmp_path / "bare")
+    bare.install_packages(libnccl2=NCCL_PKG)
+    result = bare.run("install_nccl.sh", "--verify", "--instance-type", "g6e.xlarge")
+    assert result.returncode == 1 and "FAIL nccl: no NCCL" in result.stderr
+
+
+def test_image_nccl_in_a_cuda_folder_goes_on_the_loader_path_and_never_shadows_a_pinned_one(tmp_path: Path) -> None:
+    """Defect 1 / risk 6: the image's NCCL in /usr/local/cuda-X.Y/lib is put on the loader path when
+    it is the NCCL in use; when fminfra installs the pinned libnccl2, its folder comes first on
+    LD_LIBRARY_PATH, so that the image's copy in a CUDA folder cannot shadow it."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-arm64-2025-08-12/gdrcopy-dkms")
+    assert node.run("configure_environment.sh", "--instance-type", instance_type).returncode == 0
+    assert "/usr/local/cuda/lib\n" in (node.root / "etc/ld.so.conf.d/fminfra-gpu.conf").read_text() + "\n"
+    assert node.run("install_nccl.sh", "--verify", "--instance-type", instance_type).returncode == 0
+    pinned, _ = make_image(tmp_path / "pinned", "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib")
+    (pinned.root / "usr/local/cuda-13.0/lib").mkdir(parents=True)
+    (pinned.root / "usr/local/cuda-13.0/lib/libnccl.so.2").symlink_to("../../cuda-12.8/lib/libnccl.so.2.27.5")
+    result = pinned.run("install_nccl.sh", "--instance-type", "p5.48xlarge", FMINFRA_ENFORCE_VERSIONS="1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert pinned.run("configure_environment.sh", "--instance-type", "p5.48xlarge").returncode == 0
+    profile = (pinned.root / "etc/profile.d/fminfra-gpu.sh").read_text()
+    assert "export LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu:/usr/local/cuda-13.0/lib64:" in profile
+
+
+def test_gdrcopy_missing_on_a_hyperpod_ami_is_a_warning_in_verify(tmp_path: Path) -> None:
+    """Defect 1: GDRCopy is not named by every HyperPod AMI release; --verify WARNs, never FAILs,
+    and names what a node lacks (the loader's answer, the module)."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-arm64-2025-08-12/gdrcopy-source")
+    result = node.run("install_gdrcopy.sh", "--verify", "--instance-type", instance_type)
+    assert result.returncode == 0, result.stderr
+    assert "WARN gdrcopy: no gdrcopy build or package; missing: libgdrapi.so on the loader path" in result.stderr
+    # The same build, once its folder is on the loader path (ld.so.conf.d), is found by the loader.
+    node.put("/etc/ld.so.conf.d/gdrcopy.conf", "/opt/gdrcopy/lib\n")
+    result = node.run("install_gdrcopy.sh", "--verify", "--instance-type", instance_type)
+    assert "libgdrapi.so on the loader path" not in result.stderr.split("missing:")[-1]
+
+
+@pytest.mark.parametrize("name", ["nvidia-fabricmanager", "nvidia-fabricmanager-595"])
+def test_fabric_manager_of_branch_590_and_later(tmp_path: Path, name: str) -> None:
+    """Defect 5: from branch 590 NVIDIA's CUDA repository names the package nvidia-fabricmanager
+    (Ubuntu's archive keeps nvidia-fabricmanager-595): an image's Fabric Manager is found under
+    either name; a missing one is installed under NVIDIA's name at the driver's version and held, so
+    that an upgrade cannot move it to another branch."""
+    node, instance_type = make_image(tmp_path, "dlami-base-oss-ubuntu-22.04")
+    (node.state / "pkgs" / "nvidia-fabricmanager-595").unlink()
+    node.install_packages(**{name: "595.91.07-1"})
+    result = node.run("install_driver.sh", "--verify", "--instance-type", instance_type)
+    assert f"PASS fabric-manager: {name} 595.91.07-1, driver 595.91.07" in result.stderr
+    (node.state / "pkgs" / name).unlink()
+    result = node.run("install_driver.sh", "--instance-type", instance_type)
+    assert result.returncode == 0, result.stderr
+    assert any(c.endswith(" nvidia-fabricmanager=595.91.07-1") for c in node.installs()), node.installs()
+    assert (node.state / "held" / "nvidia-fabricmanager").exists()
+
+
+def test_driver_branch_590_or_later_is_not_installed_on_ubuntu(node: FakeNode) -> None:
+    """Defect 5: the renamed packages of branch 590+ are not installed by a guess at their names."""
+    node.set_manifest(NVIDIA_DRIVER_BRANCH="595")
+    result = node.run("install_driver.sh", "--instance-type", "p5.48xlarge")
+    assert result.returncode == 2
+    assert "NVIDIA_DRIVER_BRANCH=595: installing branch 590 or later on Ubuntu is not supported" in result.stderr
+    assert node.installs() == []
+
+
+def test_imex_at_another_version_than_the_driver_is_kept(tmp_path: Path) -> None:
+    """The HyperPod AMI of 2025-08-12 pairs IMEX 570.172.08-1 with driver 570.158.01: reported, kept."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-arm64-2025-08-12/gdrcopy-dkms")
+    result = node.run("install_driver.sh", "--instance-type", instance_type)
+    assert result.returncode == 0, result.stderr
+    assert "nvidia-imex: adopting what the image carries (nvidia-imex-570 570.172.08-1, driver 570.158.01" in result.stderr
+    assert node.installs() == []

@@ -11,13 +11,17 @@ The defects a review found in the scripts each have a test that fails on the scr
 4 pyxis -> test_simulated_slurm_cluster (plugstack include), test_pyxis_needs_slurm_headers;
 5 fstab -> test_fsx_mount_comes_back_after_reboot; 6 exporters started with bash -> the simulation;
 7 SAGEMAKER_RESOURCE_CONFIG_PATH -> every simulation test (the file is only where it points);
-8 pins -> test_enroot_and_pyxis_are_pinned, test_enroot_install_checks_sha256.
+8 pins -> test_enroot_and_pyxis_are_pinned, test_enroot_is_the_amis_or_built_at_the_pinned_commit.
+Issue 31: the GPU groups run the real node/bootstrap.sh --verify on modelled HyperPod AMIs (every
+simulation test); enroot pinned by commit and adopted from the AMI (test_enroot_is_the_amis_or_built_at_the_pinned_commit),
+configured on the NVMe (test_enroot_folders_are_on_the_instance_nvme_and_writable_by_every_user),
+pyxis not loaded twice (test_pyxis_the_ami_loads_is_not_loaded_twice), FSx after DNS
+(test_fsx_mount_waits_for_the_name_to_resolve).
 test_the_fakes_catch_broken_scripts shows the fakes failing deliberately broken copies.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -39,6 +43,7 @@ from fminfra.core.versions import load_versions
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps, lifecycle_bucket_name
 from tests.conftest import ROOT, Synth
 from tests.fakes.hyperpod_fakes import Cluster, Node, download, prepare_download, publish, reboot
+from tests.fakes.node_fakes import IMAGES
 
 LIFECYCLE = ROOT / "scripts" / "lifecycle"
 FSX_DNS = "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"
@@ -107,6 +112,18 @@ def _run(
     return copies
 
 
+def _verified(node: Node, instance_type: str | None) -> None:
+    """The node ran the real node/bootstrap.sh --verify for its type, and it passed; or (CPU
+    groups, instance_type None) never ran it."""
+    stderr = _ok(node)
+    if instance_type is None:
+        assert "verifying this GPU node" not in stderr and not (node.root / "var/log/fminfra/bootstrap.log").exists()
+    else:
+        assert f"verifying this GPU node as {instance_type}" in stderr
+        assert "bootstrap INFO: verify: every component the manifest names is present" in stderr, stderr[-3000:]
+        assert " FAIL " not in stderr
+
+
 def _ok(node: Node) -> str:
     assert node.result is not None
     assert node.result.returncode == 0, f"{node.group} {node.ip}:\n{node.result.stderr}"
@@ -136,9 +153,9 @@ def test_simulated_slurm_cluster(s3_published: Any, tmp_path: Path) -> None:
     gpu_types = {"p5": "ml.p5.48xlarge", "p4d": "ml.p4d.24xlarge"}
     kinds = {"controller": "controller", "login": "login", "p5": "worker", "p4d": "worker"}
     for node in cluster.nodes:
-        verify = [c for c in node.calls if c.startswith("bootstrap.sh")]
-        # 1: GPU verification on the GPU groups only, for their own instance type
-        assert verify == ([f"bootstrap.sh --verify --instance-type {gpu_types[node.group]} kind= url="] if node.group in gpu_types else [])
+        # 1: GPU verification on the GPU groups only, for their own instance type: the real
+        # bootstrap.sh --verify on the modelled HyperPod AMI (issue #31), which passes
+        _verified(node, gpu_types.get(node.group))
         # 6: exporters on every Slurm node, started with bash, with the role's kind
         assert [c for c in node.calls if c.startswith("install_exporters.sh")] == [
             f"install_exporters.sh  kind={kinds[node.group]} url={REMOTE_WRITE}"
@@ -176,18 +193,17 @@ def test_simulated_cluster_second_run_changes_nothing(s3_published: Any, tmp_pat
         f.write("\n")
     cluster.run_each({node.ip: copies[node.ip]}, {})
     assert "already configured" not in _ok(node)
-    assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify --instance-type ml.p5.48xlarge kind= url="]
+    _verified(node, "ml.p5.48xlarge")
     assert (node.root / "etc/fstab").read_text() == fstabs[node.ip]
 
 
-def test_simulated_eks_node_group(s3_published: Any, tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, [("workers", "ml.p5en.48xlarge", 2)])
+@pytest.mark.parametrize("image", [i for i in IMAGES if i.startswith("hyperpod-eks-")])
+def test_simulated_eks_node_group(s3_published: Any, tmp_path: Path, image: str) -> None:
+    """A HyperPod EKS group on the AL2023 HyperPod AMI, in each form its release notes leave open."""
+    cluster = Cluster(tmp_path, [("workers", "ml.p5en.48xlarge", 2)], images={"workers": image})
     _run(cluster, s3_published, env="staging")
     for node in cluster.nodes:
-        _ok(node)
-        assert [c for c in node.calls if c.startswith("bootstrap.sh")] == [
-            "bootstrap.sh --verify --instance-type ml.p5en.48xlarge kind= url="
-        ]
+        _verified(node, "ml.p5en.48xlarge")
         assert f"mount -t lustre -o noatime,flock {FSX_DNS}@tcp:/abcdefgh {node.root}/fsx" in node.calls  # staging has FSx
         assert not any(c.startswith(("systemctl enable", "git ", "install_exporters.sh")) for c in node.calls)
     assert cluster.events() == []
@@ -306,16 +322,23 @@ def test_node_without_resource_config(s3_published: Any, tmp_path: Path) -> None
         cluster.run_each(copies, {})
         assert node.result is not None and message in node.result.stderr
         if env == "staging":
-            assert [c for c in node.calls if c.startswith("bootstrap.sh")] == ["bootstrap.sh --verify kind= url="]
+            assert "verifying this GPU node (instance type from instance metadata)" in node.result.stderr
+            assert "verify: every component the manifest names is present" in node.result.stderr
         else:
             assert node.result.returncode == 1
 
 
 def test_enroot_and_pyxis_are_pinned() -> None:
+    """Issue #31: enroot is pinned by a commit, no enroot key is empty, and the enroot the lifecycle
+    builds or adopts is one the acceptance image's digest needs (ENROOT_MIN_VERSION)."""
     versions = load_versions()
     assert versions["PYXIS_COMMIT"] == "424563865a491f2d8f3c396a095d18db81f1fb07"
-    for key in ("ENROOT_DEB_SHA256_AMD64", "ENROOT_CAPS_DEB_SHA256_AMD64", "ENROOT_DEB_SHA256_ARM64", "ENROOT_CAPS_DEB_SHA256_ARM64"):
-        assert re.fullmatch(r"([0-9a-f]{64})?", versions[key]), key
+    enroot = {k: v for k, v in versions.items() if k.startswith("ENROOT_")}
+    assert set(enroot) == {"ENROOT_VERSION", "ENROOT_COMMIT", "ENROOT_MIN_VERSION"}
+    assert all(enroot.values()), enroot
+    assert re.fullmatch(r"[0-9a-f]{40}", enroot["ENROOT_COMMIT"])
+    as_tuple = [tuple(int(p) for p in enroot[k].split(".")) for k in ("ENROOT_VERSION", "ENROOT_MIN_VERSION")]
+    assert as_tuple[0] >= as_tuple[1] >= (4, 0, 0)
 
 
 def _with_manifest(scripts: Path, **values: str) -> None:
@@ -326,37 +349,115 @@ def _with_manifest(scripts: Path, **values: str) -> None:
     path.write_text(text)
 
 
-def test_enroot_install_checks_sha256(s3_published: Any, tmp_path: Path) -> None:
-    def sha(base: str) -> str:
-        url = f"https://github.com/NVIDIA/enroot/releases/download/v3.5.0/{base}_3.5.0-1_amd64.deb"
-        return hashlib.sha256(f"fake:{url}".encode()).hexdigest()
+@pytest.mark.parametrize(
+    ("ami_enroot", "values", "code", "message"),
+    [
+        ("4.1.1", {}, 0, "enroot 4.1.1 present"),  # the AMI's, at or above the minimum: adopted
+        ("3.5.0", {}, 0, "enroot 4.1.2 built at bd51f53b6fa954805ae3e1985c5dc7594ff66d05"),
+        ("", {}, 0, "enroot 4.1.2 built at bd51f53b6fa954805ae3e1985c5dc7594ff66d05"),
+        (
+            "",
+            {"ENROOT_COMMIT": "2" * 40},
+            1,
+            "enroot v4.1.2 is commit bd51f53b6fa954805ae3e1985c5dc7594ff66d05, not ENROOT_COMMIT=" + "2" * 40,
+        ),
+        ("", {"ENROOT_COMMIT": ""}, 1, "ENROOT_COMMIT is empty or missing"),
+        ("4.1.1", {"PYXIS_COMMIT": "1" * 40}, 1, "not PYXIS_COMMIT=" + "1" * 40),
+    ],
+)
+def test_enroot_is_the_amis_or_built_at_the_pinned_commit(
+    s3_published: Any, tmp_path: Path, ami_enroot: str, values: dict[str, str], code: int, message: str
+) -> None:
+    """Defect 2: an AMI's enroot that meets ENROOT_MIN_VERSION is kept; an older one, or none, is
+    replaced by enroot built from source at the tag, checked to be ENROOT_COMMIT, with its submodules."""
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)], enroot=ami_enroot)
+    node = cluster.node("p5")
+    scripts = _copy_for(node, s3_published, "hp-two-groups")
+    _with_manifest(scripts, **values)
+    cluster.run_each({node.ip: scripts}, {})
+    assert node.result is not None and node.result.returncode == code, node.result.stderr[-3000:]
+    assert message in node.result.stderr, node.result.stderr[-3000:]
+    clones = [c for c in node.calls if c.startswith("git clone") and "NVIDIA/enroot.git" in c]
+    if "built at" in message:
+        assert clones == [
+            f"git clone --quiet --branch v4.1.2 --recurse-submodules https://github.com/NVIDIA/enroot.git {node.root}/tmp/fminfra-containers/enroot"
+        ]
+        assert any(c.startswith("make -C") and c.endswith(f"setcap DESTDIR={node.root}") for c in node.calls)
+        assert any(c.startswith("apt-get") and " libcap2-bin " in c and " squashfs-tools " in c for c in node.calls)
+    elif code == 0:
+        assert clones == []
 
-    cases = {
-        "empty": (
-            {},
-            1,
-            "ENROOT_DEB_SHA256_AMD64 is empty or missing; fill it with the sha256 of https://github.com/NVIDIA/enroot/releases/download/v3.5.0/enroot_3.5.0-1_amd64.deb",
-        ),
-        "wrong": (
-            {"ENROOT_DEB_SHA256_AMD64": "0" * 64, "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps")},
-            1,
-            "sha256 is not ENROOT_DEB_SHA256_AMD64=",
-        ),
-        "right": ({"ENROOT_DEB_SHA256_AMD64": sha("enroot"), "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps")}, 0, "(sha256 checked)"),
-        "pyxis": (
-            {"ENROOT_DEB_SHA256_AMD64": sha("enroot"), "ENROOT_CAPS_DEB_SHA256_AMD64": sha("enroot+caps"), "PYXIS_COMMIT": "1" * 40},
-            1,
-            "not PYXIS_COMMIT=" + "1" * 40,
-        ),
-    }
-    for name, (values, code, message) in cases.items():
-        cluster = Cluster(tmp_path / name, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)], enroot=False)
-        node = cluster.node("p5")
-        scripts = _copy_for(node, s3_published, "hp-two-groups")
-        _with_manifest(scripts, **values)
-        cluster.run_each({node.ip: scripts}, {})
-        assert node.result is not None and node.result.returncode == code, (name, node.result.stderr)
-        assert message in node.result.stderr, (name, node.result.stderr)
+
+@pytest.mark.parametrize(("mounted", "base"), [("/opt/dlami/nvme", "/opt/dlami/nvme"), ("/opt/sagemaker", "/opt/sagemaker")])
+def test_enroot_folders_are_on_the_instance_nvme_and_writable_by_every_user(
+    s3_published: Any, tmp_path: Path, mounted: str, base: str
+) -> None:
+    """Defect 3: enroot's runtime, data, cache and temporary folders on the NVMe (the DLAMI's
+    /opt/dlami/nvme, else /opt/sagemaker), mode 1777, so that non-root jobs do not fail on
+    /run/user/<uid>; a key the image's own enroot.conf sets is kept."""
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)])
+    node = cluster.node("p5")
+    (node.root / mounted.lstrip("/")).mkdir(parents=True)
+    (node.root / "proc/mounts").write_text(f"/dev/nvme1n1 {node.root}{mounted} ext4 rw 0 0\n")
+    (node.root / "etc/enroot").mkdir(parents=True)
+    (node.root / "etc/enroot/enroot.conf").write_text("#ENROOT_RUNTIME_PATH ${XDG_RUNTIME_DIR}/enroot\nENROOT_CACHE_PATH /fsx/enroot\n")
+    _run(cluster, s3_published)
+    stderr = _ok(node)
+    _ok(cluster.node("controller"))
+    dropin = (node.root / "etc/enroot/enroot.conf.d/fminfra-paths.conf").read_text()
+    assert f"ENROOT_RUNTIME_PATH {base}/tmp/enroot/user-$(id -u)\n" in dropin
+    assert f"ENROOT_DATA_PATH {base}/tmp/enroot/data/user-$(id -u)\n" in dropin
+    assert f"ENROOT_TEMP_PATH {base}/tmp\n" in dropin
+    assert "ENROOT_CACHE_PATH" not in dropin and "ENROOT_CACHE_PATH is set in the image's /etc/enroot/enroot.conf; kept" in stderr
+    for folder in ("tmp", "tmp/enroot", "tmp/enroot/data", "enroot"):
+        assert (node.root / base.lstrip("/") / folder).stat().st_mode & 0o7777 == 0o1777, folder
+
+
+@pytest.mark.parametrize(
+    "plugstack",
+    [
+        {"opt/slurm/etc/plugstack.conf": "required /usr/local/lib/slurm/spank_pyxis.so runtime_path=/run/pyxis\n"},
+        {
+            "opt/slurm/etc/plugstack.conf": "include /opt/slurm/etc/plugstack.conf.d/*.conf\n",
+            "opt/slurm/etc/plugstack.conf.d/00-pyxis.conf": "required /usr/lib/x86_64-linux-gnu/slurm/spank_pyxis.so\n",
+        },
+    ],
+)
+def test_pyxis_the_ami_loads_is_not_loaded_twice(s3_published: Any, tmp_path: Path, plugstack: dict[str, str]) -> None:
+    """Defect 4: the HyperPod DLAMI's plugstack.conf already loads pyxis (directly, or through an
+    include); fminfra neither builds another nor adds its include (awsome-distributed-ai #1207)."""
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)])
+    node = cluster.node("p5")
+    for rel, text in plugstack.items():
+        (node.root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (node.root / rel).write_text(text)
+    copies = _run(cluster, s3_published)
+    assert "pyxis already loaded by the image" in _ok(node)
+    assert (node.root / "opt/slurm/etc/plugstack.conf").read_text() == plugstack["opt/slurm/etc/plugstack.conf"]
+    assert not any(c.startswith("git clone") and "pyxis" in c for c in node.calls)
+    # An include fminfra added on an earlier run is taken out again.
+    with (node.root / "opt/slurm/etc/plugstack.conf").open("a") as f:
+        f.write("include /opt/slurm/etc/plugstack.conf.d/pyxis.conf\n")
+    (node.root / "var/lib/fminfra/lifecycle/done").unlink()
+    cluster.run_each({node.ip: copies[node.ip]}, {})
+    _ok(node)
+    assert (node.root / "opt/slurm/etc/plugstack.conf").read_text() == plugstack["opt/slurm/etc/plugstack.conf"]
+
+
+def test_fsx_mount_waits_for_the_name_to_resolve(s3_published: Any, tmp_path: Path) -> None:
+    """Risk 6: while HyperPod's agent restarts systemd-resolved the FSx name does not resolve; the
+    mount waits for it, and gives up with one clear line when it never resolves."""
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1)])
+    (node,) = cluster.nodes
+    _run(cluster, s3_published, FAKE_DNS_DOWN_CALLS="3")
+    assert f"waiting for {FSX_DNS} to resolve" in _ok(node)
+    assert f"mount -t lustre -o noatime,flock {FSX_DNS}@tcp:/abcdefgh {node.root}/fsx" in node.calls
+    never = Cluster(tmp_path / "never", [("controller", "ml.m5.12xlarge", 1)])
+    (node,) = never.nodes
+    _run(never, s3_published, FAKE_DNS_DOWN_CALLS="1000", DNS_TIMEOUT="1")
+    assert node.result is not None and node.result.returncode == 1
+    assert f"{FSX_DNS} does not resolve after 1s" in node.result.stderr
+    assert not any(c.startswith("mount ") for c in node.calls)
 
 
 def test_cluster_info_bad_input(tmp_path: Path) -> None:
