@@ -89,7 +89,10 @@ build_enroot() {
     src=$WORK_DIR/enroot
     rm -rf "$src"
     mkdir -p "$WORK_DIR"
-    # Build and runtime dependencies from NVIDIA's installation guide (Debian).
+    # Build and runtime dependencies from NVIDIA's installation guide (Debian), from package lists
+    # refreshed first: an AMI's lists can be older than the archive's packages (apt then fetches
+    # files that are gone).
+    retry apt-get -o DPkg::Lock::Timeout=120 -q update || die "apt-get update failed; cannot install enroot's build dependencies"
     retry apt-get -o DPkg::Lock::Timeout=120 install -y git gcc make libcap2-bin libtool automake libmd-dev \
         curl gawk jq squashfs-tools parallel fuse-overlayfs pigz squashfuse ||
         die "could not install enroot's build and runtime dependencies"
