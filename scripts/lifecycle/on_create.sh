@@ -10,7 +10,9 @@
 #   1. mounts FSx for Lustre when the parameters name one (mount_fsx.sh);
 #   2. Slurm: enroot and pyxis where the AMI lacks them (setup_containers.sh);
 #   3. GPU groups only (the parameters' gpu_groups): node/bootstrap.sh --verify for this instance
-#      type; the controller and login groups are CPU types and never run it;
+#      type, with FMINFRA_NCCL_FROM=container (jobs bring NCCL in their container; a node without
+#      host NCCL is a WARN, docs/facts/hyperpod.md#hyperpod-nccl-from-container); the controller
+#      and login groups are CPU types and never run it;
 #   4. Slurm: waits for HyperPod's slurm.conf and starts the role's daemon (start_slurm.sh);
 #   5. Slurm, with prometheus_remote_write_url in the parameters: observability/install_exporters.sh.
 # A step the parameters ask for whose script was not published is an error, never a skip.
@@ -76,6 +78,8 @@ mount_fsx() {
 verify_gpu_node() {
     local instance_type=$1
     require_script "$HERE/node/bootstrap.sh" "verify this GPU node"
+    # No HyperPod x86_64 AMI release names host NCCL; jobs run NCCL from their container.
+    export FMINFRA_NCCL_FROM=container
     if [[ $instance_type == - ]]; then
         log "verifying this GPU node (instance type from instance metadata)"
         bash "$HERE/node/bootstrap.sh" --verify

@@ -56,21 +56,40 @@ apply_driver() {
 
 # --- companions that must equal the loaded driver's version -----------------------------------
 
-# check_companion LABEL CANDIDATE...: the first installed candidate must equal the loaded driver.
+# check_companion LABEL PROGRAMS CANDIDATE...: what the node can run is the program (PROGRAMS,
+# space-separated paths, any one of which counts), as AWS ParallelCluster's cookbook detects Fabric
+# Manager and nvidia-imex (docs/facts/node-software.md#fabric-manager-imex-binaries); a package is
+# one way to learn its version. The first installed candidate package must equal the loaded driver.
+# A package record without the program is missing; the program without a package is kept, its
+# version unknown (5: WARN in --verify, adopted otherwise).
 check_companion() {
-    local label=$1 found driver
-    shift
+    local label=$1 programs=$2 found driver program="" p
+    shift 2
+    for p in $programs; do
+        if [[ -x $FMINFRA_ROOT$p ]]; then
+            program=$p
+            break
+        fi
+    done
     driver=$(loaded_driver_version)
     found=$(pkg_first_installed "$@")
-    if [[ -z $found ]]; then
-        CHECK_DETAIL="no $label (package $*)"
+    if [[ -z $program ]]; then
+        if [[ -n $found ]]; then
+            CHECK_DETAIL="no ${programs// / or } (package ${found% *} is recorded, but its program is not on the node)"
+        else
+            CHECK_DETAIL="no $label (${programs// / or }; package $*)"
+        fi
         return 1
     fi
-    CHECK_DETAIL="$found, driver ${driver:-not loaded}"
     if [[ -z $driver ]]; then
-        CHECK_DETAIL+="; $label without a responding driver"
+        CHECK_DETAIL="$program ${found:-without a package}; $label without a responding driver"
         return 4
     fi
+    if [[ -z $found ]]; then
+        CHECK_DETAIL="$program, version unknown (no package records it: $*), driver $driver; kept as the image's"
+        return 5
+    fi
+    CHECK_DETAIL="$found, driver $driver"
     local version=${found#* }
     if [[ $version != "$driver" && $version != "$driver"-* ]]; then
         CHECK_DETAIL+="; $label must be at the driver's version exactly, as NVIDIA requires"
@@ -89,10 +108,11 @@ install_companion() {
 }
 
 # Package names (docs/facts/node-software.md#nvidia-fabric-manager-packages,
-# #nvidia-ubuntu-590-package-names): on apt, NVIDIA's CUDA repository names it
-# nvidia-fabricmanager-<branch> up to branch 580 and nvidia-fabricmanager from branch 590 on, while
-# Ubuntu's own archive keeps nvidia-fabricmanager-<branch> (595 too); on dnf nvidia-fabric-manager,
-# newer nvidia-fabricmanager. The installed one is found under any of these names; fminfra installs
+# #nvidia-ubuntu-590-package-names, #nvidia-fabric-manager-rpm-name): on apt, NVIDIA's CUDA
+# repository names it nvidia-fabricmanager-<branch> up to branch 580 and nvidia-fabricmanager from
+# branch 590 on, while Ubuntu's own archive keeps nvidia-fabricmanager-<branch> (595 too); on dnf
+# (Amazon Linux 2023) nvidia-fabric-manager before branch 580 and nvidia-fabricmanager from 580
+# on. The installed one is found under any of these names; fminfra installs
 # the name NVIDIA's repository uses (the repository pin makes NVIDIA's packages come from there) at
 # the loaded driver's exact version and holds it: without a branch in the name, an upgrade would
 # otherwise move Fabric Manager to the newest branch, away from the driver in use.
@@ -106,6 +126,8 @@ fabric_manager_candidates() {
         printf '%s\n' nvidia-fabricmanager "nvidia-fabricmanager-$branch"
     elif [[ $PKG == apt ]]; then
         printf '%s\n' "nvidia-fabricmanager-$branch" nvidia-fabricmanager
+    elif ((branch >= 580)); then
+        printf '%s\n' nvidia-fabricmanager nvidia-fabric-manager
     else
         printf '%s\n' nvidia-fabric-manager nvidia-fabricmanager
     fi
@@ -114,7 +136,7 @@ fabric_manager_candidates() {
 check_fabric_manager() {
     local -a names
     mapfile -t names < <(fabric_manager_candidates)
-    check_companion "Fabric Manager" "${names[@]}"
+    check_companion "Fabric Manager" /usr/bin/nv-fabricmanager "${names[@]}"
 }
 
 apply_fabric_manager() {
@@ -156,7 +178,7 @@ check_imex() {
     branch=$(loaded_driver_version)
     branch=${branch%%.*}
     local rc=0
-    check_companion nvidia-imex "nvidia-imex-${branch:-$BRANCH}" nvidia-imex || rc=$?
+    check_companion nvidia-imex "/usr/bin/nvidia-imex /usr/bin/nvidia-imex-ctl" "nvidia-imex-${branch:-$BRANCH}" nvidia-imex || rc=$?
     # That IMEX must equal the driver's version is not sourced (unlike Fabric Manager's), and
     # AWS's HyperPod AMI of 2025-08-12 ships IMEX 570.172.08-1 with driver 570.158.01
     # (docs/facts/hyperpod.md#hyperpod-slurm-ami-contents): a loaded driver with another IMEX is

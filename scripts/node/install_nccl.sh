@@ -17,13 +17,20 @@ nccl_packages() {
 }
 
 # What a program loads (lib.sh nccl_found), not which package is installed: the HyperPod AMIs
-# compile NCCL into their CUDA folders and have no NCCL package. The package's version is reported
-# (and compared) only where the loaded library is the package's.
+# compile NCCL into their CUDA folders where their release notes say so, and have no NCCL package.
+# The package's version is reported (and compared) only where the loaded library is the package's.
+# With FMINFRA_NCCL_FROM=container (HyperPod: no x86_64 release entry names host NCCL, and jobs
+# bring theirs in the container, docs/facts/hyperpod.md#hyperpod-nccl-from-container) a node
+# without one is a WARN in --verify that says so, never a FAIL.
 check_nccl() {
     local name=libnccl2 found version path how package
     [[ $PKG == dnf ]] && name=libnccl
     if ! found=$(nccl_found); then
-        CHECK_DETAIL="no NCCL: libnccl.so.2 is neither on the loader path (LD_LIBRARY_PATH, ldconfig -p) nor in a CUDA folder"
+        if [[ $FMINFRA_NCCL_FROM == container ]]; then
+            CHECK_DETAIL="no host NCCL (libnccl.so.2 is neither on the loader path nor in a CUDA folder); on this node NCCL comes from the job's container (pyxis/enroot on Slurm, the pod's image on EKS), as FMINFRA_NCCL_FROM=container says"
+        else
+            CHECK_DETAIL="no NCCL: libnccl.so.2 is neither on the loader path (LD_LIBRARY_PATH, ldconfig -p) nor in a CUDA folder"
+        fi
         return 1
     fi
     IFS=$'\t' read -r version path how <<<"$found"
@@ -119,7 +126,13 @@ main() {
     NCCL_PKG_VERSION="$(ver NCCL_VERSION)+cuda$(ver NCCL_PACKAGE_CUDA)"
     OFI_VERSION=$(ver AWS_OFI_NCCL_VERSION)
     OFI_COMMIT=$(ver_optional AWS_OFI_NCCL_SOURCE_COMMIT)
-    step nccl "NCCL $NCCL_PKG_VERSION" check_nccl apply_nccl
+    local policy=required
+    case $FMINFRA_NCCL_FROM in
+    host) ;;
+    container) policy=optional ;;
+    *) usage_error "FMINFRA_NCCL_FROM='$FMINFRA_NCCL_FROM' is not one of host, container (where jobs get NCCL)" ;;
+    esac
+    step nccl "NCCL $NCCL_PKG_VERSION" check_nccl apply_nccl "$policy"
     if ((TYPE_EFA == 0)); then
         not_needed aws-ofi-nccl
     elif [[ -z $OFI_COMMIT ]]; then

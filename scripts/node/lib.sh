@@ -17,6 +17,9 @@
 #   FMINFRA_ENFORCE_VERSIONS  1: replace a component the AMI carries at another version
 #   FMINFRA_IMDS_URL          instance metadata endpoint, default http://169.254.169.254
 #   FMINFRA_KERNEL_RELEASE    the running kernel, default `uname -r` (tests set it)
+#   FMINFRA_NCCL_FROM         where jobs get NCCL: host (default: the node must carry it) or
+#                             container (HyperPod: the job's image brings it; --verify WARNs
+#                             where the node has none, docs/facts/hyperpod.md#hyperpod-nccl-from-container)
 
 set -o errexit -o nounset -o pipefail -o errtrace
 shopt -s inherit_errexit extglob
@@ -35,6 +38,7 @@ FMINFRA_RETRY_MAX_DELAY_S=${FMINFRA_RETRY_MAX_DELAY_S:-60}
 FMINFRA_ALLOW_UNVERIFIED=${FMINFRA_ALLOW_UNVERIFIED:-0}
 FMINFRA_ENFORCE_VERSIONS=${FMINFRA_ENFORCE_VERSIONS:-0}
 FMINFRA_IMDS_URL=${FMINFRA_IMDS_URL:-http://169.254.169.254}
+FMINFRA_NCCL_FROM=${FMINFRA_NCCL_FROM:-host}
 export DEBIAN_FRONTEND=noninteractive
 
 SUPPORTED_OS="ubuntu-22.04 ubuntu-24.04 al2023"

@@ -84,8 +84,9 @@ TAG_COMMITS = {
 }
 UBUNTU_UNITS = {"network-online.target", "network.target", "remote-fs.target", "local-fs.target", "systemd-networkd.service"}
 MARKER = re.compile(r"<<marker:0xbaba:(\d+)>>")
-# The image a GPU group boots unless a test names another (tests/fakes/node_fakes.py IMAGES).
-DEFAULT_GPU_IMAGE = "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib"
+# The image a GPU group boots unless a test names another (tests/fakes/node_fakes.py IMAGES): the
+# current x86_64 release as its entry lists it, without host NCCL.
+DEFAULT_GPU_IMAGE = "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib"
 
 _FAKES: dict[str, str] = {
     "hostname": 'echo "$FAKE_NODE_IP 172.17.0.1"',

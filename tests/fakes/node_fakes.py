@@ -43,6 +43,11 @@ _PRELUDE = (
     "nccl_lib() { [[ $1 == libnccl2 || $1 == libnccl ]] || return 0; local dir=/usr/lib64 v=${2%%-*} c=${2##*+cuda}; "
     '[[ $1 == libnccl2 ]] && dir=/usr/lib/${FAKE_ARCH:-x86_64}-linux-gnu; mkdir -p "$FMINFRA_ROOT$dir"; rm -f "$FMINFRA_ROOT$dir"/libnccl.so.2*; '
     'printf "\\0NCCL version %s+cuda%s\\0" "$v" "$c" >"$FMINFRA_ROOT$dir/libnccl.so.$v"; ln -sf "libnccl.so.$v" "$FMINFRA_ROOT$dir/libnccl.so.2"; }\n'
+    # companion_bin PACKAGE: Fabric Manager's packages install /usr/bin/nv-fabricmanager, nvidia-imex's
+    # /usr/bin/nvidia-imex (docs/facts/node-software.md#fabric-manager-imex-binaries).
+    "companion_bin() { local b=; case $1 in nvidia-fabricmanager* | nvidia-fabric-manager*) b=nv-fabricmanager ;; "
+    'nvidia-imex*) b=nvidia-imex ;; *) return 0 ;; esac; mkdir -p "$FMINFRA_ROOT/usr/bin"; '
+    'touch "$FMINFRA_ROOT/usr/bin/$b"; chmod +x "$FMINFRA_ROOT/usr/bin/$b"; }\n'
     "cuda_dirs() { [[ $1 =~ ^cuda-toolkit-([0-9]+)-([0-9]+)$ ]] || return 0; "
     'mkdir -p "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin"; '
     'touch "$FMINFRA_ROOT/usr/local/cuda-${BASH_REMATCH[1]}.${BASH_REMATCH[2]}/bin/nvcc"; '
@@ -86,7 +91,7 @@ for a in "$@"; do
   names+=("$name"); versions+=("$version")
 done
 mkdir -p "$FAKE_STATE/pkgs"
-for i in "${!names[@]}"; do printf '%s' "${versions[$i]}" >"$FAKE_STATE/pkgs/${names[$i]}"; cuda_dirs "${names[$i]}"; nccl_lib "${names[$i]}" "${versions[$i]}"; done
+for i in "${!names[@]}"; do printf '%s' "${versions[$i]}" >"$FAKE_STATE/pkgs/${names[$i]}"; cuda_dirs "${names[$i]}"; companion_bin "${names[$i]}"; nccl_lib "${names[$i]}" "${versions[$i]}"; done
 """,
     "apt-cache": r"""
 [[ $1 == madison ]] || exit 0
@@ -121,7 +126,7 @@ for a in "$@"; do
   if [[ -z $version && $versioned == 1 ]]; then echo "Error: Unable to find a match: $a" >&2; exit 1; fi
   if [[ $a =~ ^nvidia-driver:([0-9]+) ]]; then name=nvidia-driver; version=$(tail -n 1 "$FAKE_STATE/repo/nvidia-driver-${BASH_REMATCH[1]}-open"); fi
   [[ -n $version ]] || { if [[ -f $FAKE_STATE/repo/$name ]]; then version=$(tail -n 1 "$FAKE_STATE/repo/$name"); else version=1.0-fake; fi; }
-  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"; cuda_dirs "$name"; nccl_lib "$name" "$version"
+  mkdir -p "$FAKE_STATE/pkgs"; printf '%s' "$version" >"$FAKE_STATE/pkgs/$name"; cuda_dirs "$name"; companion_bin "$name"; nccl_lib "$name" "$version"
 done
 """,
     "dpkg-query": r"""
@@ -278,9 +283,11 @@ REPOSITORY: dict[str, list[str]] = {
     "nvidia-fabricmanager-580": ["580.95.05-1"],
     # From branch 590 NVIDIA's Ubuntu packages drop the branch from the name
     # (docs/facts/node-software.md#nvidia-ubuntu-590-package-names).
-    "nvidia-fabricmanager": ["595.91.07-1"],
+    "nvidia-fabricmanager": ["580.95.05-1", "595.91.07-1"],
     "nvidia-fabricmanager-570": ["570.172.08-1"],
-    "nvidia-fabric-manager": ["580.95.05-1"],
+    # Amazon Linux: nvidia-fabric-manager before branch 580, nvidia-fabricmanager from 580 on
+    # (docs/facts/node-software.md#nvidia-fabric-manager-rpm-name).
+    "nvidia-fabric-manager": ["570.172.08-1"],
     "nvidia-imex-580": ["580.95.05-1"],
     "nvidia-imex-595": ["595.91.07-1"],
     "nvidia-imex": ["580.95.05-1", "595.91.07-1"],
@@ -367,7 +374,14 @@ class FakeNode:
         pkgs = self.state / "pkgs"
         pkgs.mkdir(parents=True, exist_ok=True)
         for name, version in packages.items():
-            (pkgs / name.replace("_", "-")).write_text(version)
+            name = name.replace("_", "-")
+            (pkgs / name).write_text(version)
+            # What the package puts on the node (the fake apt and dnf do the same: companion_bin).
+            binary = {"nvidia-fabricmanager": "nv-fabricmanager", "nvidia-fabric-manager": "nv-fabricmanager", "nvidia-imex": "nvidia-imex"}
+            for prefix, program in binary.items():
+                if name.startswith(prefix):
+                    self.put(f"/usr/bin/{program}")
+                    (self.root / "usr/bin" / program).chmod(0o755)
 
     def load_driver(self, version: str) -> None:
         self.put("/sys/module/nvidia/version", version + "\n")
@@ -522,20 +536,20 @@ def hyperpod_slurm_x86_64_20260125(node: FakeNode, *, nccl: str, ofi: str) -> No
     docs/facts/hyperpod.md#hyperpod-slurm-ami-contents; each line of the published entry and what
     the fake makes of it is listed in docs/node-bootstrap.md ("Modelled images"). Named: driver
     580.126.09, CUDA 12.6, 12.8, 12.9, 13.0, "EFA Installer version: 2.3.1amzn2.0", kernel 6.8,
-    built on the Deep Learning Base GPU AMI (Ubuntu 22.04). Not named, so run in each form the
-    sources allow: NCCL (`nccl`: "cuda" compiled into the CUDA folders as the ARM64 entry of
-    2025-08-12 describes, 2.27.5 for CUDA 12.8; or "package", NVIDIA's libnccl2 at that version),
-    the aws-ofi-nccl folder (`ofi`: "lib" since 1.17, "lib/x86_64-linux-gnu" as the 2025-08-12 entry
+    built on the Deep Learning Base GPU AMI (Ubuntu 22.04). No x86_64 entry names NCCL, and the base
+    DLAMI's notes list none (docs/facts/hyperpod.md#hyperpod-nccl-from-container), so NCCL runs in
+    the forms the sources leave open (`nccl`): "none", no host NCCL at all (what the entries list),
+    or "cuda", compiled into the CUDA folders in the layout and at the version the ARM64 entry of
+    2025-08-12 names (2.27.5 for CUDA 12.8); no NCCL package (no source names one). The
+    aws-ofi-nccl folder (`ofi`: "lib" since 1.17, "lib/x86_64-linux-gnu" as the 2025-08-12 entry
     gives for ARM64) with no version recorded. Fabric Manager: the base DLAMI ships it
     (docs/facts/node-software.md#nvidia-fabric-manager-packages) at the driver's version, under the
-    branch-580 name. No GDRCopy (not named in this entry)."""
+    branch-580 name, with its binary /usr/bin/nv-fabricmanager. No GDRCopy (not named in this entry)."""
     node.load_driver("580.126.09")
     node.install_packages(**{"nvidia-fabricmanager-580": "580.126.09-1"})
     _cuda(node, "12.6", "12.8", "12.9", "13.0", default="13.0")
     if nccl == "cuda":
         _nccl_in_cuda(node, {"12.8": "2.27.5"})
-    else:
-        nccl_package(node, "libnccl2", "2.27.5-1+cuda12.8", "/usr/lib/x86_64-linux-gnu")
     plugin = "/opt/amazon/ofi-nccl/lib" if ofi == "lib" else "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
     node.put("/opt/amazon/efa_installed_packages", "# EFA installer version: 2.3.1amzn2.0\n")
     node.put("/opt/amazon/efa/lib/libfabric.so.1")
@@ -576,18 +590,18 @@ def hyperpod_eks_al2023_x86_64_20251022(node: FakeNode, *, nccl: str) -> None:
     docs/facts/hyperpod.md#hyperpod-eks-ami-contents, line by line in docs/node-bootstrap.md.
     Named: driver 580.95.05, CUDA 12.6, 12.8, 12.9, 13.0 (default 12.9), efa_version 1.43.3,
     ofi_nccl_version 1.16.3, gdr_copy 2.5.1 with packages gdrcopy 2.5.1-1, gdrcopy-devel 2.5.1-1,
-    gdrcopy-kmod 2.5.1-1dkms. Not named, so in each form: NCCL (`nccl`: "cuda", 2.27.5 in the CUDA
-    12.8 folder as the ARM64 EKS entry of 2025-08-12 describes, or "package", NVIDIA's libnccl rpm).
+    gdrcopy-kmod 2.5.1-1dkms. No NCCL line, so NCCL in the forms the sources leave open (`nccl`):
+    "none", no host NCCL (docs/facts/hyperpod.md#hyperpod-nccl-from-container), or "cuda", 2.27.5
+    in the CUDA 12.8 folder as the ARM64 EKS entry of 2025-08-12 describes; no NCCL package.
     Fabric Manager: the base DLAMI's (docs/facts/node-software.md#nvidia-fabric-manager-packages),
-    Amazon Linux's name nvidia-fabric-manager, at the driver's version. The aws-ofi-nccl plugin in
-    the rpm's lib64 (docs/facts/node-software.md#ofi-nccl-library-layout)."""
+    under Amazon Linux's name for branch 580 and later, nvidia-fabricmanager
+    (docs/facts/node-software.md#nvidia-fabric-manager-rpm-name), at the driver's version, with its
+    binary. The aws-ofi-nccl plugin in the rpm's lib64 (docs/facts/node-software.md#ofi-nccl-library-layout)."""
     node.load_driver("580.95.05")
-    node.install_packages(**{"nvidia-fabric-manager": "580.95.05-1"})
+    node.install_packages(**{"nvidia-fabricmanager": "580.95.05-1"})
     _cuda(node, "12.6", "12.8", "12.9", "13.0", default="12.9")
     if nccl == "cuda":
         _nccl_in_cuda(node, {"12.8": "2.27.5"})
-    else:
-        nccl_package(node, "libnccl", "2.27.5-1+cuda12.8", "/usr/lib64")
     _efa(node, efa="1.43.3", ofi="1.16.3", plugin_dir="/opt/amazon/ofi-nccl/lib64", lib="lib64", tuner=False)
     node.install_packages(gdrcopy="2.5.1-1", gdrcopy_devel="2.5.1-1", gdrcopy_kmod="2.5.1-1dkms")
     node.put("/usr/lib64/libgdrapi.so")
@@ -602,16 +616,22 @@ def plain(node: FakeNode) -> None:
 IMAGES = {
     "dlami-base-oss-ubuntu-22.04": ("ubuntu", "22.04", dlami_base_oss_ubuntu_2204, "p5.48xlarge"),
     "dlami-base-oss-ubuntu-24.04-arm64": ("ubuntu", "24.04", dlami_base_oss_ubuntu_2404_arm64, "p6e-gb200.36xlarge"),
+    "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_x86_64_20260125, nccl="none", ofi="lib"),
+        "ml.p5.48xlarge",
+    ),
+    "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib-arch": (
+        "ubuntu",
+        "22.04",
+        partial(hyperpod_slurm_x86_64_20260125, nccl="none", ofi="lib-arch"),
+        "ml.p5.48xlarge",
+    ),
     "hyperpod-slurm-x86_64-2026-01-25/nccl-cuda/ofi-lib": (
         "ubuntu",
         "22.04",
         partial(hyperpod_slurm_x86_64_20260125, nccl="cuda", ofi="lib"),
-        "ml.p5.48xlarge",
-    ),
-    "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch": (
-        "ubuntu",
-        "22.04",
-        partial(hyperpod_slurm_x86_64_20260125, nccl="package", ofi="lib-arch"),
         "ml.p5.48xlarge",
     ),
     "hyperpod-slurm-arm64-2025-08-12/gdrcopy-dkms": (
@@ -632,10 +652,10 @@ IMAGES = {
         partial(hyperpod_eks_al2023_x86_64_20251022, nccl="cuda"),
         "ml.p5en.48xlarge",
     ),
-    "hyperpod-eks-al2023-x86_64-2025-10-22/nccl-package": (
+    "hyperpod-eks-al2023-x86_64-2025-10-22/nccl-none": (
         "amzn",
         "2023",
-        partial(hyperpod_eks_al2023_x86_64_20251022, nccl="package"),
+        partial(hyperpod_eks_al2023_x86_64_20251022, nccl="none"),
         "ml.p5en.48xlarge",
     ),
     "ubuntu-22.04": ("ubuntu", "22.04", plain, "p5.48xlarge"),

@@ -31,6 +31,7 @@ from tests.fakes.node_fakes import (
     sign,
     write_efa_installer,
 )
+from tests.source_files import source_files
 
 SCRIPTS = sorted(NODE.glob("*.sh"))
 
@@ -103,7 +104,9 @@ def test_only_measured_types_have_nccl_thresholds() -> None:
     assert thresholds == {"p5.48xlarge": ("250", "400")}
 
 
-def test_no_component_version_outside_the_manifest() -> None:
+def _manifest_values_outside(root: Path) -> list[str]:
+    """Each source file of root (tests/source_files.py: git's list, or the walk that leaves out what
+    .gitignore ignores, such as the *.egg-info/ a wheel build writes) that quotes a pin of the manifest."""
     keys = [
         k for k in MANIFEST if k.endswith(("_VERSION", "_FINGERPRINT", "_COMMIT", "_SHA256")) and k != "EKS_SUPPORTED_KUBERNETES_VERSIONS"
     ]
@@ -111,35 +114,36 @@ def test_no_component_version_outside_the_manifest() -> None:
     values = {k: MANIFEST[k] for k in keys if MANIFEST[k] and len(MANIFEST[k]) >= 4}
     assert "NCCL_VERSION" in values and "EFA_INSTALLER_VERSION" in values
     # baselines/ holds synthesized templates (like the snapshots under tests/): they quote the manifest.
-    skip_parts = {
-        ".git",
-        ".venv",
-        ".venv-checkov",
-        ".hypothesis",
-        "node_modules",
-        "cdk.out",
-        "baselines",
-        "build",
-        "dist",
-        "tests",
-        "__pycache__",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".mypy_cache",
-    }
+    skip_parts = {"baselines", "tests"}
     hits = []
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT)
+    for name in source_files(root):
+        rel = Path(name)
         # package-lock.json pins npm packages, whose versions can equal a manifest value by chance.
-        if not path.is_file() or skip_parts & set(rel.parts) or path.suffix == ".md" or rel.name == "package-lock.json":
+        if skip_parts & set(rel.parts) or rel.suffix == ".md" or rel.name == "package-lock.json":
             continue
         if rel == Path("scripts/node/versions.env"):
             continue
-        text = path.read_text(errors="ignore")
+        text = (root / rel).read_text(errors="ignore")
         for key, value in values.items():
             if re.search(rf"(?<![0-9A-Za-z.]){re.escape(value)}(?![0-9A-Za-z])", text):
                 hits.append(f"{rel}: {key}={value}")
-    assert hits == []
+    return hits
+
+
+def test_no_component_version_outside_the_manifest() -> None:
+    assert _manifest_values_outside(ROOT) == []
+
+
+def test_manifest_rule_reads_the_source_files_not_build_output(tmp_path: Path) -> None:
+    """Test of the test: README's `python -m build --wheel` leaves fminfra.egg-info/ (and build/) in
+    the checkout, which .gitignore ignores; a pin quoted there is not a source file's, one quoted in
+    a script is."""
+    (tmp_path / ".gitignore").write_text((ROOT / ".gitignore").read_text())
+    nccl = MANIFEST["NCCL_VERSION"]
+    for name in ("fminfra.egg-info/PKG-INFO", "build/lib/fminfra/x.py", "scripts/node/stray.sh"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(f"NCCL {nccl}\n")
+    assert _manifest_values_outside(tmp_path) == [f"scripts/node/stray.sh: NCCL_VERSION={nccl}"]
 
 
 # --- bootstrap: plan, order, idempotency --------------------------------------------------------
@@ -254,7 +258,11 @@ def test_al2023_uses_dnf_and_the_rpm_key(tmp_path: Path) -> None:
     result = node.run("bootstrap.sh", "--instance-type", "p6-b200.48xlarge")
     assert result.returncode == 0, result.stderr
     calls = node.calls()
-    assert _index(calls, "dnf -y -q module install nvidia-driver:") < _index(calls, "nvidia-fabric-manager") < _index(calls, "nvlsm")
+    # Amazon Linux names Fabric Manager nvidia-fabricmanager from branch 580 on
+    # (docs/facts/node-software.md#nvidia-fabric-manager-rpm-name).
+    fabric = "dnf -y -q install nvidia-fabricmanager-580.95.05-1"
+    assert _index(calls, "dnf -y -q module install nvidia-driver:") < _index(calls, fabric) < _index(calls, "nvlsm")
+    assert not any("nvidia-fabric-manager" in c for c in node.installs())
     repo = (node.root / "etc/yum.repos.d/fminfra-cuda.repo").read_text()
     assert "gpgcheck=1" in repo and "/repos/amzn2023/x86_64" in repo
     assert not any(c.startswith("apt-get") for c in calls)
@@ -661,7 +669,7 @@ def test_repository_keyring_of_the_image_must_hold_the_pinned_key(tmp_path: Path
         ("al2023-x86_64", "/opt/amazon/efa/lib64:/opt/amazon/openmpi/lib64:/opt/amazon/ofi-nccl/lib64"),
         ("ubuntu-24.04", "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib"),
         (
-            "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch",
+            "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib-arch",
             "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu",
         ),
     ],
@@ -680,7 +688,7 @@ def test_library_paths_are_found_where_the_packages_put_them(tmp_path: Path, ima
 
 def test_tuner_variable_only_for_nccl_older_than_2_21(tmp_path: Path) -> None:
     """Defect 5: NCCL 2.19/2.20 load the tuner only through NCCL_TUNER_PLUGIN."""
-    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch")
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib-arch")
     nccl_package(node, "libnccl2", "2.20.5-1+cuda12.4", "/usr/lib/x86_64-linux-gnu")
     node.put("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-ofi-tuner.so")
     result = node.run("configure_environment.sh", "--instance-type", instance_type)
@@ -777,7 +785,8 @@ def test_pin_bump_of_an_efa_installer_fminfra_installed_reinstalls_it(node: Fake
 def test_pin_bump_on_an_adopted_component_is_reported_never_recorded(tmp_path: Path) -> None:
     """Defect 7: on an image whose NCCL fminfra did not install, a bump is reported (WARN, marker
     'adopted:') and FMINFRA_ENFORCE_VERSIONS=1 replaces it although apt holds it."""
-    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-package/ofi-lib-arch")
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib-arch")
+    nccl_package(node, "libnccl2", "2.27.5-1+cuda12.8", "/usr/lib/x86_64-linux-gnu")  # an image that carries one
     node.run("bootstrap.sh", "--instance-type", instance_type)
     (node.state / "held").mkdir(exist_ok=True)
     (node.state / "held" / "libnccl2").touch()  # the image holds its NCCL
@@ -912,7 +921,9 @@ def test_verify_on_the_untouched_image(tmp_path: Path, image: str) -> None:
     component elsewhere. Nothing is installed or written outside the logs."""
     node, instance_type = make_image(tmp_path, image)
     before = node.snapshot()
-    result = node.run("bootstrap.sh", "--verify", "--instance-type", instance_type)
+    # on_create.sh says where NCCL comes from on a HyperPod node: the container.
+    where = {"FMINFRA_NCCL_FROM": "container"} if image.startswith("hyperpod-") else {}
+    result = node.run("bootstrap.sh", "--verify", "--instance-type", instance_type, **where)
     expected = VERIFY_UNTOUCHED[image]
     if expected is None:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -982,6 +993,7 @@ def test_fabric_manager_of_branch_590_and_later(tmp_path: Path, name: str) -> No
     result = node.run("install_driver.sh", "--verify", "--instance-type", instance_type)
     assert f"PASS fabric-manager: {name} 595.91.07-1, driver 595.91.07" in result.stderr
     (node.state / "pkgs" / name).unlink()
+    (node.root / "usr/bin/nv-fabricmanager").unlink()  # the package and what it installed
     result = node.run("install_driver.sh", "--instance-type", instance_type)
     assert result.returncode == 0, result.stderr
     assert any(c.endswith(" nvidia-fabricmanager=595.91.07-1") for c in node.installs()), node.installs()
@@ -1004,3 +1016,49 @@ def test_imex_at_another_version_than_the_driver_is_kept(tmp_path: Path) -> None
     assert result.returncode == 0, result.stderr
     assert "nvidia-imex: adopting what the image carries (nvidia-imex-570 570.172.08-1, driver 570.158.01" in result.stderr
     assert node.installs() == []
+
+
+# --- NCCL from the container on HyperPod; Fabric Manager and IMEX as what the node can run --------
+
+
+def test_hyperpod_verify_without_host_nccl_warns_where_nccl_comes_from(tmp_path: Path) -> None:
+    """A1: no HyperPod x86_64 release entry names NCCL (docs/facts/hyperpod.md#hyperpod-nccl-from-container):
+    with FMINFRA_NCCL_FROM=container (on_create.sh) a node without host NCCL is a WARN that says
+    where NCCL comes from; on EC2 (the default, host) the same node FAILs; any other value exits 2."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib")
+    result = node.run("install_nccl.sh", "--verify", "--instance-type", instance_type, FMINFRA_NCCL_FROM="container")
+    assert result.returncode == 0, result.stderr
+    assert "WARN nccl: no host NCCL (libnccl.so.2 is neither on the loader path nor in a CUDA folder); " in result.stderr
+    assert "NCCL comes from the job's container (pyxis/enroot on Slurm, the pod's image on EKS)" in result.stderr
+    host = node.run("install_nccl.sh", "--verify", "--instance-type", instance_type)
+    assert host.returncode == 1 and "FAIL nccl: no NCCL" in host.stderr
+    bad = node.run("install_nccl.sh", "--verify", "--instance-type", instance_type, FMINFRA_NCCL_FROM="image")
+    assert bad.returncode == 2
+    assert "FMINFRA_NCCL_FROM='image' is not one of host, container" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    ("image", "step", "binary", "package"),
+    [
+        ("hyperpod-eks-al2023-x86_64-2025-10-22/nccl-none", "fabric-manager", "nv-fabricmanager", "nvidia-fabricmanager"),
+        ("hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib", "fabric-manager", "nv-fabricmanager", "nvidia-fabricmanager-580"),
+        ("hyperpod-slurm-arm64-2025-08-12/gdrcopy-dkms", "nvidia-imex", "nvidia-imex", "nvidia-imex-570"),
+    ],
+)
+def test_fabric_manager_and_imex_are_what_the_node_can_run(tmp_path: Path, image: str, step: str, binary: str, package: str) -> None:
+    """B1 class: Fabric Manager and IMEX count when their program is on the node (/usr/bin, as
+    ParallelCluster's cookbook checks: docs/facts/node-software.md#fabric-manager-imex-binaries), a
+    package being one way to learn the version: a package record without the program is missing;
+    the program without a package is kept, its version unknown (WARN)."""
+    node, instance_type = make_image(tmp_path, image)
+    (node.root / "usr/bin" / binary).unlink()
+    result = node.run("install_driver.sh", "--verify", "--instance-type", instance_type)
+    assert result.returncode == 1
+    assert f"FAIL {step}: no /usr/bin/{binary}" in result.stderr, result.stderr
+    assert f"(package {package} is recorded, but its program is not on the node)" in result.stderr
+    node.put(f"/usr/bin/{binary}")
+    (node.root / "usr/bin" / binary).chmod(0o755)
+    (node.state / "pkgs" / package).unlink()
+    result = node.run("install_driver.sh", "--verify", "--instance-type", instance_type)
+    assert result.returncode == 0, result.stderr
+    assert f"WARN {step}: /usr/bin/{binary}, version unknown (no package records it: " in result.stderr, result.stderr
