@@ -1062,3 +1062,16 @@ def test_fabric_manager_and_imex_are_what_the_node_can_run(tmp_path: Path, image
     result = node.run("install_driver.sh", "--verify", "--instance-type", instance_type)
     assert result.returncode == 0, result.stderr
     assert f"WARN {step}: /usr/bin/{binary}, version unknown (no package records it: " in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("driver", "name"), [("570.172.08", "nvidia-fabric-manager"), ("580.95.05", "nvidia-fabricmanager")])
+def test_fabric_manager_rpm_name_follows_the_driver_branch(tmp_path: Path, driver: str, name: str) -> None:
+    """B1: on Amazon Linux 2023 Fabric Manager is nvidia-fabric-manager before branch 580 and
+    nvidia-fabricmanager from 580 on (docs/facts/node-software.md#nvidia-fabric-manager-rpm-name):
+    installed under the loaded driver's branch name, at its version, held."""
+    node = make_node(tmp_path, os_id="amzn", os_version="2023")
+    node.load_driver(driver)
+    result = node.run("install_driver.sh", "--instance-type", "p5.48xlarge")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [c for c in node.installs() if "fabric" in c] == [f"dnf -y -q install {name}-{driver}-1"]
+    assert (node.state / "held" / name).exists() and (node.root / "usr/bin/nv-fabricmanager").exists()
