@@ -12,6 +12,12 @@ or, in change-set mode, CloudFormation's own replacement verdicts. A stateful re
   the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
   miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
 
+A HyperPod cluster (`AWS::SageMaker::Cluster`) also fails when an instance group loses nodes
+in place: CloudFormation updates `InstanceGroups` without replacing the cluster, and SageMaker's
+UpdateCluster deletes a group that is gone (removed or renamed), terminates nodes when its count
+goes down, and, for the properties in `NODE_PROPERTIES`, replaces its nodes (see
+`instance_group_findings`).
+
 Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
 """
@@ -85,6 +91,20 @@ EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
 
 DEFAULT_REGION = "us-east-1"
 
+# HyperPod instance-group properties whose change deletes or replaces the group's nodes, with what
+# the sources say (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes); the schema
+# updates InstanceGroups in place (docs/facts/hyperpod.md#hyperpod-cluster-create-only-properties). A removed
+# or renamed group and a lower InstanceCount are handled apart (always node-deleting).
+NODE_PROPERTIES: dict[str, str] = {
+    "InstanceType": "the group's nodes are of the old type; AWS says a group's type can be changed, not that its nodes survive (unverified: treated as replacing them)",
+    "InstanceRequirements": "the group's instance types; as InstanceType (unverified: treated as replacing the nodes)",
+    "InstanceStorageConfigs": "the nodes' extra volumes; no source says existing nodes keep theirs (unverified: treated as replacing them)",
+    "LifeCycleConfig": "the lifecycle scripts run when a node is created; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "ThreadsPerCore": "set when an instance is launched; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "TrainingPlanArn": "the capacity the nodes run on; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "SlurmConfig": "the group's Slurm node type (Controller, Login, Compute); no source says existing nodes are kept (unverified: treated as replacing them)",
+}
+
 
 @cache
 def schema_create_only(resource_type: str, region: str = DEFAULT_REGION) -> tuple[str, ...]:
@@ -147,7 +167,9 @@ class Finding:
     stack: str
     logical_id: str
     resource_type: str
-    action: str  # "deleted" | "replaced" | "unprotected" | "truncated"
+    # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod: "shrunk" (a group removed or
+    # its count lowered) | "reprovisioned" (a group's nodes replaced)
+    action: str
     property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
     detail: str
     allowed: bool = False
@@ -297,9 +319,73 @@ def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[
     return "RetentionInDays", f"shortened from {was if was is not None else 'never expire'} to {now} days: older log events are deleted"
 
 
+def _group_name(group: Any) -> str:
+    name = group.get("InstanceGroupName") if isinstance(group, dict) else None
+    return name if isinstance(name, str) else _show(name)
+
+
+def _groups_by_name(resource: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    groups = (resource.get("Properties") or {}).get("InstanceGroups")
+    return {_group_name(g): g for g in groups if isinstance(g, dict)} if isinstance(groups, list) else {}
+
+
+def _nodes(group: Mapping[str, Any]) -> str:
+    count, itype = group.get("InstanceCount"), group.get("InstanceType")
+    nodes = f"{count} node{'' if count == 1 else 's'}" if isinstance(count, int) else f"{_show(count)} nodes"
+    return f"{nodes}, {itype}" if isinstance(itype, str) else nodes
+
+
+def instance_group_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(action, property path, detail) for each HyperPod instance group that the in-place update of
+    one `AWS::SageMaker::Cluster` deletes, shrinks or reprovisions."""
+    before, after = _groups_by_name(old), _groups_by_name(new)
+    added = sorted(set(after) - set(before))
+    findings: list[tuple[str, str, str]] = []
+    for name, group in sorted(before.items()):
+        where = f"InstanceGroups[{name}]"
+        what = f"group {name} ({_nodes(group)})"
+        now = after.get(name)
+        if now is None:
+            new_names = f"; new: {', '.join(added)}" if added else ""
+            findings.append(
+                (
+                    "shrunk",
+                    where,
+                    f"{what} is no longer in InstanceGroups (removed or renamed{new_names}): "
+                    "SageMaker deletes the group and all its nodes (UpdateCluster InstanceGroupsToDelete), root volumes included",
+                )
+            )
+            continue
+        was, count = group.get("InstanceCount"), now.get("InstanceCount")
+        if isinstance(was, int) and isinstance(count, int) and count < was:
+            findings.append(
+                (
+                    "shrunk",
+                    f"{where}.InstanceCount",
+                    f"{what}: changed from {was} to {count}: SageMaker terminates {was - count} of the group's {was} nodes, root volumes included",
+                )
+            )
+        elif was != count and not (isinstance(was, int) and isinstance(count, int)):
+            findings.append(
+                ("shrunk", f"{where}.InstanceCount", f"{what}: changed from {_show(was)} to {_show(count)}: may terminate nodes")
+            )
+        for prop, why in NODE_PROPERTIES.items():
+            old_v, new_v = group.get(prop, _MISSING), now.get(prop, _MISSING)
+            if old_v != new_v:
+                findings.append(
+                    (
+                        "reprovisioned",
+                        f"{where}.{prop}",
+                        f"{what}: changed from {_show(old_v)} to {_show(new_v)}: replaces the group's nodes ({why})",
+                    )
+                )
+    return findings
+
+
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
     """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
-    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened)."""
+    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), and
+    every HyperPod instance group it shrinks or reprovisions."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
     for stack, template in after.items():
@@ -335,6 +421,9 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
             if not direct and (stack, lid) in replaced:
                 prop, detail = replaced[(stack, lid)]
                 add("replaced", prop, f"references {detail}")
+            if rtype == "AWS::SageMaker::Cluster" and (stack, lid) not in replaced:
+                for action, prop, detail in instance_group_findings(res, new):
+                    add(action, prop, detail)
             if rtype in DATA_TYPES:
                 for prop, detail in _policy_findings(res, new):
                     add("unprotected", prop, detail)

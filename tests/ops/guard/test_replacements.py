@@ -612,3 +612,122 @@ def test_malformed_assembly_is_one_line_and_exit_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and expected in captured.err, captured.err
+
+
+# --------------------------------------------------------------------------------------------
+# HyperPod instance groups: CloudFormation updates InstanceGroups in place (not create-only in the
+# schema), and SageMaker's UpdateCluster then deletes groups and terminates nodes
+# (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes)
+
+HYPERPOD_ID = "HyperPodCluster11759092"
+
+
+def _baseline(env: str) -> dict[str, dict[str, Any]]:
+    return guard.read_templates(ROOT / "baselines" / env)
+
+
+def _groups(templates: dict[str, dict[str, Any]], env: str) -> list[dict[str, Any]]:
+    return templates[f"{env}-Compute"]["Resources"][HYPERPOD_ID]["Properties"]["InstanceGroups"]
+
+
+def _workers(templates: dict[str, dict[str, Any]], env: str) -> dict[str, Any]:
+    return next(g for g in _groups(templates, env) if g["InstanceGroupName"] == "workers")
+
+
+def _group_rename(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceGroupName"] = "gpus"
+
+
+def _group_delete(t: dict[str, Any], env: str) -> None:
+    _groups(t, env).remove(_workers(t, env))
+
+
+def _group_shrink(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceCount"] = 1
+
+
+def _group_type(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceType"] = "ml.p4d.24xlarge"
+
+
+def _group_storage(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceStorageConfigs"] = [{"EbsVolumeConfig": {"VolumeSizeInGB": 2000}}]
+
+
+def _group_lifecycle(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["LifeCycleConfig"]["OnCreate"] = "on_create_v2.sh"
+
+
+def _group_threads(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["ThreadsPerCore"] = 2
+
+
+def _group_training_plan(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["TrainingPlanArn"] = "arn:aws:sagemaker:us-west-2:111111111111:training-plan/fminfra-next"
+
+
+def _group_slurm_node_type(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["SlurmConfig"] = {"NodeType": "Login"}
+
+
+GROUP_CHANGES = {
+    "renamed": (_group_rename, "shrunk", "InstanceGroups[workers]", "is no longer in InstanceGroups (removed or renamed; new: gpus)"),
+    "deleted": (_group_delete, "shrunk", "InstanceGroups[workers]", "is no longer in InstanceGroups (removed or renamed)"),
+    "count-down": (_group_shrink, "shrunk", "InstanceGroups[workers].InstanceCount", "changed from 2 to 1: SageMaker terminates 1 of"),
+    "instance-type": (_group_type, "reprovisioned", "InstanceGroups[workers].InstanceType", 'changed from "ml.p'),
+    "storage": (_group_storage, "reprovisioned", "InstanceGroups[workers].InstanceStorageConfigs", "changed from"),
+    "lifecycle": (_group_lifecycle, "reprovisioned", "InstanceGroups[workers].LifeCycleConfig", "changed from"),
+    "threads": (_group_threads, "reprovisioned", "InstanceGroups[workers].ThreadsPerCore", "changed from 1 to 2"),
+    "training-plan": (_group_training_plan, "reprovisioned", "InstanceGroups[workers].TrainingPlanArn", "changed from (unset) to"),
+    "slurm-node-type": (
+        _group_slurm_node_type,
+        "reprovisioned",
+        "InstanceGroups[workers].SlurmConfig",
+        'changed from (unset) to {"NodeType":"Login"}',
+    ),
+}
+
+
+@pytest.mark.parametrize("env", ["dev", "staging"], ids=["slurm", "eks"])
+@pytest.mark.parametrize("change", sorted(GROUP_CHANGES))
+def test_instance_group_changes_that_delete_or_replace_nodes_fail(env: str, change: str) -> None:
+    """dev's HyperPod cluster is Slurm-orchestrated, staging's EKS-orchestrated (their baselines)."""
+    mutate, action, prop, detail = GROUP_CHANGES[change]
+    before = _baseline(env)
+    assert ("Orchestrator" in before[f"{env}-Compute"]["Resources"][HYPERPOD_ID]["Properties"]) == (env == "staging")
+    after = copy.deepcopy(before)
+    mutate(after, env)
+    findings = guard.compare_templates(before, after, region="us-west-2")
+    assert [(f.stack, f.logical_id, f.action, f.property) for f in findings] == [(f"{env}-Compute", HYPERPOD_ID, action, prop)]
+    line = str(findings[0])
+    assert detail in line, line
+    assert "group workers (2 nodes" in line, line  # the environment's group and its node count
+    assert line.endswith("; loses capacity and running work: the HyperPod nodes and the jobs on them"), line
+
+
+def test_instance_group_changes_are_reported_and_allowed_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _baseline("dev")
+    after = copy.deepcopy(before)
+    _group_rename(after, "dev")
+    base, new = _write(tmp_path / "before", before), _write(tmp_path / "after", after)
+    assert main(["guard", "--baseline", str(base), "--templates", str(new)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"dev-Compute: {HYPERPOD_ID} (AWS::SageMaker::Cluster) would be shrunk: InstanceGroups[workers]: group workers (2 nodes"
+    )
+    assert "guard: FAIL: 1 stateful resource change(s)" in out
+    assert main(["guard", "--baseline", str(base), "--templates", str(new), "--allow", HYPERPOD_ID]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ALLOWED dev-Compute: {HYPERPOD_ID} (AWS::SageMaker::Cluster) would be shrunk: InstanceGroups[workers]")
+    assert out.endswith(", 1 allowed\n")
+
+
+@pytest.mark.parametrize("env", ["dev", "staging"], ids=["slurm", "eks"])
+def test_instance_group_growth_and_a_new_group_pass(env: str) -> None:
+    before = _baseline(env)
+    after = copy.deepcopy(before)
+    workers = _workers(after, env)
+    workers["InstanceCount"] = 4
+    workers["OnStartDeepHealthChecks"] = ["InstanceStress"]  # a health check setting replaces no node
+    _groups(after, env).append({**copy.deepcopy(workers), "InstanceGroupName": "extra", "InstanceCount": 1})
+    assert guard.compare_templates(before, after, region="us-west-2") == []
