@@ -18,6 +18,10 @@ UpdateCluster deletes a group that is gone (removed or renamed), terminates node
 goes down, and, for the properties in `NODE_PROPERTIES`, replaces its nodes (see
 `instance_group_findings`).
 
+A resource of any type whose custom name (`name_property`) stays the same while a create-only
+change replaces it fails too: CloudFormation cannot replace a custom-named resource, so the deploy
+fails and rolls back (see `custom_name_findings`).
+
 Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
 """
@@ -126,6 +130,23 @@ def create_only_properties(resource_type: str, region: str = DEFAULT_REGION) -> 
     return result
 
 
+@cache
+def name_property(resource_type: str, region: str = DEFAULT_REGION) -> str | None:
+    """The property that gives a resource of this type its custom name, or None: the top-level
+    create-only property of the type's schema called `Name`, or `<X>Name` where the type's own
+    name ends with X (`NodegroupName` of AWS::EKS::Nodegroup, `GroupName` of
+    AWS::EC2::SecurityGroup; not a Nodegroup's `ClusterName`, which names its parent)."""
+    own = resource_type.rsplit("::", 1)[-1].lower()
+    for pointer in schema_create_only(resource_type, region):
+        parts = pointer.split("/")
+        if len(parts) != 3 or parts[1] != "properties":
+            continue
+        prop = parts[2]
+        if prop == "Name" or (prop.endswith("Name") and own.endswith(prop[: -len("Name")].lower())):
+            return prop
+    return None
+
+
 _MISSING = object()
 
 
@@ -168,7 +189,7 @@ class Finding:
     logical_id: str
     resource_type: str
     # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod: "shrunk" (a group removed or
-    # its count lowered) | "reprovisioned" (a group's nodes replaced)
+    # its count lowered) | "reprovisioned" (a group's nodes replaced); "unreplaceable" (a custom name)
     action: str
     property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
     detail: str
@@ -176,7 +197,8 @@ class Finding:
 
     def __str__(self) -> str:
         prefix = "ALLOWED " if self.allowed else ""
-        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) would be {self.action}: {self.property}: {self.detail}"
+        verb = "would fail the deploy" if self.action == "unreplaceable" else f"would be {self.action}"
+        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) {verb}: {self.property}: {self.detail}"
 
 
 def _resources(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -382,10 +404,49 @@ def instance_group_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     return findings
 
 
+def custom_name_findings(
+    before: Templates, after: Templates, replaced: Mapping[tuple[str, str], tuple[str, str]], region: str
+) -> list[tuple[str, str, str, str, str]]:
+    """(stack, logical id, type, property path, detail) for each resource, of any type, that AFTER
+    replaces (directly or through a reference) while its custom name stays the same: CloudFormation
+    refuses to replace a custom-named resource, so the update fails and rolls back
+    (docs/facts/pipeline.md#cloudformation-custom-name-replacement)."""
+    exports = _exports(after)
+    found = []
+    for (stack, lid), (path, why) in sorted(replaced.items()):
+        if path == "(type)":
+            continue
+        old = _resources(before.get(stack) or {}).get(lid) or {}
+        new = _resources(after.get(stack) or {}).get(lid) or {}
+        rtype = new.get("Type", "")
+        prop = name_property(rtype, region)
+        if prop is None:
+            continue
+        was = (old.get("Properties") or {}).get(prop, _MISSING)
+        now = (new.get("Properties") or {}).get(prop, _MISSING)
+        if now is _MISSING or was != now:
+            continue  # no custom name (CloudFormation generates one), or a new name: the replacement can be created first
+        if any(ref in replaced for ref in _referenced_resources(now, stack, exports)):
+            continue  # the name is built from a replaced resource's value, so it changes too
+        direct = _direct_replacement(old, new, region)
+        cause = f"{direct[0][1]} replaces it, and" if direct else f"references {why};"
+        found.append((stack, lid, rtype, direct[0][0] if direct else path, custom_name_detail(cause, prop, now)))
+    return found
+
+
+def custom_name_detail(cause: str, prop: str, name: Any) -> str:
+    """The finding's text for a replacement under a custom name that stays the same."""
+    return (
+        f"{cause} its {prop} {_show(name)} stays: CloudFormation cannot replace a custom-named resource, so the update "
+        f"fails and rolls back; give it a new {prop}, or delete it (remove it and deploy) before adding it back"
+    )
+
+
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
     """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
-    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), and
-    every HyperPod instance group it shrinks or reprovisions."""
+    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), every
+    HyperPod instance group it shrinks or reprovisions, and every resource of any type it would
+    replace under the same custom name."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
     for stack, template in after.items():
@@ -431,6 +492,8 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
                 retention = _retention_finding(res, new)
                 if retention:
                     add("truncated", *retention)
+    for stack, lid, rtype, prop, detail in custom_name_findings(before, after, replaced, region):
+        findings.append(Finding(stack, lid, rtype, "unreplaceable", prop, detail, allowed=lid in allowed))
     return findings
 
 
