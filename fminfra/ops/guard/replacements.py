@@ -393,14 +393,16 @@ def instance_group_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
             )
         for prop, why in NODE_PROPERTIES.items():
             old_v, new_v = group.get(prop, _MISSING), now.get(prop, _MISSING)
-            if old_v != new_v:
-                findings.append(
-                    (
-                        "reprovisioned",
-                        f"{where}.{prop}",
-                        f"{what}: changed from {_show(old_v)} to {_show(new_v)}: replaces the group's nodes ({why})",
-                    )
-                )
+            if old_v == new_v:
+                continue
+            path = f"{where}.{prop}"
+            if isinstance(old_v, dict) and isinstance(new_v, dict):  # name the one key that changed, e.g. SourceS3Uri
+                keys = [k for k in sorted(set(old_v) | set(new_v)) if old_v.get(k, _MISSING) != new_v.get(k, _MISSING)]
+                if len(keys) == 1:
+                    path, old_v, new_v = f"{path}.{keys[0]}", old_v.get(keys[0], _MISSING), new_v.get(keys[0], _MISSING)
+            findings.append(
+                ("reprovisioned", path, f"{what}: changed from {_show(old_v)} to {_show(new_v)}: replaces the group's nodes ({why})")
+            )
     return findings
 
 
@@ -505,7 +507,7 @@ def report(findings: list[Finding], compared: int, out: Any = None) -> int:
     blocking = [f for f in findings if not f.allowed]
     if blocking:
         print(
-            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data; "
+            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data or nodes, or fail the deploy; "
             "allow a deliberate one with --allow LOGICAL_ID",
             file=out,
         )

@@ -686,7 +686,7 @@ GROUP_CHANGES = {
     "count-down": (_group_shrink, "shrunk", "InstanceGroups[workers].InstanceCount", "changed from 2 to 1: SageMaker terminates 1 of"),
     "instance-type": (_group_type, "reprovisioned", "InstanceGroups[workers].InstanceType", 'changed from "ml.p'),
     "storage": (_group_storage, "reprovisioned", "InstanceGroups[workers].InstanceStorageConfigs", "changed from"),
-    "lifecycle": (_group_lifecycle, "reprovisioned", "InstanceGroups[workers].LifeCycleConfig", "changed from"),
+    "lifecycle": (_group_lifecycle, "reprovisioned", "InstanceGroups[workers].LifeCycleConfig.OnCreate", 'changed from "on_create.sh" to'),
     "threads": (_group_threads, "reprovisioned", "InstanceGroups[workers].ThreadsPerCore", "changed from 1 to 2"),
     "training-plan": (_group_training_plan, "reprovisioned", "InstanceGroups[workers].TrainingPlanArn", "changed from (unset) to"),
     "slurm-node-type": (
