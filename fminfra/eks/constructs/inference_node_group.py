@@ -27,7 +27,10 @@ class InferenceNodeGroupProps:
     """Props of `InferenceNodeGroup`.
 
     cluster: the EKS cluster the nodes join.
-    nodegroup_name: physical name; include the environment name.
+    nodegroup_name: physical name; include the environment name. A change of a create-only
+      property (instance type, disk size, subnets, ...) replaces the group and needs a new name
+      (docs/facts/pipeline.md#cfn-schema-eks-nodegroup-create-only,
+      docs/facts/pipeline.md#cloudformation-custom-name-replacement); `guard` says so.
     instance_type: a GPU type of the catalog (EC2 form, e.g. g6e.12xlarge, p5.48xlarge).
     min_size, desired_size, max_size: min <= desired <= max.
     subnets: where the nodes run (the compute subnet for EFA or placement groups).

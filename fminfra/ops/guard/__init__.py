@@ -14,7 +14,10 @@ or, in change-set mode, CloudFormation's own replacement verdicts. A stateful re
 Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
 
-The engine is `replacements` (guarded types, create-only properties, how a replacement spreads),
+HyperPod instance groups that lose nodes in place, and replacements under a custom name, fail too.
+
+The engine is `replacements` (guarded types, create-only properties, how a replacement spreads,
+HyperPod instance groups, custom names),
 `capacity_blocks` the Capacity Block window check, `sources` the synth and CloudFormation reads;
 templates are read by `fminfra.core.assembly.read_templates`. This module is `command`, the verb.
 """
@@ -40,6 +43,10 @@ from fminfra.ops.guard.replacements import (
     compare_templates,
     count_stateful,
     create_only_properties,
+    custom_name_detail,
+    custom_name_findings,
+    instance_group_findings,
+    name_property,
     report,
     schema_create_only,
 )
@@ -60,7 +67,11 @@ __all__ = [
     "compare_templates",
     "count_stateful",
     "create_only_properties",
+    "custom_name_detail",
+    "custom_name_findings",
     "deployed_templates",
+    "instance_group_findings",
+    "name_property",
     "read_templates",
     "report",
     "schema_create_only",

@@ -12,6 +12,16 @@ or, in change-set mode, CloudFormation's own replacement verdicts. A stateful re
   the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
   miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
 
+A HyperPod cluster (`AWS::SageMaker::Cluster`) also fails when an instance group loses nodes
+in place: CloudFormation updates `InstanceGroups` without replacing the cluster, and SageMaker's
+UpdateCluster deletes a group that is gone (removed or renamed), terminates nodes when its count
+goes down, and, for the properties in `NODE_PROPERTIES`, replaces its nodes (see
+`instance_group_findings`).
+
+A resource of any type whose custom name (`name_property`) stays the same while a create-only
+change replaces it fails too: CloudFormation cannot replace a custom-named resource, so the deploy
+fails and rolls back (see `custom_name_findings`).
+
 Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
 """
@@ -85,6 +95,20 @@ EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
 
 DEFAULT_REGION = "us-east-1"
 
+# HyperPod instance-group properties whose change deletes or replaces the group's nodes, with what
+# the sources say (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes); the schema
+# updates InstanceGroups in place (docs/facts/hyperpod.md#hyperpod-cluster-create-only-properties). A removed
+# or renamed group and a lower InstanceCount are handled apart (always node-deleting).
+NODE_PROPERTIES: dict[str, str] = {
+    "InstanceType": "the group's nodes are of the old type; AWS says a group's type can be changed, not that its nodes survive (unverified: treated as replacing them)",
+    "InstanceRequirements": "the group's instance types; as InstanceType (unverified: treated as replacing the nodes)",
+    "InstanceStorageConfigs": "the nodes' extra volumes; no source says existing nodes keep theirs (unverified: treated as replacing them)",
+    "LifeCycleConfig": "the lifecycle scripts run when a node is created; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "ThreadsPerCore": "set when an instance is launched; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "TrainingPlanArn": "the capacity the nodes run on; no source says existing nodes are kept (unverified: treated as replacing them)",
+    "SlurmConfig": "the group's Slurm node type (Controller, Login, Compute); no source says existing nodes are kept (unverified: treated as replacing them)",
+}
+
 
 @cache
 def schema_create_only(resource_type: str, region: str = DEFAULT_REGION) -> tuple[str, ...]:
@@ -104,6 +128,23 @@ def create_only_properties(resource_type: str, region: str = DEFAULT_REGION) -> 
     for pointer, source in EXTRA_CREATE_ONLY.get(resource_type, {}).items():
         result.setdefault(pointer, f"replacement ({source})")
     return result
+
+
+@cache
+def name_property(resource_type: str, region: str = DEFAULT_REGION) -> str | None:
+    """The property that gives a resource of this type its custom name, or None: the top-level
+    create-only property of the type's schema called `Name`, or `<X>Name` where the type's own
+    name ends with X (`NodegroupName` of AWS::EKS::Nodegroup, `GroupName` of
+    AWS::EC2::SecurityGroup; not a Nodegroup's `ClusterName`, which names its parent)."""
+    own = resource_type.rsplit("::", 1)[-1].lower()
+    for pointer in schema_create_only(resource_type, region):
+        parts = pointer.split("/")
+        if len(parts) != 3 or parts[1] != "properties":
+            continue
+        prop = parts[2]
+        if prop == "Name" or (prop.endswith("Name") and own.endswith(prop[: -len("Name")].lower())):
+            return prop
+    return None
 
 
 _MISSING = object()
@@ -147,14 +188,17 @@ class Finding:
     stack: str
     logical_id: str
     resource_type: str
-    action: str  # "deleted" | "replaced" | "unprotected" | "truncated"
+    # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod: "shrunk" (a group removed or
+    # its count lowered) | "reprovisioned" (a group's nodes replaced); "unreplaceable" (a custom name)
+    action: str
     property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
     detail: str
     allowed: bool = False
 
     def __str__(self) -> str:
         prefix = "ALLOWED " if self.allowed else ""
-        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) would be {self.action}: {self.property}: {self.detail}"
+        verb = "would fail the deploy" if self.action == "unreplaceable" else f"would be {self.action}"
+        return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) {verb}: {self.property}: {self.detail}"
 
 
 def _resources(template: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -297,9 +341,114 @@ def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[
     return "RetentionInDays", f"shortened from {was if was is not None else 'never expire'} to {now} days: older log events are deleted"
 
 
+def _group_name(group: Any) -> str:
+    name = group.get("InstanceGroupName") if isinstance(group, dict) else None
+    return name if isinstance(name, str) else _show(name)
+
+
+def _groups_by_name(resource: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    groups = (resource.get("Properties") or {}).get("InstanceGroups")
+    return {_group_name(g): g for g in groups if isinstance(g, dict)} if isinstance(groups, list) else {}
+
+
+def _nodes(group: Mapping[str, Any]) -> str:
+    count, itype = group.get("InstanceCount"), group.get("InstanceType")
+    nodes = f"{count} node{'' if count == 1 else 's'}" if isinstance(count, int) else f"{_show(count)} nodes"
+    return f"{nodes}, {itype}" if isinstance(itype, str) else nodes
+
+
+def instance_group_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(action, property path, detail) for each HyperPod instance group that the in-place update of
+    one `AWS::SageMaker::Cluster` deletes, shrinks or reprovisions."""
+    before, after = _groups_by_name(old), _groups_by_name(new)
+    added = sorted(set(after) - set(before))
+    findings: list[tuple[str, str, str]] = []
+    for name, group in sorted(before.items()):
+        where = f"InstanceGroups[{name}]"
+        what = f"group {name} ({_nodes(group)})"
+        now = after.get(name)
+        if now is None:
+            new_names = f"; new: {', '.join(added)}" if added else ""
+            findings.append(
+                (
+                    "shrunk",
+                    where,
+                    f"{what} is no longer in InstanceGroups (removed or renamed{new_names}): "
+                    "SageMaker deletes the group and all its nodes (UpdateCluster InstanceGroupsToDelete), root volumes included",
+                )
+            )
+            continue
+        was, count = group.get("InstanceCount"), now.get("InstanceCount")
+        if isinstance(was, int) and isinstance(count, int) and count < was:
+            findings.append(
+                (
+                    "shrunk",
+                    f"{where}.InstanceCount",
+                    f"{what}: changed from {was} to {count}: SageMaker terminates {was - count} of the group's {was} nodes, root volumes included",
+                )
+            )
+        elif was != count and not (isinstance(was, int) and isinstance(count, int)):
+            findings.append(
+                ("shrunk", f"{where}.InstanceCount", f"{what}: changed from {_show(was)} to {_show(count)}: may terminate nodes")
+            )
+        for prop, why in NODE_PROPERTIES.items():
+            old_v, new_v = group.get(prop, _MISSING), now.get(prop, _MISSING)
+            if old_v == new_v:
+                continue
+            path = f"{where}.{prop}"
+            if isinstance(old_v, dict) and isinstance(new_v, dict):  # name the one key that changed, e.g. SourceS3Uri
+                keys = [k for k in sorted(set(old_v) | set(new_v)) if old_v.get(k, _MISSING) != new_v.get(k, _MISSING)]
+                if len(keys) == 1:
+                    path, old_v, new_v = f"{path}.{keys[0]}", old_v.get(keys[0], _MISSING), new_v.get(keys[0], _MISSING)
+            findings.append(
+                ("reprovisioned", path, f"{what}: changed from {_show(old_v)} to {_show(new_v)}: replaces the group's nodes ({why})")
+            )
+    return findings
+
+
+def custom_name_findings(
+    before: Templates, after: Templates, replaced: Mapping[tuple[str, str], tuple[str, str]], region: str
+) -> list[tuple[str, str, str, str, str]]:
+    """(stack, logical id, type, property path, detail) for each resource, of any type, that AFTER
+    replaces (directly or through a reference) while its custom name stays the same: CloudFormation
+    refuses to replace a custom-named resource, so the update fails and rolls back
+    (docs/facts/pipeline.md#cloudformation-custom-name-replacement)."""
+    exports = _exports(after)
+    found = []
+    for (stack, lid), (path, why) in sorted(replaced.items()):
+        if path == "(type)":
+            continue
+        old = _resources(before.get(stack) or {}).get(lid) or {}
+        new = _resources(after.get(stack) or {}).get(lid) or {}
+        rtype = new.get("Type", "")
+        prop = name_property(rtype, region)
+        if prop is None:
+            continue
+        was = (old.get("Properties") or {}).get(prop, _MISSING)
+        now = (new.get("Properties") or {}).get(prop, _MISSING)
+        if now is _MISSING or was != now:
+            continue  # no custom name (CloudFormation generates one), or a new name: the replacement can be created first
+        if any(ref in replaced for ref in _referenced_resources(now, stack, exports)):
+            continue  # the name is built from a replaced resource's value, so it changes too
+        direct = _direct_replacement(old, new, region)
+        cause = f"{direct[0][1]} replaces it, and" if direct else f"references {why};"
+        found.append((stack, lid, rtype, direct[0][0] if direct else path, custom_name_detail(cause, prop, now)))
+    return found
+
+
+def custom_name_detail(cause: str, prop: str, name: Any) -> str:
+    """The finding's text for a replacement under a custom name that stays the same."""
+    return (
+        f"{cause} its {prop} {_show(name)} stays: CloudFormation cannot replace a custom-named resource, so the update "
+        f"fails and rolls back; give it a new {prop}, or delete it (remove it and deploy) before adding it back"
+    )
+
+
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
     """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
-    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened)."""
+    a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), every
+    HyperPod instance group it shrinks or reprovisions, and every resource of any type it would
+    replace under the same custom name."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
     for stack, template in after.items():
@@ -335,6 +484,9 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
             if not direct and (stack, lid) in replaced:
                 prop, detail = replaced[(stack, lid)]
                 add("replaced", prop, f"references {detail}")
+            if rtype == "AWS::SageMaker::Cluster" and (stack, lid) not in replaced:
+                for action, prop, detail in instance_group_findings(res, new):
+                    add(action, prop, detail)
             if rtype in DATA_TYPES:
                 for prop, detail in _policy_findings(res, new):
                     add("unprotected", prop, detail)
@@ -342,6 +494,8 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
                 retention = _retention_finding(res, new)
                 if retention:
                     add("truncated", *retention)
+    for stack, lid, rtype, prop, detail in custom_name_findings(before, after, replaced, region):
+        findings.append(Finding(stack, lid, rtype, "unreplaceable", prop, detail, allowed=lid in allowed))
     return findings
 
 
@@ -353,7 +507,7 @@ def report(findings: list[Finding], compared: int, out: Any = None) -> int:
     blocking = [f for f in findings if not f.allowed]
     if blocking:
         print(
-            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data; "
+            f"guard: FAIL: {len(blocking)} stateful resource change(s) would delete or replace data or nodes, or fail the deploy; "
             "allow a deliberate one with --allow LOGICAL_ID",
             file=out,
         )

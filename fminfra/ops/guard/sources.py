@@ -11,7 +11,7 @@ from typing import Any
 
 from fminfra.core.assembly import AssemblyError as GuardInputError
 from fminfra.core.assembly import Templates, read_templates
-from fminfra.ops.guard.replacements import STATEFUL_TYPES, Finding
+from fminfra.ops.guard.replacements import STATEFUL_TYPES, Finding, custom_name_detail, name_property
 
 
 def synthesize(config_path: Path) -> tuple[str, str, Templates]:
@@ -104,6 +104,9 @@ def change_set_findings(
         for change in changes:
             rc = change.get("ResourceChange") or {}
             rtype, lid = rc.get("ResourceType", ""), rc.get("LogicalResourceId", "")
+            unnamed = _kept_custom_name(rc, template)
+            if unnamed is not None:
+                findings.append(Finding(stack, lid, rtype, "unreplaceable", *unnamed, lid in allowed))
             if rtype not in STATEFUL_TYPES:
                 continue
             if rc.get("Action") == "Remove":
@@ -128,6 +131,21 @@ def change_set_findings(
                     )
                 )
     return findings
+
+
+def _kept_custom_name(change: dict[str, Any], template: dict[str, Any]) -> tuple[str, str] | None:
+    """(properties, detail) when CloudFormation would replace a resource whose custom name the change
+    leaves as it is: that update fails (docs/facts/pipeline.md#cloudformation-custom-name-replacement)."""
+    if change.get("Action") != "Modify" or change.get("Replacement") not in ("True", "Conditional"):
+        return None
+    prop = name_property(change.get("ResourceType", ""))
+    resource = ((template.get("Resources") or {}).get(change.get("LogicalResourceId", "")) or {}) if prop else {}
+    name = (resource.get("Properties") or {}).get(prop) if prop else None
+    targets = {(d.get("Target") or {}).get("Name") for d in change.get("Details") or []}
+    if name is None or prop in targets:
+        return None
+    props = ", ".join(sorted(t for t in targets if t)) or "(unknown)"
+    return props, custom_name_detail(f"CloudFormation change set: Replacement {change['Replacement']} replaces it, and", prop, name)
 
 
 def _wait_for_changes(cloudformation: Any, stack: str, name: str, poll_seconds: float, timeout_seconds: float) -> list[dict[str, Any]]:

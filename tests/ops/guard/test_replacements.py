@@ -416,7 +416,13 @@ def test_real_efa_security_group_description_change_replaces_prod_file_system_an
     assert ("prod-Storage", "AWS::FSx::FileSystem") in replaced
     assert ("prod-Compute", "AWS::SageMaker::Cluster") in replaced
     assert all(f.detail.startswith("references ") for f in findings)
-    assert sum(f"references {sg} (AWS::EC2::SecurityGroup) in stack prod-Network" in f.detail for f in findings) == 2
+    assert (
+        sum(f"references {sg} (AWS::EC2::SecurityGroup) in stack prod-Network" in f.detail for f in findings if f.action == "replaced") == 2
+    )
+    # and the HyperPod cluster keeps its ClusterName: that replacement would fail the deploy
+    assert {(f.stack, f.resource_type, f.property) for f in findings if f.action == "unreplaceable"} == {
+        ("prod-Compute", "AWS::SageMaker::Cluster", "VpcConfig")
+    }
 
 
 CAPACITY_BEFORE: dict[str, Any] = {
@@ -524,8 +530,9 @@ def test_a_renamed_role_or_a_replaced_security_group_replaces_the_clusters() -> 
     after = copy.deepcopy(CAPACITY_BEFORE)
     after["Resources"]["NodeRole"]["Properties"]["RoleName"] = "fminfra-dev-nodes2"
     findings = guard.compare_templates({"dev-Compute": CAPACITY_BEFORE}, {"dev-Compute": after}, region="us-west-2")
-    # the EKS cluster's RoleArn is create-only; an instance group's ExecutionRole is not (cfn-lint's schema)
-    assert [(f.logical_id, f.property) for f in findings] == [("Eks", "RoleArn")]
+    # the EKS cluster's RoleArn is create-only; an instance group's ExecutionRole is not (cfn-lint's schema);
+    # the cluster keeps its Name, so that replacement would also fail the deploy
+    assert [(f.logical_id, f.action, f.property) for f in findings] == [("Eks", "replaced", "RoleArn"), ("Eks", "unreplaceable", "RoleArn")]
     assert "capacity and running work" in findings[0].detail
     before = copy.deepcopy(CAPACITY_BEFORE)
     before["Resources"]["Sg"] = {"Type": "AWS::EC2::SecurityGroup", "Properties": {"GroupDescription": "efa", "VpcId": "vpc-1"}}
@@ -533,7 +540,10 @@ def test_a_renamed_role_or_a_replaced_security_group_replaces_the_clusters() -> 
     after = copy.deepcopy(before)
     after["Resources"]["Sg"]["Properties"]["GroupDescription"] = "efa v2"
     findings = guard.compare_templates({"dev-Compute": before}, {"dev-Compute": after}, region="us-west-2")
-    assert [(f.logical_id, f.property) for f in findings] == [("HyperPod", "VpcConfig")]
+    assert [(f.logical_id, f.action, f.property) for f in findings] == [
+        ("HyperPod", "replaced", "VpcConfig"),
+        ("HyperPod", "unreplaceable", "VpcConfig"),
+    ]
 
 
 def test_longer_retention_and_rule_edits_pass() -> None:
@@ -612,3 +622,261 @@ def test_malformed_assembly_is_one_line_and_exit_2(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.count("\n") == 1 and expected in captured.err, captured.err
+
+
+# --------------------------------------------------------------------------------------------
+# HyperPod instance groups: CloudFormation updates InstanceGroups in place (not create-only in the
+# schema), and SageMaker's UpdateCluster then deletes groups and terminates nodes
+# (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes)
+
+HYPERPOD_ID = "HyperPodCluster11759092"
+
+
+def _baseline(env: str) -> dict[str, dict[str, Any]]:
+    return guard.read_templates(ROOT / "baselines" / env)
+
+
+def _groups(templates: dict[str, dict[str, Any]], env: str) -> list[dict[str, Any]]:
+    return templates[f"{env}-Compute"]["Resources"][HYPERPOD_ID]["Properties"]["InstanceGroups"]
+
+
+def _workers(templates: dict[str, dict[str, Any]], env: str) -> dict[str, Any]:
+    return next(g for g in _groups(templates, env) if g["InstanceGroupName"] == "workers")
+
+
+def _group_rename(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceGroupName"] = "gpus"
+
+
+def _group_delete(t: dict[str, Any], env: str) -> None:
+    _groups(t, env).remove(_workers(t, env))
+
+
+def _group_shrink(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceCount"] = 1
+
+
+def _group_type(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceType"] = "ml.p4d.24xlarge"
+
+
+def _group_storage(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["InstanceStorageConfigs"] = [{"EbsVolumeConfig": {"VolumeSizeInGB": 2000}}]
+
+
+def _group_lifecycle(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["LifeCycleConfig"]["OnCreate"] = "on_create_v2.sh"
+
+
+def _group_threads(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["ThreadsPerCore"] = 2
+
+
+def _group_training_plan(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["TrainingPlanArn"] = "arn:aws:sagemaker:us-west-2:111111111111:training-plan/fminfra-next"
+
+
+def _group_slurm_node_type(t: dict[str, Any], env: str) -> None:
+    _workers(t, env)["SlurmConfig"] = {"NodeType": "Login"}
+
+
+GROUP_CHANGES = {
+    "renamed": (_group_rename, "shrunk", "InstanceGroups[workers]", "is no longer in InstanceGroups (removed or renamed; new: gpus)"),
+    "deleted": (_group_delete, "shrunk", "InstanceGroups[workers]", "is no longer in InstanceGroups (removed or renamed)"),
+    "count-down": (_group_shrink, "shrunk", "InstanceGroups[workers].InstanceCount", "changed from 2 to 1: SageMaker terminates 1 of"),
+    "instance-type": (_group_type, "reprovisioned", "InstanceGroups[workers].InstanceType", 'changed from "ml.p'),
+    "storage": (_group_storage, "reprovisioned", "InstanceGroups[workers].InstanceStorageConfigs", "changed from"),
+    "lifecycle": (_group_lifecycle, "reprovisioned", "InstanceGroups[workers].LifeCycleConfig.OnCreate", 'changed from "on_create.sh" to'),
+    "threads": (_group_threads, "reprovisioned", "InstanceGroups[workers].ThreadsPerCore", "changed from 1 to 2"),
+    "training-plan": (_group_training_plan, "reprovisioned", "InstanceGroups[workers].TrainingPlanArn", "changed from (unset) to"),
+    "slurm-node-type": (
+        _group_slurm_node_type,
+        "reprovisioned",
+        "InstanceGroups[workers].SlurmConfig",
+        'changed from (unset) to {"NodeType":"Login"}',
+    ),
+}
+
+
+@pytest.mark.parametrize("env", ["dev", "staging"], ids=["slurm", "eks"])
+@pytest.mark.parametrize("change", sorted(GROUP_CHANGES))
+def test_instance_group_changes_that_delete_or_replace_nodes_fail(env: str, change: str) -> None:
+    """dev's HyperPod cluster is Slurm-orchestrated, staging's EKS-orchestrated (their baselines)."""
+    mutate, action, prop, detail = GROUP_CHANGES[change]
+    before = _baseline(env)
+    assert ("Orchestrator" in before[f"{env}-Compute"]["Resources"][HYPERPOD_ID]["Properties"]) == (env == "staging")
+    after = copy.deepcopy(before)
+    mutate(after, env)
+    findings = guard.compare_templates(before, after, region="us-west-2")
+    assert [(f.stack, f.logical_id, f.action, f.property) for f in findings] == [(f"{env}-Compute", HYPERPOD_ID, action, prop)]
+    line = str(findings[0])
+    assert detail in line, line
+    assert "group workers (2 nodes" in line, line  # the environment's group and its node count
+    assert line.endswith("; loses capacity and running work: the HyperPod nodes and the jobs on them"), line
+
+
+def test_instance_group_changes_are_reported_and_allowed_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _baseline("dev")
+    after = copy.deepcopy(before)
+    _group_rename(after, "dev")
+    base, new = _write(tmp_path / "before", before), _write(tmp_path / "after", after)
+    assert main(["guard", "--baseline", str(base), "--templates", str(new)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(
+        f"dev-Compute: {HYPERPOD_ID} (AWS::SageMaker::Cluster) would be shrunk: InstanceGroups[workers]: group workers (2 nodes"
+    )
+    assert "guard: FAIL: 1 stateful resource change(s)" in out
+    assert main(["guard", "--baseline", str(base), "--templates", str(new), "--allow", HYPERPOD_ID]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ALLOWED dev-Compute: {HYPERPOD_ID} (AWS::SageMaker::Cluster) would be shrunk: InstanceGroups[workers]")
+    assert out.endswith(", 1 allowed\n")
+
+
+@pytest.mark.parametrize("env", ["dev", "staging"], ids=["slurm", "eks"])
+def test_instance_group_growth_and_a_new_group_pass(env: str) -> None:
+    before = _baseline(env)
+    after = copy.deepcopy(before)
+    workers = _workers(after, env)
+    workers["InstanceCount"] = 4
+    workers["OnStartDeepHealthChecks"] = ["InstanceStress"]  # a health check setting replaces no node
+    _groups(after, env).append({**copy.deepcopy(workers), "InstanceGroupName": "extra", "InstanceCount": 1})
+    assert guard.compare_templates(before, after, region="us-west-2") == []
+
+
+# --------------------------------------------------------------------------------------------
+# custom names: CloudFormation cannot replace a resource whose name stays the same
+# (docs/facts/pipeline.md#cloudformation-custom-name-replacement)
+
+SERVE_ID = "InferenceserveNodegroupBCB21DF6"
+
+
+def _serve(templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return templates["staging-Compute"]["Resources"][SERVE_ID]["Properties"]
+
+
+def test_replacing_the_custom_named_inference_node_group_fails_and_a_new_name_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """config/staging.yaml's serve group g6e.12xlarge -> g6e.24xlarge: InstanceTypes is create-only,
+    and NodegroupName is set: the update would fail and roll back."""
+    before = _baseline("staging")
+    after = copy.deepcopy(before)
+    _serve(after)["InstanceTypes"] = ["g6e.24xlarge"]
+    _serve(after)["Labels"]["fminfra/gpu-type"] = "g6e.24xlarge"
+    base, new = _write(tmp_path / "before", before), _write(tmp_path / "after", after)
+    assert main(["guard", "--baseline", str(base), "--templates", str(new)]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == (
+        f"staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy: InstanceTypes: changed from "
+        '["g6e.12xlarge"] to ["g6e.24xlarge"] (create-only in the CloudFormation schema) replaces it, and its NodegroupName '
+        '"fminfra-staging-serve" stays: CloudFormation cannot replace a custom-named resource, so the update fails and rolls back; '
+        "give it a new NodegroupName, or delete it (remove it and deploy) before adding it back"
+    )
+    assert "guard: FAIL: 1 stateful resource change(s)" in out
+    # a new name lets CloudFormation create the replacement before it deletes the old one
+    _serve(after)["NodegroupName"] = "fminfra-staging-serve-g6e24"
+    assert guard.compare_templates(before, after, region="us-west-2") == []
+    # and --allow lets it through, still printed
+    assert main(["guard", "--baseline", str(base), "--templates", str(new), "--allow", SERVE_ID]) == 0
+    assert capsys.readouterr().out.startswith(f"ALLOWED staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy")
+
+
+def test_name_property_is_the_schemas_own_name_of_the_type() -> None:
+    names = {
+        "AWS::EKS::Nodegroup": "NodegroupName",  # not ClusterName: that names the parent
+        "AWS::EKS::Cluster": "Name",
+        "AWS::SageMaker::Cluster": "ClusterName",
+        "AWS::S3::Bucket": "BucketName",
+        "AWS::IAM::Role": "RoleName",
+        "AWS::EC2::SecurityGroup": "GroupName",
+        "AWS::Logs::LogGroup": "LogGroupName",
+        "AWS::EKS::AccessEntry": None,
+        "AWS::FSx::FileSystem": None,
+        "AWS::Lambda::LayerVersion": None,  # a new version each time: no name to collide with
+    }
+    assert {t: guard.name_property(t, "us-west-2") for t in names} == names
+
+
+def _other_value(value: Any) -> Any:
+    return {"fminfra-guard-test": _show_json(value)}
+
+
+def _show_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+def test_every_custom_named_resource_of_every_synthesized_template_fails_a_create_only_change(synth: Synth) -> None:
+    """For each resource type of each synthesized template whose name property is set, a change of
+    each of its other top-level create-only properties is caught as a deploy that would fail, and
+    a new name with it passes that check."""
+    covered: set[str] = set()
+    for env, cfg in synth.configs.items():
+        templates = guard.read_templates(synth.outdir, env)
+        seen: set[str] = set()
+        for stack, template in sorted(templates.items()):
+            for lid, res in sorted(template["Resources"].items()):
+                rtype, props = res["Type"], res.get("Properties") or {}
+                name = guard.name_property(rtype, cfg.region)
+                if name is None or name not in props or rtype in seen:
+                    continue
+                seen.add(rtype)
+                pointers = [p for p in guard.schema_create_only(rtype, cfg.region) if p.count("/") == 2 and p != f"/properties/{name}"]
+                for pointer in pointers:
+                    prop = pointer.split("/")[2]
+                    after = copy.deepcopy(templates)
+                    after[stack]["Resources"][lid].setdefault("Properties", {})[prop] = _other_value(props.get(prop))
+                    findings = guard.compare_templates(templates, after, region=cfg.region)
+                    failing = [(f.stack, f.logical_id, f.property) for f in findings if f.action == "unreplaceable"]
+                    assert (stack, lid, prop) in failing, (env, rtype, prop, [str(f) for f in findings])
+                    assert f"its {name} " in next(str(f) for f in findings if f.action == "unreplaceable" and f.logical_id == lid)
+                    after[stack]["Resources"][lid]["Properties"][name] = f"{props[name]}-2" if isinstance(props[name], str) else "renamed"
+                    findings = guard.compare_templates(templates, after, region=cfg.region)
+                    assert (stack, lid, prop) not in [(f.stack, f.logical_id, f.property) for f in findings if f.action == "unreplaceable"]
+                    covered.add(rtype)
+    assert {"AWS::EKS::Nodegroup", "AWS::IAM::Role", "AWS::SageMaker::Cluster", "AWS::EKS::Cluster"} <= covered, covered
+
+
+def test_a_replacement_through_a_reference_keeps_the_custom_name_and_fails() -> None:
+    """A renamed node role replaces the role (a new name: fine), which replaces the EKS cluster
+    (RoleArn is create-only) under the same Name: that deploy fails."""
+    after = copy.deepcopy(CAPACITY_BEFORE)
+    after["Resources"]["NodeRole"]["Properties"]["RoleName"] = "fminfra-dev-nodes2"
+    findings = guard.compare_templates({"dev-Compute": CAPACITY_BEFORE}, {"dev-Compute": after}, region="us-west-2")
+    failing = [str(f) for f in findings if f.action == "unreplaceable"]
+    assert failing == [
+        "dev-Compute: Eks (AWS::EKS::Cluster) would fail the deploy: RoleArn: references NodeRole (AWS::IAM::Role), which is replaced "
+        '(RoleName), and RoleArn is create-only; its Name "fminfra-dev" stays: CloudFormation cannot replace a custom-named resource, '
+        "so the update fails and rolls back; give it a new Name, or delete it (remove it and deploy) before adding it back"
+    ]
+
+
+def test_change_set_mode_names_a_replacement_under_a_kept_custom_name() -> None:
+    """CloudFormation's verdict (Replacement True) on the custom-named node group: the deploy would
+    fail; a change set that renames it (NodegroupName among the changed properties) passes."""
+    after = _baseline("staging")
+    _serve(after)["InstanceTypes"] = ["g6e.24xlarge"]
+    stack = "staging-Compute"
+    cs = {"StackName": stack, "ChangeSetName": "fminfra-guard"}
+
+    def verdict(*names: str) -> list[str]:
+        client = _cfn()
+        details = [{"Target": {"Attribute": "Properties", "Name": n, "RequiresRecreation": "Always"}} for n in names]
+        change = {"Action": "Modify", "LogicalResourceId": SERVE_ID, "ResourceType": "AWS::EKS::Nodegroup", "Replacement": "True"}
+        with Stubber(client) as stub:
+            stub.add_response("describe_stacks", {"Stacks": []}, {"StackName": stack})
+            stub.add_response("create_change_set", {"Id": "arn:cs"}, None)
+            stub.add_response(
+                "describe_change_set",
+                {"Status": "CREATE_COMPLETE", "Changes": [{"Type": "Resource", "ResourceChange": {**change, "Details": details}}]},
+                cs,
+            )
+            stub.add_response("delete_change_set", {}, cs)
+            findings = guard.change_set_findings(client, {stack: after[stack]}, poll_seconds=0)
+        return [str(f) for f in findings]
+
+    assert verdict("InstanceTypes") == [
+        f"{stack}: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy: InstanceTypes: CloudFormation change set: Replacement True "
+        'replaces it, and its NodegroupName "fminfra-staging-serve" stays: CloudFormation cannot replace a custom-named resource, '
+        "so the update fails and rolls back; give it a new NodegroupName, or delete it (remove it and deploy) before adding it back"
+    ]
+    assert verdict("InstanceTypes", "NodegroupName") == []
