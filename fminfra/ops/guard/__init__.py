@@ -1,25 +1,11 @@
-"""Stateful-change guard: fail when a deploy would delete or replace a resource that holds data.
+"""Stateful-change guard: fail when a deploy would delete or replace a resource that holds data,
+lose HyperPod nodes, or replace a custom-named resource.
 
-Compares the templates about to be deployed (AFTER) with a baseline (BEFORE): the committed
-templates under `baselines/<env>/`, the templates CloudFormation holds for the deployed stacks,
-or, in change-set mode, CloudFormation's own replacement verdicts. A stateful resource (see
-`STATEFUL_TYPES`) fails the guard when
-
-- its logical id is no longer in any AFTER template (CloudFormation deletes it, or orphans it
-  when retained, and the next one starts empty), or its type changed;
-- a property changed that the resource's CloudFormation schema marks create-only (cfn-lint ships
-  the schemas: `createOnlyProperties`), or that `EXTRA_CREATE_ONLY` lists for what the schemas
-  miss (FSx `DeploymentType`, `EfaEnabled`, ...): CloudFormation replaces the resource.
-
-Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
+What fails the guard and why is `replacements`' docstring (the engine: guarded types, create-only
+properties, how a replacement spreads, instance groups, custom names); `capacity_blocks` is the
+Capacity Block window check, `sources` the synth and CloudFormation reads; templates are read by
+`fminfra.core.assembly.read_templates`. This module is `command`, the verb. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
-
-HyperPod instance groups that lose nodes in place, and replacements under a custom name, fail too.
-
-The engine is `replacements` (guarded types, create-only properties, how a replacement spreads,
-HyperPod instance groups, custom names),
-`capacity_blocks` the Capacity Block window check, `sources` the synth and CloudFormation reads;
-templates are read by `fminfra.core.assembly.read_templates`. This module is `command`, the verb.
 """
 
 from __future__ import annotations

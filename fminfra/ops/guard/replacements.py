@@ -98,12 +98,14 @@ DEFAULT_REGION = "us-east-1"
 # HyperPod instance-group properties whose change deletes or replaces the group's nodes, with what
 # the sources say (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes); the schema
 # updates InstanceGroups in place (docs/facts/hyperpod.md#hyperpod-cluster-create-only-properties). A removed
-# or renamed group and a lower InstanceCount are handled apart (always node-deleting).
+# or renamed group and a lower InstanceCount are handled apart (always node-deleting). LifeCycleConfig
+# is not here: UpdateCluster runs the lifecycle scripts only for new instance groups and leaves the
+# nodes it has (docs/facts/hyperpod.md#hyperpod-update-cluster-lifecycle-scripts), so a script
+# change (a new lifecycle prefix) replaces no node and passes.
 NODE_PROPERTIES: dict[str, str] = {
     "InstanceType": "the group's nodes are of the old type; AWS says a group's type can be changed, not that its nodes survive (unverified: treated as replacing them)",
     "InstanceRequirements": "the group's instance types; as InstanceType (unverified: treated as replacing the nodes)",
     "InstanceStorageConfigs": "the nodes' extra volumes; no source says existing nodes keep theirs (unverified: treated as replacing them)",
-    "LifeCycleConfig": "the lifecycle scripts run when a node is created; no source says existing nodes are kept (unverified: treated as replacing them)",
     "ThreadsPerCore": "set when an instance is launched; no source says existing nodes are kept (unverified: treated as replacing them)",
     "TrainingPlanArn": "the capacity the nodes run on; no source says existing nodes are kept (unverified: treated as replacing them)",
     "SlurmConfig": "the group's Slurm node type (Controller, Login, Compute); no source says existing nodes are kept (unverified: treated as replacing them)",

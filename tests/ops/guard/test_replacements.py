@@ -686,7 +686,6 @@ GROUP_CHANGES = {
     "count-down": (_group_shrink, "shrunk", "InstanceGroups[workers].InstanceCount", "changed from 2 to 1: SageMaker terminates 1 of"),
     "instance-type": (_group_type, "reprovisioned", "InstanceGroups[workers].InstanceType", 'changed from "ml.p'),
     "storage": (_group_storage, "reprovisioned", "InstanceGroups[workers].InstanceStorageConfigs", "changed from"),
-    "lifecycle": (_group_lifecycle, "reprovisioned", "InstanceGroups[workers].LifeCycleConfig.OnCreate", 'changed from "on_create.sh" to'),
     "threads": (_group_threads, "reprovisioned", "InstanceGroups[workers].ThreadsPerCore", "changed from 1 to 2"),
     "training-plan": (_group_training_plan, "reprovisioned", "InstanceGroups[workers].TrainingPlanArn", "changed from (unset) to"),
     "slurm-node-type": (
@@ -739,6 +738,8 @@ def test_instance_group_growth_and_a_new_group_pass(env: str) -> None:
     workers = _workers(after, env)
     workers["InstanceCount"] = 4
     workers["OnStartDeepHealthChecks"] = ["InstanceStress"]  # a health check setting replaces no node
+    _group_lifecycle(after, env)  # UpdateCluster runs lifecycle scripts for new groups only: no node replaced
+    workers["LifeCycleConfig"]["SourceS3Uri"] += "-next"  # a script change: the lifecycle prefix moves
     _groups(after, env).append({**copy.deepcopy(workers), "InstanceGroupName": "extra", "InstanceCount": 1})
     assert guard.compare_templates(before, after, region="us-west-2") == []
 
