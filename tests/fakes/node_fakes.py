@@ -535,7 +535,10 @@ def hyperpod_slurm_x86_64_20260125(node: FakeNode, *, nccl: str, ofi: str) -> No
 
     docs/facts/hyperpod.md#hyperpod-slurm-ami-contents; each line of the published entry and what
     the fake makes of it is listed in docs/node-bootstrap.md ("Modelled images"). Named: driver
-    580.126.09, CUDA 12.6, 12.8, 12.9, 13.0, "EFA Installer version: 2.3.1amzn2.0", kernel 6.8,
+    580.126.09, CUDA 12.6, 12.8, 12.9, 13.0, "EFA Installer version: 2.3.1amzn2.0" (libfabric's
+    version, most likely; the installer's own version is not published, so the installer's record
+    exists with no version line, which check_efa reads as an unknown version, as it would read any
+    other version than the pin), kernel 6.8,
     built on the Deep Learning Base GPU AMI (Ubuntu 22.04). No x86_64 entry names NCCL, and the base
     DLAMI's notes list none (docs/facts/hyperpod.md#hyperpod-nccl-from-container), so NCCL runs in
     the forms the sources leave open (`nccl`): "none", no host NCCL at all (what the entries list),
@@ -551,7 +554,7 @@ def hyperpod_slurm_x86_64_20260125(node: FakeNode, *, nccl: str, ofi: str) -> No
     if nccl == "cuda":
         _nccl_in_cuda(node, {"12.8": "2.27.5"})
     plugin = "/opt/amazon/ofi-nccl/lib" if ofi == "lib" else "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
-    node.put("/opt/amazon/efa_installed_packages", "# EFA installer version: 2.3.1amzn2.0\n")
+    node.put("/opt/amazon/efa_installed_packages", "")
     node.put("/opt/amazon/efa/lib/libfabric.so.1")
     node.put("/opt/amazon/openmpi/lib/libmpi.so.40")
     node.put(f"{plugin}/libnccl-net-ofi.so")

@@ -936,6 +936,24 @@ def test_verify_on_the_untouched_image(tmp_path: Path, image: str) -> None:
     assert node.snapshot() == before
 
 
+def test_efa_record_without_a_version_reads_as_a_version_other_than_the_pin(tmp_path: Path) -> None:
+    """The x86_64 HyperPod Slurm AMI's note names libfabric's version where the installer's belongs
+    (docs/facts/hyperpod.md#hyperpod-slurm-ami-contents), so its fake records no installer version:
+    `--verify` answers as for any version other than the pin (a WARN naming what it read), and the
+    absent record stays a FAIL."""
+    node, instance_type = make_image(tmp_path, "hyperpod-slurm-x86_64-2026-01-25/nccl-none/ofi-lib")
+    unknown = node.run("install_efa.sh", "--verify", "--instance-type", instance_type)
+    assert unknown.returncode == 0, unknown.stderr
+    assert "WARN efa: EFA installer unknown version" in unknown.stderr
+    node.put("/opt/amazon/efa_installed_packages", "# EFA installer version: 1.45.0\n")
+    other = node.run("install_efa.sh", "--verify", "--instance-type", instance_type)
+    assert (other.returncode, "WARN efa: EFA installer 1.45.0" in other.stderr) == (0, True), other.stderr
+    (node.root / "opt/amazon/efa_installed_packages").unlink()
+    absent = node.run("install_efa.sh", "--verify", "--instance-type", instance_type)
+    assert absent.returncode == 1
+    assert "FAIL efa: no EFA installer has run" in absent.stderr
+
+
 def test_nccl_is_found_where_the_loader_finds_it_not_by_package_name(tmp_path: Path) -> None:
     """Defect 1: NCCL compiled into a CUDA folder (no package) counts, with the version the library
     itself reports; a package record without the library does not."""
