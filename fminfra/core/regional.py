@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+
 DATA = Path(__file__).with_name("regional.json")
 # What each part of an environment needs, named for the message.
 SERVICE_NAMES = {
@@ -44,6 +46,11 @@ def hyperpod_types_in(region: str) -> set[str] | None:
     """The `ml.` instance types HyperPod offers in the region; None when the data has no list for it."""
     found = _data()["hyperpod_instance_types"].get(region)
     return None if found is None else set(found)
+
+
+def regions_offering(resource_type: str) -> list[str]:
+    """The regions fminfra accepts whose CloudFormation resource types include `resource_type`, sorted."""
+    return sorted(r for r, types in _data()["resource_types"].items() if resource_type in types and r in AZ_ID_PREFIX_BY_REGION)
 
 
 @cache
