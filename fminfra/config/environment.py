@@ -12,6 +12,7 @@ from fminfra.compute.config import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLA
 from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
 from fminfra.core.regional import (
     SERVICE_NAMES,
+    cdk_validate_refuses,
     compute_quota_sources,
     hyperpod_types_anywhere,
     hyperpod_types_in,
@@ -186,6 +187,16 @@ class EnvironmentConfig(Model):
                 if name not in offered and name in hyperpod_types_anywhere():
                     problems.append(
                         (path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}")
+                    )
+                elif name not in offered and cdk_validate_refuses(self.region, name):
+                    # in no region's list, and refused by the CDK's own validation in this one: synth would fail
+                    # (docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types)
+                    problems.append(
+                        (
+                            path,
+                            f"{name} is in no region's HyperPod list and the CDK's own template validation (run by cdk synth) "
+                            f"refuses it in {self.region}; GPU types offered there: {', '.join(gpu_offered)}",
+                        )
                     )
         return problems
 

@@ -192,3 +192,98 @@ def test_every_type_some_region_lacks_has_a_regional_rule() -> None:
     assert uncovered == []
     for t, other in GOES_WITH.items():
         assert lacking[t] <= lacking[other], t
+
+
+# B1: validate and the CDK's own template validator (run by every `cdk synth`) on HyperPod types.
+@pytest.fixture(scope="module")
+def plugin() -> dict[str, Any]:
+    """The plugin's verdicts, computed now from the installed aws-cdk-lib's bundled validator."""
+    from tests.core.cdk_validate_data import build
+
+    return build()
+
+
+def test_the_shipped_cdk_validate_data_is_what_the_installed_plugin_says(plugin: dict[str, Any]) -> None:
+    """Fails after an aws-cdk-lib bump until `python -m tests.core.cdk_validate_data` is run and reviewed."""
+    from fminfra.core.regional import CDK_VALIDATE_DATA
+
+    assert json.loads(CDK_VALIDATE_DATA.read_text()) == plugin
+
+
+def _hyperpod_disagreements(refused: dict[str, list[str]]) -> list[str]:
+    """For every HyperPod type of the catalog in every region fminfra accepts: the plugin refuses it (its own
+    data, `refused`) only where validate refuses it first or fminfra acknowledges the finding with cfn-lint's
+    list offering it; fminfra acknowledges nothing the plugin accepts."""
+    from fminfra.catalog import CATALOG, capacity_types
+    from fminfra.core.regional import cdk_validate_acknowledged, hyperpod_types_in
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+    from fminfra.hyperpod.rules import hyperpod_instance_types
+
+    types = sorted(t.hyperpod_name for t in CATALOG.values() if t.hyperpod_name in hyperpod_instance_types())
+    out = []
+    for region in AZ_ID_PREFIX_BY_REGION:
+        for name in types:
+            data = _moved("config/dev.yaml", region)
+            group = data["compute"]["instance_groups"][0]
+            group["instance_type"] = name
+            if "on-demand" not in (capacity_types(name[3:]) or ("on-demand",)):  # p6e-gb200: training plans
+                arn = f"arn:aws:sagemaker:{region}:{data['account']}:training-plan/plan"
+                group["capacity"] = {"type": "training-plan", "training_plan_arn": arn}
+            try:
+                parse_config(data, "f.yaml")
+                problems: list[str] = []
+            except ConfigError as error:
+                problems = error.problems
+            validate_refuses = any(
+                p.startswith("f.yaml: compute.instance_groups[0].instance_type: ") or "(AWS::SageMaker::Cluster)" in p for p in problems
+            )
+            acknowledged = name in cdk_validate_acknowledged(region, [name])
+            plugin_refuses = name in refused.get(region, [])
+            if plugin_refuses and not (validate_refuses or acknowledged):
+                out.append(f"{name} in {region}: validate accepts, the CDK validator refuses, nothing acknowledges it")
+            if acknowledged and (not plugin_refuses or name not in (hyperpod_types_in(region) or set())):
+                out.append(f"{name} in {region}: acknowledged without the plugin refusing it and cfn-lint offering it")
+    return out
+
+
+def test_validate_and_the_cdk_validator_agree_on_every_hyperpod_type_and_region(plugin: dict[str, Any]) -> None:
+    assert _hyperpod_disagreements(plugin["refused_hyperpod_types"]) == []
+
+
+def test_the_agreement_test_catches_a_validate_that_skips_unlisted_types(plugin: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: a type in no region's cfn-lint list (ml.p5e.48xlarge) was never judged."""
+    import fminfra.config.environment as environment
+
+    monkeypatch.setattr(environment, "cdk_validate_refuses", lambda region, name: False)
+    found = _hyperpod_disagreements(plugin["refused_hyperpod_types"])
+    assert "ml.p5e.48xlarge in us-east-1: validate accepts, the CDK validator refuses, nothing acknowledges it" in found
+    # and an acknowledgment where cfn-lint does not offer the type is caught
+    broken = {**plugin["refused_hyperpod_types"], "us-east-1": []}
+    assert "ml.p6-b200.48xlarge in us-east-1: acknowledged without the plugin refusing it and cfn-lint offering it" in (
+        _hyperpod_disagreements(broken)
+    )
+
+
+def test_p5e_in_us_east_1_is_one_line() -> None:
+    data = _moved("config/dev.yaml", "us-east-1")
+    data["compute"]["instance_groups"][0]["instance_type"] = "ml.p5e.48xlarge"
+    (line,) = _problems(data)
+    assert line.startswith(
+        "f.yaml: compute.instance_groups[0].instance_type: ml.p5e.48xlarge is in no region's HyperPod list and the CDK's own "
+        "template validation (run by cdk synth) refuses it in us-east-1; GPU types offered there: "
+    )
+
+
+def test_cdk_synth_passes_where_cfn_lint_offers_what_the_cdk_validator_refuses(tmp_path: Path) -> None:
+    """ml.p4d.24xlarge in eu-west-2: cfn-lint's list offers it, the CDK validator refuses it (E3644); the
+    acknowledgment lets `cdk synth` through, with cfn-lint's list as its reason."""
+    from tests.conftest import cdk_synth
+
+    data = _moved("config/dev.yaml", "eu-west-2")
+    data["name"], data["compute"]["instance_groups"][0]["instance_type"] = "p4d", "ml.p4d.24xlarge"
+    path = tmp_path / "p4d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    parse_config(data, str(path))
+    result = cdk_synth(path, tmp_path / "out", "p4d/Compute")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "E3644" not in result.stderr
