@@ -12,9 +12,11 @@ from fminfra.compute.config import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLA
 from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
 from fminfra.core.regional import (
     SERVICE_NAMES,
+    cdk_validate_refuses,
     compute_quota_sources,
     hyperpod_types_anywhere,
     hyperpod_types_in,
+    regions_offering,
     resource_types_in,
 )
 from fminfra.core.regions import az_id_problem
@@ -130,8 +132,8 @@ class EnvironmentConfig(Model):
             # Task governance's resources. Two sources on compute quotas disagree by region (cfn-lint's per-region
             # resource types and the resource schema's description; docs/facts/hyperpod.md#hyperpod-compute-quota-schema):
             # left at its default, task governance is on only where both offer them (off elsewhere, a warning); asked
-            # for (task_governance, teams or priority_classes named), it is refused only where neither does (a warning
-            # where they disagree). Cluster policies go with the quotas: refused only where neither offers quotas.
+            # for (task_governance, teams or priority_classes named), each type is refused where cfn-lint's list, the
+            # gate's, lacks it (a warning where only the description does). Cluster policies go with the quotas.
             scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
             quotas = compute_quota_sources(self.region)
             assert quotas is not None  # the region has a list of resource types
@@ -150,13 +152,15 @@ class EnvironmentConfig(Model):
                 ),
             }
             for resource_type, (path, used) in governed.items():
-                if used and not quotas.either:
+                # cfn-lint's list for the region is the gate's (E3006): a type it lacks fails `fminfra gate` there
+                if used and resource_type not in available:
                     problems.append(
                         (
                             path,
-                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not offered in {self.region} (neither cfn-lint's "
-                            "CloudFormation resource types for the region nor the ComputeQuota schema's description lists compute "
-                            "quotas there); allowed here: "
+                            f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not in cfn-lint's CloudFormation resource "
+                            f"types for {self.region} (`fminfra gate` fails on E3006 there); regions that offer them: "
+                            + ", ".join(regions_offering(resource_type))
+                            + "; allowed here: "
                             + ("task_governance: false" if path.endswith("task_governance") else "no priority_classes"),
                         )
                     )
@@ -184,12 +188,22 @@ class EnvironmentConfig(Model):
                     problems.append(
                         (path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}")
                     )
+                elif name not in offered and cdk_validate_refuses(self.region, name):
+                    # in no region's list, and refused by the CDK's own validation in this one: synth would fail
+                    # (docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types)
+                    problems.append(
+                        (
+                            path,
+                            f"{name} is in no region's HyperPod list and the CDK's own template validation (run by cdk synth) "
+                            f"refuses it in {self.region}; GPU types offered there: {', '.join(gpu_offered)}",
+                        )
+                    )
         return problems
 
     def _task_governance_warnings(self) -> list[tuple[str, str]]:
         """Where task governance is off for want of compute quotas, or asked for where the two sources on them
-        disagree, or its cluster policy where the region's resource types lack ClusterSchedulerConfig
-        (docs/facts/hyperpod.md#hyperpod-compute-quota-schema)."""
+        disagree (docs/facts/hyperpod.md#hyperpod-compute-quota-schema); a type cfn-lint's list for the region
+        lacks is refused instead (_regional_problems), as the gate would."""
         scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
         quotas = compute_quota_sources(self.region)
         if self.compute.orchestrator != "eks" or scheduling is None or quotas is None:
@@ -210,8 +224,12 @@ class EnvironmentConfig(Model):
                 (
                     path,
                     f"task governance is off ({quotas.disagreement(self.region)}; it is on by default only where both list "
-                    "it): no team queues and no all-or-nothing admission on this cluster. Set task_governance: true to try it "
-                    "(the stack fails to deploy if CloudFormation lacks the type there)",
+                    "it): no team queues and no all-or-nothing admission on this cluster"
+                    + (
+                        ". Set task_governance: true to try it (the stack fails to deploy if CloudFormation lacks the type there)"
+                        if quotas.provider
+                        else ""
+                    ),
                 )
             )
         elif used and not quotas.both:
@@ -220,16 +238,6 @@ class EnvironmentConfig(Model):
                     path,
                     f"{quotas.disagreement(self.region)}; the compute quotas may fail to deploy here (set task_governance: false "
                     "if they do)",
-                )
-            )
-        available = resource_types_in(self.region) or set()
-        if used and scheduling.priority_classes and "AWS::SageMaker::ClusterSchedulerConfig" not in available:
-            out.append(
-                (
-                    "compute.eks.scheduling.priority_classes",
-                    f"cfn-lint's CloudFormation resource types for {self.region} lack AWS::SageMaker::ClusterSchedulerConfig "
-                    "(HyperPod task governance cluster policies), though a source offers compute quotas there; the cluster policy "
-                    "may fail to deploy (leave priority_classes out if it does)",
                 )
             )
         return out

@@ -13,7 +13,14 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+
 DATA = Path(__file__).with_name("regional.json")
+# The CDK's own template validator's refusals of HyperPod types per region (tests/hyperpod/cdk_validate_data.py;
+# docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types).
+CDK_VALIDATE_DATA = Path(__file__).with_name("cdk_validate.json")
+# What an acknowledgment of the CDK validator's finding on a HyperPod type cites.
+CDK_VALIDATE_RULE = "CloudFormation-Validate::E3644"
 # What each part of an environment needs, named for the message.
 SERVICE_NAMES = {
     "AWS::SageMaker::Cluster": "SageMaker HyperPod",
@@ -46,11 +53,35 @@ def hyperpod_types_in(region: str) -> set[str] | None:
     return None if found is None else set(found)
 
 
+def regions_offering(resource_type: str) -> list[str]:
+    """The regions fminfra accepts whose CloudFormation resource types include `resource_type`, sorted."""
+    return sorted(r for r, types in _data()["resource_types"].items() if resource_type in types and r in AZ_ID_PREFIX_BY_REGION)
+
+
 @cache
 def hyperpod_types_anywhere() -> frozenset[str]:
     """Every `ml.` type some region's HyperPod list names: a type outside it is one the data does not know
     (p6e-gb200, sold through training plans, is in no list), so no region can be judged for it."""
     return frozenset(t for types in _data()["hyperpod_instance_types"].values() for t in types)
+
+
+@cache
+def _cdk_validate() -> dict[str, Any]:
+    return dict(json.loads(CDK_VALIDATE_DATA.read_text(encoding="utf-8")))
+
+
+def cdk_validate_refuses(region: str, instance_type: str) -> bool:
+    """Whether the CDK's own template validator (run by every `cdk synth`) refuses the HyperPod type in the region."""
+    return instance_type in _cdk_validate()["refused_hyperpod_types"].get(region, ())
+
+
+def cdk_validate_acknowledged(region: str, instance_types: list[str]) -> list[str]:
+    """The types of a cluster's groups whose CDK validator finding fminfra acknowledges: those it refuses in the
+    region but cfn-lint's newer list, fminfra's source, offers there. Empty unless every type it refuses is one:
+    an acknowledgment covers the cluster's every E3644 finding, and one no source contradicts must fail synth."""
+    refused = sorted({t for t in instance_types if cdk_validate_refuses(region, t)})
+    offered = hyperpod_types_in(region) or set()
+    return refused if refused and all(t in offered for t in refused) else []
 
 
 @dataclass(frozen=True)

@@ -387,7 +387,14 @@ def test_p6e_gb200_on_hyperpod_needs_a_training_plan() -> None:
     ]
     plan = "arn:aws:sagemaker:us-west-2:111111111111:training-plan/dev-gb200"
     data["compute"]["instance_groups"][0]["capacity"] = {"type": "training-plan", "training_plan_arn": plan}
-    assert parse_config(data, "f.yaml").compute.instance_groups[0].capacity.type == "training-plan"
+    # The training plan passes the purchase rule; but no region's HyperPod list names the type and the CDK's own
+    # template validation refuses it in every region, so `cdk synth` would fail: validate says so first
+    # (docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types).
+    (line,) = _config_problems(data)
+    assert line.startswith(
+        "f.yaml: compute.instance_groups[0].instance_type: ml.p6e-gb200.36xlarge is in no region's HyperPod list and the "
+        "CDK's own template validation (run by cdk synth) refuses it in us-west-2; "
+    )
 
 
 def test_p6e_gb200_inference_groups_are_held_to_the_same_rule() -> None:

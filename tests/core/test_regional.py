@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -97,3 +98,192 @@ def test_the_described_compute_quota_regions_come_from_the_schema_description(tm
         with pytest.raises(SystemExit) as info:
             refresh.described_regions(tmp_path, "AWS::SageMaker::ComputeQuota")
         assert expected in str(info.value)
+
+
+# Every regional rule: a resource type an environment may create, a config that creates it, and the field a
+# refusal names. cfn-lint's list of resource types for the region is the gate's (`fminfra gate` fails on E3006
+# "Resource type ... does not exist in <region>"), so validate must refuse exactly where that list lacks the type.
+REGIONAL_RULES = {
+    "AWS::SageMaker::Cluster": ("config/dev.yaml", "region"),
+    "AWS::EKS::Cluster": ("tests/configs/eks-inference-only.yaml", "region"),
+    "AWS::FSx::FileSystem": ("config/dev.yaml", "region"),
+    "AWS::APS::Workspace": ("tests/configs/obs-grafana.yaml", "region"),
+    "AWS::APS::Scraper": ("tests/configs/capacity-eks.yaml", "region"),
+    "AWS::Grafana::Workspace": ("tests/configs/obs-grafana.yaml", "region"),
+    "AWS::EC2::CapacityReservation": ("examples/ec2-odcr.yaml", "region"),
+    "AWS::SageMaker::ComputeQuota": ("tests/configs/capacity-eks.yaml", "compute.eks.scheduling.task_governance"),
+    "AWS::SageMaker::ClusterSchedulerConfig": ("tests/configs/capacity-eks.yaml", "compute.eks.scheduling.priority_classes"),
+}
+# Types created only beside another type of REGIONAL_RULES, in no region without it.
+GOES_WITH = {"AWS::APS::RuleGroupsNamespace": "AWS::APS::Workspace"}
+
+
+def _moved(path: str, region: str) -> dict[str, Any]:
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, AZ_IDS_BY_REGION
+
+    data = yaml.safe_load((ROOT / path).read_text())
+    known = AZ_IDS_BY_REGION.get(region)
+    az_ids = list(known[:2]) if known else [f"{AZ_ID_PREFIX_BY_REGION[region]}-az1", f"{AZ_ID_PREFIX_BY_REGION[region]}-az2"]
+    data["region"], data["network"]["az_ids"] = region, az_ids
+    if "compute_az_id" in data["network"]:
+        data["network"]["compute_az_id"] = az_ids[0]
+    return data
+
+
+def _cfn_lint_types(region: str) -> set[str] | None:
+    """The gate's own data: cfn-lint's provider schema list for the region (None where it ships none)."""
+    import cfnlint
+
+    path = Path(cfnlint.__file__).parent / "data" / "schemas" / "providers" / f"{region}.json"
+    return set(json.loads(path.read_text())) if path.exists() else None
+
+
+def _rule_disagreements() -> list[str]:
+    """(rule, region) pairs where validate's refusal and cfn-lint's list for the region disagree."""
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+
+    out = []
+    for region in AZ_ID_PREFIX_BY_REGION:
+        types = _cfn_lint_types(region)
+        if types is None:
+            continue
+        for path in sorted({p for p, _ in REGIONAL_RULES.values()}):
+            try:
+                parse_config(_moved(path, region), "f.yaml")
+                problems: list[str] = []
+            except ConfigError as error:
+                problems = error.problems
+            for resource_type, (rule_path, field) in REGIONAL_RULES.items():
+                if rule_path != path:
+                    continue
+                refused = any(p.startswith(f"f.yaml: {field}: ") and f"({resource_type})" in p for p in problems)
+                if refused != (resource_type not in types):
+                    out.append(f"{resource_type} in {region}: validate {'refuses' if refused else 'accepts'} {path}")
+    return out
+
+
+def test_validate_refuses_every_regional_rule_exactly_where_the_gate_would() -> None:
+    assert _rule_disagreements() == []
+
+
+def test_the_rule_test_catches_a_validate_that_only_warns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: a cluster policy where cfn-lint's list lacks the type passed validate (a warning)."""
+    import fminfra.config.environment as environment
+
+    real = environment.resource_types_in
+    monkeypatch.setattr(environment, "resource_types_in", lambda r: (real(r) or set()) | {"AWS::SageMaker::ClusterSchedulerConfig"})
+    found = _rule_disagreements()
+    assert "AWS::SageMaker::ClusterSchedulerConfig in us-west-2: validate accepts tests/configs/capacity-eks.yaml" in found
+    assert all(line.startswith("AWS::SageMaker::ClusterSchedulerConfig in ") for line in found)
+
+
+def test_every_type_some_region_lacks_has_a_regional_rule() -> None:
+    """Every resource type fminfra names (SERVICE_NAMES) or the shipped templates hold, that cfn-lint's list
+    lacks in some region fminfra accepts, has a rule above (or goes with one that lacks it in every such region)."""
+    from fminfra.core.regional import SERVICE_NAMES
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+
+    created = set(SERVICE_NAMES)
+    for template in (ROOT / "tests" / "app" / "__snapshots__" / "test_snapshots").glob("*.json"):
+        created |= {r["Type"] for r in json.loads(template.read_text()).get("Resources", {}).values() if "Type" in r}
+    lists = {r: t for r in AZ_ID_PREFIX_BY_REGION if (t := _cfn_lint_types(r)) is not None}
+    lacking = {t: {r for r, types in lists.items() if t not in types} for t in created if not t.startswith("Custom::")}
+    uncovered = sorted(t for t, regions in lacking.items() if regions and t not in REGIONAL_RULES and t not in GOES_WITH)
+    assert uncovered == []
+    for t, other in GOES_WITH.items():
+        assert lacking[t] <= lacking[other], t
+
+
+# B1: validate and the CDK's own template validator (run by every `cdk synth`) on HyperPod types.
+@pytest.fixture(scope="module")
+def plugin() -> dict[str, Any]:
+    """The plugin's verdicts, computed now from the installed aws-cdk-lib's bundled validator."""
+    from tests.core.cdk_validate_data import build
+
+    return build()
+
+
+def test_the_shipped_cdk_validate_data_is_what_the_installed_plugin_says(plugin: dict[str, Any]) -> None:
+    """Fails after an aws-cdk-lib bump until `python -m tests.core.cdk_validate_data` is run and reviewed."""
+    from fminfra.core.regional import CDK_VALIDATE_DATA
+
+    assert json.loads(CDK_VALIDATE_DATA.read_text()) == plugin
+
+
+def _hyperpod_disagreements(refused: dict[str, list[str]]) -> list[str]:
+    """For every HyperPod type of the catalog in every region fminfra accepts: the plugin refuses it (its own
+    data, `refused`) only where validate refuses it first or fminfra acknowledges the finding with cfn-lint's
+    list offering it; fminfra acknowledges nothing the plugin accepts."""
+    from fminfra.catalog import CATALOG, capacity_types
+    from fminfra.core.regional import cdk_validate_acknowledged, hyperpod_types_in
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+    from fminfra.hyperpod.rules import hyperpod_instance_types
+
+    types = sorted(t.hyperpod_name for t in CATALOG.values() if t.hyperpod_name in hyperpod_instance_types())
+    out = []
+    for region in AZ_ID_PREFIX_BY_REGION:
+        for name in types:
+            data = _moved("config/dev.yaml", region)
+            group = data["compute"]["instance_groups"][0]
+            group["instance_type"] = name
+            if "on-demand" not in (capacity_types(name[3:]) or ("on-demand",)):  # p6e-gb200: training plans
+                arn = f"arn:aws:sagemaker:{region}:{data['account']}:training-plan/plan"
+                group["capacity"] = {"type": "training-plan", "training_plan_arn": arn}
+            try:
+                parse_config(data, "f.yaml")
+                problems: list[str] = []
+            except ConfigError as error:
+                problems = error.problems
+            validate_refuses = any(
+                p.startswith("f.yaml: compute.instance_groups[0].instance_type: ") or "(AWS::SageMaker::Cluster)" in p for p in problems
+            )
+            acknowledged = name in cdk_validate_acknowledged(region, [name])
+            plugin_refuses = name in refused.get(region, [])
+            if plugin_refuses and not (validate_refuses or acknowledged):
+                out.append(f"{name} in {region}: validate accepts, the CDK validator refuses, nothing acknowledges it")
+            if acknowledged and (not plugin_refuses or name not in (hyperpod_types_in(region) or set())):
+                out.append(f"{name} in {region}: acknowledged without the plugin refusing it and cfn-lint offering it")
+    return out
+
+
+def test_validate_and_the_cdk_validator_agree_on_every_hyperpod_type_and_region(plugin: dict[str, Any]) -> None:
+    assert _hyperpod_disagreements(plugin["refused_hyperpod_types"]) == []
+
+
+def test_the_agreement_test_catches_a_validate_that_skips_unlisted_types(plugin: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old behaviour: a type in no region's cfn-lint list (ml.p5e.48xlarge) was never judged."""
+    import fminfra.config.environment as environment
+
+    monkeypatch.setattr(environment, "cdk_validate_refuses", lambda region, name: False)
+    found = _hyperpod_disagreements(plugin["refused_hyperpod_types"])
+    assert "ml.p5e.48xlarge in us-east-1: validate accepts, the CDK validator refuses, nothing acknowledges it" in found
+    # and an acknowledgment where cfn-lint does not offer the type is caught
+    broken = {**plugin["refused_hyperpod_types"], "us-east-1": []}
+    assert "ml.p6-b200.48xlarge in us-east-1: acknowledged without the plugin refusing it and cfn-lint offering it" in (
+        _hyperpod_disagreements(broken)
+    )
+
+
+def test_p5e_in_us_east_1_is_one_line() -> None:
+    data = _moved("config/dev.yaml", "us-east-1")
+    data["compute"]["instance_groups"][0]["instance_type"] = "ml.p5e.48xlarge"
+    (line,) = _problems(data)
+    assert line.startswith(
+        "f.yaml: compute.instance_groups[0].instance_type: ml.p5e.48xlarge is in no region's HyperPod list and the CDK's own "
+        "template validation (run by cdk synth) refuses it in us-east-1; GPU types offered there: "
+    )
+
+
+def test_cdk_synth_passes_where_cfn_lint_offers_what_the_cdk_validator_refuses(tmp_path: Path) -> None:
+    """ml.p4d.24xlarge in eu-west-2: cfn-lint's list offers it, the CDK validator refuses it (E3644); the
+    acknowledgment lets `cdk synth` through, with cfn-lint's list as its reason."""
+    from tests.conftest import cdk_synth
+
+    data = _moved("config/dev.yaml", "eu-west-2")
+    data["name"], data["compute"]["instance_groups"][0]["instance_type"] = "p4d", "ml.p4d.24xlarge"
+    path = tmp_path / "p4d.yaml"
+    path.write_text(yaml.safe_dump(data))
+    parse_config(data, str(path))
+    result = cdk_synth(path, tmp_path / "out", "p4d/Compute")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "E3644" not in result.stderr

@@ -14,6 +14,7 @@ from constructs import Construct
 
 from fminfra import catalog
 from fminfra.core.errors import ValidationError
+from fminfra.core.regional import CDK_VALIDATE_RULE, cdk_validate_acknowledged
 from fminfra.hyperpod.rules import hyperpod_instance_types
 
 NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
@@ -190,6 +191,21 @@ class HyperPodCluster(Construct):
                 security_group_ids=[g.security_group_id for g in props.security_groups],
             ),
         )
+        # The CDK's own template validator refuses some types in regions where cfn-lint's newer list, fminfra's
+        # source (validate refuses the rest first), offers them: acknowledge its finding with that source
+        # (docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types).
+        region = cdk.Stack.of(self).region
+        acknowledged = (
+            [] if cdk.Token.is_unresolved(region) else cdk_validate_acknowledged(region, [g.instance_type for g in props.instance_groups])
+        )
+        if acknowledged:
+            cdk.Validations.of(self.cluster).acknowledge(
+                cdk.Acknowledgment(
+                    id=CDK_VALIDATE_RULE,
+                    reason=f"{', '.join(acknowledged)} in {region}: cfn-lint 1.58's HyperPod list for the region (from the AWS "
+                    "price list) offers it; the CDK validator's regional data is older",
+                )
+            )
         # The role's inline policy (lifecycle read, logs) must exist before nodes start; the
         # role itself is already a dependency through its ARN.
         policy = props.execution_role.node.try_find_child("DefaultPolicy")

@@ -109,15 +109,6 @@ class TaskGovernance(Construct):
                     ]
                 ),
             )
-            # The CDK CLI's validator checks its own per-region type list, which lacks the type in
-            # some regions cfn-lint's does not (docs/facts/hyperpod.md#hyperpod-compute-quota-schema):
-            # validate warns there, and the deploy is the judge.
-            cdk.Validations.of(self.cluster_policy).acknowledge(
-                cdk.Acknowledgment(
-                    id="CloudFormation-Validate::F3006",
-                    reason="AWS::SageMaker::ClusterSchedulerConfig: region lists disagree (validate warns); CloudFormation decides at deploy",
-                )
-            )
 
 
 def _validate(props: TaskGovernanceProps) -> None:

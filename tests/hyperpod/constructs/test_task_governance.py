@@ -329,17 +329,18 @@ def test_config_rejects(scheduling: dict[str, Any], expected: str) -> None:
     assert expected in _error(_with_scheduling(scheduling))
 
 
-def test_priority_classes_warn_where_the_region_lists_no_cluster_policies() -> None:
+def test_priority_classes_where_the_region_lists_no_cluster_policies_are_refused() -> None:
     # cfn-lint 1.58's resource types for us-west-2 (staging's region) lack AWS::SageMaker::ClusterSchedulerConfig,
-    # though both sources offer compute quotas there: a warning, not an error (the old check refused staging's
-    # priority classes).
-    cfg = parse_config(_with_scheduling({"priority_classes": {"training": 50}}), "f.yaml")
-    warnings = dict(cfg.warnings())
-    assert warnings["compute.eks.scheduling.priority_classes"].startswith(
-        "cfn-lint's CloudFormation resource types for us-west-2 lack AWS::SageMaker::ClusterSchedulerConfig"
+    # though both sources offer compute quotas there: `fminfra gate` fails the template there (E3006), so validate
+    # refuses it (it used to warn, then the gate failed).
+    assert _error(_with_scheduling({"priority_classes": {"training": 50}})) == (
+        "f.yaml: compute.eks.scheduling.priority_classes: HyperPod task governance cluster policies "
+        "(AWS::SageMaker::ClusterSchedulerConfig) are not in cfn-lint's CloudFormation resource types for us-west-2 "
+        "(`fminfra gate` fails on E3006 there); regions that offer them: ap-northeast-1, ap-south-1, eu-central-1, "
+        "eu-north-1, eu-south-2, us-east-1, us-west-1; allowed here: no priority_classes"
     )
-    assert "compute.eks.scheduling.task_governance" not in warnings
-    assert "compute.eks.scheduling.priority_classes" not in dict(_in_region(STAGING, "us-east-1", "use1").warnings())
+    cfg = _in_region(_with_scheduling({"priority_classes": {"training": 50}}), "us-east-1", "use1")
+    assert "compute.eks.scheduling.priority_classes" not in dict(cfg.warnings())
 
 
 def test_scheduling_only_with_hyperpod_eks() -> None:
@@ -395,8 +396,9 @@ def test_teams_where_the_region_has_no_quotas_are_rejected() -> None:
     problem = _error(_in_seoul(_with_scheduling({"teams": [{"name": "a", "instances": {"workers": 2}}]})))
     assert problem == (
         "f.yaml: compute.eks.scheduling.task_governance: HyperPod task governance compute quotas (AWS::SageMaker::ComputeQuota) "
-        "are not offered in ap-northeast-2 (neither cfn-lint's CloudFormation resource types for the region nor the "
-        "ComputeQuota schema's description lists compute quotas there); allowed here: task_governance: false"
+        "are not in cfn-lint's CloudFormation resource types for ap-northeast-2 (`fminfra gate` fails on E3006 there); "
+        "regions that offer them: ap-south-1, ap-southeast-1, ap-southeast-2, ca-central-1, eu-central-1, eu-west-1, "
+        "eu-west-2, sa-east-1, us-east-1, us-east-2, us-west-2; allowed here: task_governance: false"
     )
 
 
@@ -409,7 +411,10 @@ def test_priority_classes_where_neither_source_offers_quotas_are_rejected() -> N
         "compute.eks.scheduling.task_governance",
         "compute.eks.scheduling.priority_classes",
     ]
-    assert "cluster policies (AWS::SageMaker::ClusterSchedulerConfig) are not offered in ap-northeast-2" in info.value.problems[1]
+    assert (
+        "cluster policies (AWS::SageMaker::ClusterSchedulerConfig) are not in cfn-lint's CloudFormation resource types for ap-northeast-2"
+        in (info.value.problems[1])
+    )
 
 
 # Regions from each case of cfn-lint 1.58's two sources on AWS::SageMaker::ComputeQuota
@@ -445,31 +450,43 @@ def test_default_is_on_where_both_sources_list_the_region(region: str, az_prefix
 
 
 @pytest.mark.parametrize(("region", "az_prefix", "instance_type"), PROVIDER_ONLY + DESCRIBED_ONLY)
-def test_where_the_sources_disagree_default_is_off_and_asking_warns(region: str, az_prefix: str, instance_type: str) -> None:
+def test_where_the_sources_disagree_default_is_off(region: str, az_prefix: str, instance_type: str) -> None:
     cfg = _in_region(STAGING, region, az_prefix, instance_type)
     assert cfg.compute.team_quotas() == {}
     warning = dict(cfg.warnings())["compute.eks.scheduling.task_governance"]
     assert warning.startswith(f"task governance is off (the sources disagree on {region}: cfn-lint's CloudFormation resource types")
     assert "no all-or-nothing admission" in warning
+    # "Set task_governance: true to try it" only where the gate's list (cfn-lint's) has the type
+    assert ("Set task_governance: true" in warning) == ((region, az_prefix, instance_type) in PROVIDER_ONLY)
+
+
+@pytest.mark.parametrize(("region", "az_prefix", "instance_type"), PROVIDER_ONLY)
+def test_asking_where_only_cfn_lint_lists_quotas_warns(region: str, az_prefix: str, instance_type: str) -> None:
     for scheduling in ({"task_governance": True}, {"teams": [{"name": "a", "instances": {"workers": 2}}]}):
         asked = _in_region(_with_scheduling(scheduling), region, az_prefix, instance_type)
         assert asked.compute.team_quotas() == {("a" if "teams" in scheduling else DEFAULT_TEAM): {instance_type: 2}}
         warning = dict(asked.warnings())["compute.eks.scheduling.task_governance"]
-        provider = "include" if (region, az_prefix, instance_type) in PROVIDER_ONLY else "lack"
-        described = "does not list" if (region, az_prefix, instance_type) in PROVIDER_ONLY else "lists"
         assert warning == (
-            f"the sources disagree on {region}: cfn-lint's CloudFormation resource types for {region} {provider} "
-            f"AWS::SageMaker::ComputeQuota, the resource schema's description (also the CDK CfnComputeQuota page) {described} "
+            f"the sources disagree on {region}: cfn-lint's CloudFormation resource types for {region} include "
+            f"AWS::SageMaker::ComputeQuota, the resource schema's description (also the CDK CfnComputeQuota page) does not list "
             f"{region}; the compute quotas may fail to deploy here (set task_governance: false if they do)"
         )
 
 
 @pytest.mark.parametrize(("region", "az_prefix", "instance_type"), DESCRIBED_ONLY)
-def test_priority_classes_where_only_the_description_offers_quotas_are_allowed(region: str, az_prefix: str, instance_type: str) -> None:
-    # us-west-1, ap-northeast-1 and eu-north-1 list ClusterSchedulerConfig but not ComputeQuota: the old check
-    # refused a team (and its compute quota) there.
-    cfg = _in_region(_with_scheduling({"priority_classes": {"training": 50}}), region, az_prefix, instance_type)
-    assert cfg.compute.team_quotas() == {DEFAULT_TEAM: {instance_type: 2}}
+def test_asking_where_only_the_description_lists_quotas_is_refused(region: str, az_prefix: str, instance_type: str) -> None:
+    # us-west-1, ap-northeast-1 and eu-north-1 list ClusterSchedulerConfig but not ComputeQuota in cfn-lint's
+    # resource types: `fminfra gate` fails a compute quota there (E3006), so asking for one is refused (it used to warn).
+    for scheduling in ({"task_governance": True}, {"teams": [{"name": "a", "instances": {"workers": 2}}]}, {"priority_classes": {"t": 5}}):
+        data = _with_scheduling(scheduling)
+        data["compute"]["eks"].pop("accept_access", None)
+        data["region"], data["network"]["az_ids"] = region, [f"{az_prefix}-az1", f"{az_prefix}-az2"]
+        data["network"]["compute_az_id"] = f"{az_prefix}-az1"
+        data["compute"]["instance_groups"][0]["instance_type"] = instance_type
+        assert _error(data).startswith(
+            "f.yaml: compute.eks.scheduling.task_governance: HyperPod task governance compute quotas "
+            f"(AWS::SageMaker::ComputeQuota) are not in cfn-lint's CloudFormation resource types for {region} "
+        )
 
 
 def test_plan_lists_the_teams_their_quotas_and_queues() -> None:
@@ -508,17 +525,17 @@ def test_compute_quota_is_a_cfn_resource_only_while_the_pinned_cdk_lacks_the_l1(
     assert f"aws-cdk-lib=={pinned[1]}" in entry and "`CfnComputeQuota` exists from aws-cdk-lib 2.276.0" in entry
 
 
-def test_the_cdk_cli_synthesizes_priority_classes_where_its_region_data_lacks_the_type(tmp_path: Path) -> None:
-    """us-west-2: validate warns (the region lists disagree) and the CDK CLI, whose own "CloudFormation
-    Validate" check lacks AWS::SageMaker::ClusterSchedulerConfig there (F3006), still synthesizes."""
+def test_the_cdk_cli_refuses_priority_classes_where_the_region_lacks_the_type_in_validate_s_words(tmp_path: Path) -> None:
+    """us-west-2: cfn-lint's resource types and the CDK's own "CloudFormation Validate" data both lack
+    AWS::SageMaker::ClusterSchedulerConfig there (F3006; E3006 in `fminfra gate`): `cdk synth` stops on validate's
+    one line, before either, and the CDK's finding is no longer acknowledged."""
     import yaml
 
     data = _with_scheduling({"priority_classes": {"high": 90, "low": 10}})
     assert data["region"] == "us-west-2"
     path = tmp_path / "prio.yaml"
     path.write_text(yaml.safe_dump({**data, "name": "prio"}))
-    out = tmp_path / "out"
-    result = cdk_synth(path, out, "prio/Compute")
-    assert result.returncode == 0, result.stderr[-3000:]
-    template = json.loads(next(out.rglob("*Compute*.template.json")).read_text())
-    assert any(r["Type"] == "AWS::SageMaker::ClusterSchedulerConfig" for r in template["Resources"].values())
+    result = cdk_synth(path, tmp_path / "out", "prio/Compute")
+    assert result.returncode != 0
+    assert f"{path}: compute.eks.scheduling.priority_classes: HyperPod task governance cluster policies" in result.stderr
+    assert "F3006" not in result.stderr and "Traceback" not in result.stderr
