@@ -568,10 +568,12 @@ class ComputeConfig(Model):
 
     def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
         """(field path, message) for what does not reject the config: a Kubernetes version within
-        SUPPORT_END_WARNING_DAYS of the end of its EKS standard support."""
+        SUPPORT_END_WARNING_DAYS of the end of its EKS standard support; an inference node group whose
+        sizes promise scaling that nothing does."""
+        out = self._unscaled_group_warnings()
         if self.eks is None:
-            return []
-        out = self._acceptance_team_warnings()
+            return out
+        out += self._acceptance_team_warnings()
         today = today or datetime.now(UTC).date()
         end = standard_support_end(self.eks.kubernetes_version)
         left = (end - today).days
@@ -585,6 +587,21 @@ class ComputeConfig(Model):
                 f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
                 "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
             ),
+        ]
+
+    def _unscaled_group_warnings(self) -> list[tuple[str, str]]:
+        """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
+        Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
+        (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
+        return [
+            (
+                f"inference_node_groups[{i}].max_size",
+                f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
+                f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
+                + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+            )
+            for i, g in enumerate(self.inference_node_groups)
+            if g.min_size < g.max_size
         ]
 
     def _acceptance_team_warnings(self) -> list[tuple[str, str]]:

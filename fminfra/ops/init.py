@@ -56,7 +56,8 @@ def starter(ns: argparse.Namespace) -> str:
         lines += [
             "  # no training cluster: an EKS cluster with GPU node groups for inference",
             "  inference_node_groups:",
-            "    - " + _flow({"name": "serve", **group, "min_size": 0, "desired_size": 0, "max_size": ns.count, "capacity": capacity}),
+            "    - "
+            + _flow({"name": "serve", **group, "min_size": ns.count, "desired_size": ns.count, "max_size": ns.count, "capacity": capacity}),
         ]
     else:
         lines += [

@@ -178,3 +178,37 @@ def test_kubernetes_labels_and_taints_follow_kubernetes_syntax(labels: dict[str,
         [{"key": "nvidia.com/gpu", "value": "true"}],
     )
     assert parse_config(data).compute.inference_node_groups[0].labels["app.kubernetes.io/name"] == "serve"
+
+
+# --------------------------------------------------------------------------------------------
+# nothing scales an inference node group (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)
+
+
+def _unscaled(data: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(path, message) for path, message in parse_config(data, "f.yaml").warnings() if "nothing scales" in message]
+
+
+def test_an_inference_group_whose_sizes_promise_scaling_warns() -> None:
+    warned = _unscaled(INFERENCE)  # serve-p5 0-0-2, serve-g6 1-1-3
+    assert [path.removeprefix("compute.") for path, _ in warned] == [
+        "inference_node_groups[0].max_size",
+        "inference_node_groups[1].max_size",
+    ]
+    assert "serve-p5: min_size 0 < max_size 2" in warned[0][1] and "no pod of this group's type ever runs" in warned[0][1]
+    assert "keeps desired_size (1) nodes" in warned[1][1] and "ever runs" not in warned[1][1]
+
+
+def test_a_fixed_size_inference_group_does_not_warn() -> None:
+    data = copy.deepcopy(INFERENCE)
+    for group in data["compute"]["inference_node_groups"]:
+        group.update(min_size=group["max_size"], desired_size=group["max_size"])
+    assert _unscaled(data) == []
+
+
+def test_init_writes_a_fixed_size_inference_group(tmp_path: Path) -> None:
+    out = tmp_path / "inf.yaml"
+    argv = ["init", "--name", "inf", "--account", "123456789012", "--region", "eu-west-1", "--orchestrator", "none"]
+    assert cli.main([*argv, "--count", "3", "--output", str(out)]) == 0
+    (group,) = read_yaml(out)["compute"]["inference_node_groups"]
+    assert (group["min_size"], group["desired_size"], group["max_size"]) == (3, 3, 3)
+    assert _unscaled(read_yaml(out)) == []

@@ -16,7 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", required=True, help="AWS region, e.g. us-west-2")
     p.add_argument("--orchestrator", choices=ORCHESTRATORS, default="slurm", help="default slurm; none: EKS inference only")
     p.add_argument("--instance-type", default="p5.48xlarge", help="GPU instance type (default p5.48xlarge)")
-    p.add_argument("--count", type=int, default=2, help="instances (inference: the maximum size); default 2")
+    p.add_argument(
+        "--count",
+        type=int,
+        default=2,
+        help="instances (inference: the node group's fixed size: fminfra installs no node autoscaler); default 2",
+    )
     p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
     p.add_argument(
         "--reservation-id",
