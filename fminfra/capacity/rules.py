@@ -21,6 +21,47 @@ def scale_in_time(ends_at: datetime, drain: timedelta = DEFAULT_DRAIN) -> dateti
     return ends_at - EC2_TERMINATES_BEFORE_END - drain
 
 
+def reclaim_time(ends_at: datetime) -> datetime:
+    """When EC2 begins terminating whatever still runs in the block: the drain must be over."""
+    return ends_at - EC2_TERMINATES_BEFORE_END
+
+
+# The drain on the ec2 path: a termination lifecycle hook holds each instance the scale-in picks
+# in Terminating:Wait while the node drains itself and completes the hook. A hook holds only
+# what Auto Scaling terminates: EC2's own reclaim at the block's end does not wait for it
+# (docs/facts/capacity.md#lifecycle-hook-not-held-by-capacity-reclaim), so the scheduled scale-in
+# comes first and the hook's wait ends before EC2's terminations.
+DRAIN_HOOK_NAME = "fminfra-drain"
+DRAIN_HOOK_TRANSITION = "autoscaling:EC2_INSTANCE_TERMINATING"
+# HeartbeatTimeout is 30-7200 seconds; a longer wait needs RecordLifecycleActionHeartbeat, up to
+# 100 timeouts or 48 hours (docs/facts/capacity.md#lifecycle-hook-heartbeat-timeout).
+HOOK_HEARTBEAT_MIN_S = 30
+HOOK_HEARTBEAT_MAX_S = 7200
+HOOK_WAIT_MAX = timedelta(hours=48)
+# Time the node keeps for itself after the drain: completing the hook and shutting down.
+DRAIN_SHUTDOWN_MARGIN_S = 60
+
+
+def hook_heartbeat_seconds(drain: timedelta) -> int:
+    """The termination hook's HeartbeatTimeout for a drain: the drain itself, capped at 7200 s
+    (the node records heartbeats for a longer drain)."""
+    return max(HOOK_HEARTBEAT_MIN_S, min(HOOK_HEARTBEAT_MAX_S, int(drain.total_seconds())))
+
+
+def drain_budget_seconds(drain: timedelta) -> int:
+    """How long the node waits for its jobs before it completes the hook: the drain less a
+    shutdown margin (a minute, or half a drain shorter than two minutes)."""
+    seconds = int(drain.total_seconds())
+    return seconds - min(DRAIN_SHUTDOWN_MARGIN_S, seconds // 2)
+
+
+def drain_problem(drain: timedelta) -> str | None:
+    """A drain the hook can hold: more than 0, at most 1 day (within the hook's 48 hours)."""
+    if timedelta(0) < drain <= timedelta(days=1):
+        return None
+    return f"drain must be more than 0 and at most 1 day, got {drain}"
+
+
 # Every Capacity Block ends at 11:30 UTC; an offering can be slightly shorter or longer than the
 # duration asked for (docs/facts/capacity.md#capacity-block-end-time).
 BLOCK_END_UTC = time(11, 30)

@@ -52,6 +52,18 @@ run_exporters() {
     fi
 }
 
+# Capacity Block groups: the drain handler that completes the group's termination hook
+# (drain_on_terminate.sh; the launch template's user data sets FMINFRA_DRAIN_*).
+run_drain_handler() {
+    if [[ -z ${FMINFRA_DRAIN_HOOK:-} ]]; then
+        log INFO "SKIP drain handler: FMINFRA_DRAIN_HOOK is not set (no termination hook)"
+    elif [[ $DRY_RUN == 1 ]]; then
+        printf '  [drain] fminfra-drain.service completes hook %s of group %s\n' "$FMINFRA_DRAIN_HOOK" "${FMINFRA_DRAIN_GROUP:-}"
+    else
+        bash "$NODE_DIR/drain_on_terminate.sh" install
+    fi
+}
+
 main() {
     node_script_init "$@"
     local -a args
@@ -72,6 +84,7 @@ main() {
         return 0
     fi
     run_exporters
+    run_drain_handler
     [[ $DRY_RUN == 1 ]] && return 0
     manifest_sum=$(sha256sum "$FMINFRA_VERSIONS" | awk '{ print $1 }')
     adopted=$(grep -H '^adopted:' "$FMINFRA_STATE_DIR"/*.done 2>/dev/null | sed "s|^$FMINFRA_STATE_DIR/||; s|\.done:adopted:|: adopted:|" || true)

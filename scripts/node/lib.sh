@@ -166,12 +166,18 @@ detect_os() {
     esac
 }
 
-imds_instance_type() {
+# One instance metadata item through IMDSv2: a session token first (PUT), then the read carries
+# it (docs/facts/network.md#imdsv2-session-token).
+imds_get() {
     local token
     token=$(curl --fail --silent --connect-timeout 2 --max-time 5 -X PUT "$FMINFRA_IMDS_URL/latest/api/token" \
         -H "X-aws-ec2-metadata-token-ttl-seconds: 60") || return 1
     curl --fail --silent --connect-timeout 2 --max-time 5 -H "X-aws-ec2-metadata-token: $token" \
-        "$FMINFRA_IMDS_URL/latest/meta-data/instance-type"
+        "$FMINFRA_IMDS_URL/latest/meta-data/$1"
+}
+
+imds_instance_type() {
+    imds_get instance-type
 }
 
 # One row of instance_types.tsv into TYPE_* variables; exit 2 naming the known types otherwise.

@@ -4,6 +4,7 @@ Auto Scaling groups for every capacity type, the own rules, and `plan`."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from fminfra.core.errors import ConfigError
 from fminfra.ops.plan import group_plans, plan_warnings, render_plan
 from fminfra.policy.rules import check_templates
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
+from tests.fakes.drain_fakes import AutoScalingGroupModel
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
 EC2 = yaml.safe_load((ROOT / "examples" / "ec2-odcr.yaml").read_text())
@@ -331,6 +333,49 @@ def test_capacity_block_window_schedules_scale_out_and_in(synth: Synth) -> None:
         "MaxSize": 8,
         "DesiredCapacity": 0,
     }
+
+
+def test_capacity_block_groups_drain_through_a_termination_hook(synth: Synth) -> None:
+    """Every Capacity Block group holds its scaled-in instances in Terminating:Wait for the drain
+    (docs/facts/capacity.md#lifecycle-hook-heartbeat-timeout) and tells its nodes which hook to
+    complete and when EC2 reclaims the block; other groups have no hook."""
+    asg_lid, asg = _asg(synth, "ec2-cb", "block")
+    assert asg["LifecycleHookSpecificationList"] == [
+        {
+            "LifecycleHookName": "fminfra-drain",
+            "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+            "HeartbeatTimeout": 600,
+            "DefaultResult": "CONTINUE",
+        }
+    ]
+    resource = synth.resources("ec2-cb", "Compute", "AWS::AutoScaling::AutoScalingGroup")[asg_lid]
+    assert AutoScalingGroupModel.from_template("fminfra-ec2-cb-block", resource).hooks["fminfra-drain"].heartbeat_timeout_s == 600
+    _, data = _lt(synth, "ec2-cb", "block")
+    user_data = json.dumps(data["UserData"])
+    for setting in (
+        "FMINFRA_DRAIN_GROUP='fminfra-ec2-cb-block'",
+        "FMINFRA_DRAIN_HOOK='fminfra-drain'",
+        "FMINFRA_DRAIN_SECONDS='600'",
+        "FMINFRA_DRAIN_BUDGET_SECONDS='540'",
+        "FMINFRA_DRAIN_NOT_AFTER='2027-01-17T11:00:00Z'",
+    ):
+        assert setting in user_data
+    statements = [
+        st
+        for policy in synth.resources("ec2-cb", "Compute", "AWS::IAM::Policy").values()
+        for st in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "autoscaling:CompleteLifecycleAction" in json.dumps(st["Action"])
+    ]
+    assert len(statements) == 1
+    assert statements[0]["Action"] == ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"]
+    assert "autoScalingGroupName/" in json.dumps(statements[0]["Resource"]) and asg_lid in json.dumps(statements[0]["Resource"])
+    # A windowless block group drains with the default window; an on-demand group has no hook.
+    _, windowless = _asg(synth, "cap-ec2", "blocks")
+    assert windowless["LifecycleHookSpecificationList"][0]["HeartbeatTimeout"] == 600
+    assert "FMINFRA_DRAIN_NOT_AFTER" not in json.dumps(_lt(synth, "cap-ec2", "blocks")[1]["UserData"])
+    _, ondemand = _asg(synth, "cap-ec2", "ondemand")
+    assert "LifecycleHookSpecificationList" not in ondemand
+    assert "FMINFRA_DRAIN" not in json.dumps(_lt(synth, "cap-ec2", "ondemand")[1]["UserData"])
 
 
 def test_ec2_nodes_use_the_dlami_an_instance_profile_and_no_ssh_key(synth: Synth) -> None:

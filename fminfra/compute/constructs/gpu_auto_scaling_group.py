@@ -8,12 +8,22 @@ from datetime import datetime, timedelta
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from fminfra.capacity.rules import DEFAULT_DRAIN, EC2_TERMINATES_BEFORE_END, scale_in_time, utc_timestamp
+from fminfra.capacity.rules import (
+    DEFAULT_DRAIN,
+    DRAIN_HOOK_NAME,
+    DRAIN_HOOK_TRANSITION,
+    EC2_TERMINATES_BEFORE_END,
+    drain_problem,
+    hook_heartbeat_seconds,
+    scale_in_time,
+    utc_timestamp,
+)
 from fminfra.compute.constructs.launch_template import EfaLaunchTemplate
 from fminfra.core.errors import ValidationError
-from fminfra.policy.constructs.acknowledge import acknowledge
+from fminfra.policy.constructs.acknowledge import acknowledge, nag_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,8 +40,11 @@ class GpuAutoScalingGroupProps:
       starts terminating the block's instances (30 minutes before the end). Without them, a
       Capacity Block group stays at 0 until an operator scales it.
     drain: time between the scale-in and EC2's terminations, for jobs to checkpoint and nodes to
-      shut down on their own. Default: 10 minutes (scale-in 40 minutes before the end, when EC2
-      sends its expiration warning; docs/facts/capacity.md#capacity-block-scale-in-guidance).
+      drain. A Capacity Block group gets a termination lifecycle hook (`fminfra-drain`) that holds
+      each instance the scale-in picks for at most this long (HeartbeatTimeout, capped at 7200 s;
+      DefaultResult CONTINUE) while the node drains itself and completes the hook
+      (scripts/node/drain_on_terminate.sh). Default: 10 minutes (scale-in 40 minutes before the
+      end, when EC2 sends its expiration warning; docs/facts/capacity.md#capacity-block-scale-in-guidance).
     group_name: physical name; include the environment name. Default: generated.
     """
 
@@ -57,7 +70,14 @@ class GpuAutoScalingGroup(Construct):
     otherwise resets MinSize/MaxSize/DesiredCapacity on every update of a group with scheduled
     actions (docs/facts/capacity.md#cfn-scheduled-action-update-policy). It changes the size only
     when the template's size values themselves change (a new `count`).
-    Attributes: `cfn_group`, `group_name`, `scale_out`, `scale_in` (the scheduled actions, or None).
+    A Capacity Block group also carries the termination lifecycle hook `fminfra-drain` in the
+    group itself (so it exists before the first launch): every scale-in, scheduled or by hand,
+    waits in Terminating:Wait until the node completes the hook or the drain runs out. EC2's own
+    reclaim at the block's end does not wait for a hook
+    (docs/facts/capacity.md#lifecycle-hook-not-held-by-capacity-reclaim): the scale-in is what
+    drains.
+    Attributes: `cfn_group`, `group_name`, `scale_out`, `scale_in` (the scheduled actions, or None),
+    `drain_hook_name` (None without a hook). Methods: `grant_complete_drain(grantee)`.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: GpuAutoScalingGroupProps) -> None:
@@ -70,11 +90,11 @@ class GpuAutoScalingGroup(Construct):
         if window[0] is not None and not props.capacity_block:
             raise ValidationError("block_starts_at and block_ends_at apply to Capacity Block groups only (capacity_block=True)")
         starts_at, ends_at = window
+        if props.capacity_block and (problem := drain_problem(props.drain)) is not None:
+            raise ValidationError(problem)
         if starts_at is not None and ends_at is not None:
             if starts_at.tzinfo is None or ends_at.tzinfo is None:
                 raise ValidationError("block_starts_at and block_ends_at must carry a time zone")
-            if not timedelta(0) < props.drain <= timedelta(days=1):
-                raise ValidationError(f"drain must be more than 0 and at most 1 day, got {props.drain}")
             if scale_in_time(ends_at, props.drain) <= starts_at:
                 raise ValidationError(
                     f"block_ends_at must be more than {EC2_TERMINATES_BEFORE_END + props.drain} (30 minutes and the drain) after "
@@ -95,7 +115,18 @@ class GpuAutoScalingGroup(Construct):
             vpc_zone_identifier=[props.subnet.subnet_id],
             health_check_type="EC2",
             health_check_grace_period=900,
+            lifecycle_hook_specification_list=[
+                autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                    lifecycle_hook_name=DRAIN_HOOK_NAME,
+                    lifecycle_transition=DRAIN_HOOK_TRANSITION,
+                    heartbeat_timeout=hook_heartbeat_seconds(props.drain),
+                    default_result="CONTINUE",
+                )
+            ]
+            if props.capacity_block
+            else None,
         )
+        self.drain_hook_name: str | None = DRAIN_HOOK_NAME if props.capacity_block else None
         self.cfn_group.cfn_options.update_policy = cdk.CfnUpdatePolicy(
             auto_scaling_scheduled_action=cdk.CfnAutoScalingScheduledAction(ignore_unmodified_group_size_properties=True)
         )
@@ -127,3 +158,28 @@ class GpuAutoScalingGroup(Construct):
                 max_size=props.count,
                 desired_capacity=0,
             )
+
+    def grant_complete_drain(self, grantee: iam.IGrantable) -> iam.Grant:
+        """Lets the nodes complete (and extend) this group's drain hook: CompleteLifecycleAction and
+        RecordLifecycleActionHeartbeat on this group only (its ARN carries a generated id, hence
+        the one `*`)."""
+        group_arn = cdk.Stack.of(self).format_arn(
+            service="autoscaling",
+            resource="autoScalingGroup",
+            resource_name=f"*:autoScalingGroupName/{self.group_name}",
+            arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+        )
+        grant = iam.Grant.add_to_principal(
+            grantee=grantee,
+            actions=["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"],
+            resource_arns=[group_arn],
+        )
+        principal = grantee.grant_principal
+        if isinstance(principal, Construct):
+            acknowledge(
+                principal,
+                f"IAM5[Resource::{nag_text(cdk.Stack.of(self), group_arn)}]",
+                "an Auto Scaling group's ARN holds an id Auto Scaling generates; the group is named in full, so the "
+                "nodes complete lifecycle actions of this one group only",
+            )
+        return grant

@@ -15,6 +15,7 @@ from fminfra.capacity.constructs.capacity_reservation import (
     OnDemandCapacityReservation,
     OnDemandCapacityReservationProps,
 )
+from fminfra.capacity.rules import DRAIN_HOOK_NAME, drain_budget_seconds, reclaim_time, utc_timestamp
 from fminfra.compute.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup, GpuAutoScalingGroupProps
 from fminfra.compute.constructs.launch_template import (
     ROOT_DEVICE_UBUNTU,
@@ -156,17 +157,34 @@ class ComputeStack(cdk.Stack):
             env["FMINFRA_REMOTE_WRITE_URL"] = self.remote_write_url
         return env
 
-    def _bootstrap_user_data(self, group_name: str, instance_type: str) -> ec2.UserData:
+    def _bootstrap_user_data(self, group_name: str, instance_type: str, extra_env: dict[str, str] | None = None) -> ec2.UserData:
         """User data that fetches the node scripts (a CDK asset) and runs bootstrap.sh on them."""
         bootstrap = NodeBootstrap(
             self,
             f"NodeBootstrap-{group_name}",
-            NodeBootstrapProps(instance_type=instance_type, environment=self.node_environment("worker")),
+            NodeBootstrapProps(instance_type=instance_type, environment={**self.node_environment("worker"), **(extra_env or {})}),
         )
         bootstrap.grant_read(self.node_role)
         user_data = ec2.UserData.for_linux()
         bootstrap.add_to_user_data(user_data)
         return user_data
+
+    def _drain_environment(self, group: InstanceGroupConfig) -> dict[str, str]:
+        """What the node's drain handler needs (scripts/node/drain_on_terminate.sh): the group and
+        hook it completes, how long it may hold the instance, and, with a known window, the time
+        EC2 starts reclaiming the block, which the drain never passes."""
+        cap = group.capacity
+        if cap.type != "capacity-block":
+            return {}
+        env = {
+            "FMINFRA_DRAIN_GROUP": self.cfg.physical_name(group.name),
+            "FMINFRA_DRAIN_HOOK": DRAIN_HOOK_NAME,
+            "FMINFRA_DRAIN_SECONDS": str(int(cap.drain.total_seconds())),
+            "FMINFRA_DRAIN_BUDGET_SECONDS": str(drain_budget_seconds(cap.drain)),
+        }
+        if cap.ends_at is not None:
+            env["FMINFRA_DRAIN_NOT_AFTER"] = utc_timestamp(reclaim_time(cap.ends_at))
+        return env
 
     def _ec2_groups(self) -> None:
         """The ec2 path: one Auto Scaling group per training group, from its EfaLaunchTemplate."""
@@ -192,7 +210,7 @@ class ComputeStack(cdk.Stack):
                     capacity=target,
                     placement_group=pg.placement_group if pg else None,
                     threads_per_core=group.threads_per_core if spec.vcpus is not None else None,
-                    user_data=self._bootstrap_user_data(group.name, spec.name),
+                    user_data=self._bootstrap_user_data(group.name, spec.name, self._drain_environment(group)),
                     launch_template_name=cfg.physical_name(group.name),
                 ),
             )
@@ -212,3 +230,5 @@ class ComputeStack(cdk.Stack):
                     group_name=cfg.physical_name(group.name),
                 ),
             )
+            if block:
+                self.auto_scaling_groups[group.name].grant_complete_drain(self.node_role)

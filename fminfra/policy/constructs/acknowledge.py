@@ -17,6 +17,19 @@ def arn_reference(resource: cdk.CfnResource) -> str:
     return f"<{stack.resolve(resource.logical_id)}.Arn>"
 
 
+def nag_text(stack: cdk.Stack, value: str) -> str:
+    """A string as cdk-nag prints it in a finding: literal parts as they are, each `Ref` as
+    `<LogicalId>` (or `<AWS::Partition>`)."""
+    resolved = stack.resolve(value)
+    if isinstance(resolved, str):
+        return resolved
+    if isinstance(resolved, dict) and "Fn::Join" in resolved and resolved["Fn::Join"][0] == "":
+        parts = resolved["Fn::Join"][1]
+        if all(isinstance(p, str) or (isinstance(p, dict) and set(p) == {"Ref"}) for p in parts):
+            return "".join(p if isinstance(p, str) else f"<{p['Ref']}>" for p in parts)
+    raise ValueError(f"expected literal strings and Refs, got {resolved!r}")
+
+
 def literal(stack: cdk.Stack, value: str) -> str:
     """A string with its tokens resolved, as cdk-nag prints a fully literal ARN."""
     resolved = stack.resolve(value)

@@ -1,0 +1,255 @@
+"""scripts/node/drain_on_terminate.sh end to end: an Auto Scaling group with the drain hook scales
+an instance in, the node sees it in its instance metadata, drains itself from Slurm or
+Kubernetes and completes the hook, before EC2 reclaims the block (tests/fakes/drain_fakes.py
+models each party and cites its source)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from fminfra.capacity.rules import DRAIN_HOOK_NAME, DRAIN_HOOK_TRANSITION, hook_heartbeat_seconds
+from tests.conftest import ROOT
+from tests.fakes.drain_fakes import AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state, stop
+
+SCRIPT = ROOT / "scripts" / "node" / "drain_on_terminate.sh"
+GROUP = "fminfra-dev-train"
+INSTANCE = "i-0123456789abcdef0"
+NODE = "train-1"
+K8S_NODE = "ip-10-0-1-23.us-west-2.compute.internal"
+
+# A job that checkpoints when told: it traps USR1, writes its checkpoint and exits.
+CHECKPOINTING_JOB = """trap 'echo step=$STEP > "$CKPT"; exit 0' USR1
+STEP=0
+while :; do STEP=$((STEP + 1)); sleep 0.1; done
+"""
+# A job that ignores the signal and would run forever.
+STUBBORN_JOB = """trap '' USR1
+while :; do sleep 0.1; done
+"""
+
+
+def _group(drain_s: int, hooks: bool = True) -> AutoScalingGroupModel:
+    spec = {"LifecycleHookName": DRAIN_HOOK_NAME, "LifecycleTransition": DRAIN_HOOK_TRANSITION, "DefaultResult": "CONTINUE"}
+    spec["HeartbeatTimeout"] = hook_heartbeat_seconds(timedelta(seconds=drain_s))
+    model = AutoScalingGroupModel.from_template(GROUP, {"Properties": {"LifecycleHookSpecificationList": [spec] if hooks else []}})
+    model.launch(INSTANCE)
+    return model
+
+
+@pytest.fixture
+def env_base(tmp_path: Path) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    return {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FMINFRA_ROOT": str(tmp_path / "root"),
+        "FMINFRA_DRAIN_GROUP": GROUP,
+        "FMINFRA_DRAIN_HOOK": DRAIN_HOOK_NAME,
+        "FMINFRA_DRAIN_POLL_SECONDS": "1",
+        "FMINFRA_SLURM_NODE_NAME": NODE,
+        "FAKE_AWS_LOG": str(tmp_path / "aws.log"),
+        "FAKE_SLURM_STATE": str(tmp_path / "slurm.json"),
+        "FAKE_K8S_STATE": str(tmp_path / "k8s.json"),
+    }
+
+
+def _job(tmp_path: Path, body: str, name: str) -> subprocess.Popen[bytes]:
+    script = tmp_path / f"{name}.sh"
+    script.write_text(body)
+    return subprocess.Popen(["bash", str(script)], env={**os.environ, "CKPT": str(tmp_path / f"{name}.ckpt")})
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for job in started:
+        stop(job.pid)
+        job.wait()
+
+
+def _watch(
+    env: dict[str, str], model: AutoScalingGroupModel, server: MetadataServer, scale_in_after_s: float = 1.5
+) -> subprocess.CompletedProcess[str]:
+    """Starts the handler's watch loop, scales the instance in, and waits for the handler to end."""
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), "watch"],
+        env={**env, "FMINFRA_IMDS_URL": server.url, "FAKE_AWS_ENDPOINT": server.url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(scale_in_after_s)
+    assert proc.poll() is None, "the handler must wait while the instance is InService"
+    model.scale_in(INSTANCE)
+    out, err = proc.communicate(timeout=60)
+    model.tick()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def _slurm_node_running(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]], job_id: str, body: str) -> None:
+    """The fakes on PATH and a Slurm node running one job (a real process)."""
+    install_fakes(tmp_path / "bin")
+    jobs.append(_job(tmp_path, body, f"job{job_id}"))
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {job_id: jobs[-1].pid})
+
+
+def _until(reclaim_at: datetime, **settings: str) -> dict[str, str]:
+    return {**settings, "FMINFRA_DRAIN_NOT_AFTER": reclaim_at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def test_slurm_jobs_checkpoint_and_the_hook_completes_before_the_block_is_reclaimed(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    _slurm_node_running(tmp_path, env_base, jobs, "101", CHECKPOINTING_JOB)
+    drain_s = 20
+    reclaim_at = datetime.now(UTC) + timedelta(seconds=drain_s + 5)
+    env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS=str(drain_s), FMINFRA_DRAIN_MARGIN_SECONDS="5")}
+    model = _group(drain_s)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
+    # Drained first (no new jobs), then the job was told and checkpointed, then the hook completed.
+    assert slurm["log"][:2] == [f"node {NODE} DRAIN", "job 101 signalled USR1"]
+    assert slurm["nodes"][NODE]["state"] == "DRAIN" and slurm["nodes"][NODE]["reason"]
+    assert (tmp_path / "job101.ckpt").read_text().startswith("step=")
+    assert [what for _, what in model.events] == [f"scale-in {INSTANCE}", f"completed {INSTANCE} CONTINUE", f"terminated {INSTANCE}"]
+    (completed,) = model.times("completed")
+    assert completed < reclaim_at.timestamp()
+    assert completed - model.times("scale-in")[0] < drain_s
+
+
+def test_a_job_that_ignores_the_signal_is_ended_at_the_deadline_before_ec2_reclaims(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    _slurm_node_running(tmp_path, env_base, jobs, "202", STUBBORN_JOB)
+    # The block's reclaim comes before the budget runs out: the drain stops a margin before it.
+    reclaim_at = datetime.now(UTC) + timedelta(seconds=9)
+    env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_MARGIN_SECONDS="3")}
+    model = _group(600)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
+    assert slurm["log"] == [f"node {NODE} DRAIN", "job 202 signalled USR1", f"node {NODE} DOWN", "job 202 ended (node DOWN)"]
+    assert "still on" in result.stderr
+    (completed,) = model.times("completed")
+    assert completed < reclaim_at.timestamp()
+
+
+def test_kubernetes_node_is_cordoned_and_its_pods_evicted_before_the_hook_completes(tmp_path: Path, env_base: dict[str, str]) -> None:
+    install_fakes(tmp_path / "bin", slurm=False, kubectl=True)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\n")
+    pods = [
+        {"name": "infer-0", "namespace": "serve", "node": K8S_NODE, "owner": "ReplicaSet"},
+        {"name": "scratch", "namespace": "serve", "node": K8S_NODE, "owner": "ReplicaSet", "emptydir": True},
+        {"name": "debug", "namespace": "default", "node": K8S_NODE, "owner": ""},
+        {"name": "dcgm-exporter-x", "namespace": "monitoring", "node": K8S_NODE, "owner": "DaemonSet"},
+    ]
+    Path(env_base["FAKE_K8S_STATE"]).write_text(json.dumps({"nodes": {K8S_NODE: {"unschedulable": False}}, "pods": pods}))
+    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "20", "FMINFRA_DRAIN_KUBECONFIG": str(kubeconfig)}
+    model = _group(20)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    k8s = json.loads(Path(env_base["FAKE_K8S_STATE"]).read_text())
+    assert k8s["nodes"][K8S_NODE]["unschedulable"] is True
+    assert k8s["log"][0] == f"node {K8S_NODE} cordoned"
+    assert [p["name"] for p in k8s["pods"]] == ["dcgm-exporter-x"]  # daemon set pods stay
+    assert [what for _, what in model.events][1] == f"completed {INSTANCE} CONTINUE"
+
+
+def test_a_drain_longer_than_the_hook_timeout_records_heartbeats(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Auto Scaling caps HeartbeatTimeout at 7200 s: a longer drain keeps the instance with heartbeats."""
+    _slurm_node_running(tmp_path, env_base, jobs, "303", STUBBORN_JOB)
+    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "9000", "FMINFRA_DRAIN_BUDGET_SECONDS": "3"}
+    model = _group(9000)
+    assert model.hooks[DRAIN_HOOK_NAME].heartbeat_timeout_s == 7200
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    assert model.times("heartbeat"), "a drain past the hook's timeout must record a heartbeat"
+
+
+def test_without_a_hook_the_instance_terminates_at_once_and_nothing_drains(tmp_path: Path, env_base: dict[str, str]) -> None:
+    """The fake's protocol: no termination hook, no Terminating:Wait (what the group had before the
+    hook), and completing an instance that is not waiting fails as the API does."""
+    install_fakes(tmp_path / "bin")
+    model = _group(20, hooks=False)
+    model.scale_in(INSTANCE)
+    assert [what for _, what in model.events] == [f"scale-in {INSTANCE}", f"terminated {INSTANCE}"]
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        done = subprocess.run(
+            ["aws", "autoscaling", "complete-lifecycle-action", "--lifecycle-hook-name", DRAIN_HOOK_NAME, "--auto-scaling-group-name", GROUP,
+             "--instance-id", INSTANCE, "--lifecycle-action-result", "CONTINUE"],
+            env={**env_base, "FAKE_AWS_ENDPOINT": server.url}, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    assert done.returncode == 254 and "(ValidationError)" in done.stderr
+
+
+def test_ec2_reclaim_does_not_wait_for_the_hook() -> None:
+    model = _group(600)
+    model.scale_in(INSTANCE)
+    model.ec2_reclaim(INSTANCE)
+    assert model.instances[INSTANCE].state == "Terminated"
+    assert model.call(
+        "CompleteLifecycleAction",
+        {"AutoScalingGroupName": GROUP, "LifecycleHookName": DRAIN_HOOK_NAME, "InstanceId": INSTANCE, "LifecycleActionResult": "CONTINUE"},
+    )
+
+
+def test_the_fake_refuses_a_drain_without_a_reason_and_imds_without_a_token(tmp_path: Path, env_base: dict[str, str]) -> None:
+    install_fakes(tmp_path / "bin")
+    slurm_state(Path(env_base["FAKE_SLURM_STATE"]), NODE, {})
+    bad = subprocess.run(
+        ["scontrol", "update", f"NodeName={NODE}", "State=DRAIN"], env=env_base, capture_output=True, text=True, check=False
+    )
+    assert bad.returncode == 1 and "reason" in bad.stderr
+    model = _group(20)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        plain = subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{server.url}/latest/meta-data/instance-id"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    assert plain.stdout == "401"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("FMINFRA_DRAIN_GROUP", ""), ("FMINFRA_DRAIN_SECONDS", "ten"), ("FMINFRA_DRAIN_NOT_AFTER", "2027-13-45")],
+)
+def test_bad_settings_exit_2_with_one_line(env_base: dict[str, str], name: str, value: str) -> None:
+    result = subprocess.run(["bash", str(SCRIPT), "drain"], env={**env_base, name: value}, capture_output=True, text=True, check=False)
+    assert result.returncode == 2
+    assert name in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_install_writes_and_starts_the_unit_twice_the_same(tmp_path: Path, env_base: dict[str, str]) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "systemctl.log"
+    (bin_dir / "systemctl").write_text(f'#!/usr/bin/env bash\necho "$*" >> {calls}\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "600", "FMINFRA_DRAIN_NOT_AFTER": "2027-01-17T11:00:00Z", "FMINFRA_AWS_REGION": "us-west-2"}
+    for _ in range(2):
+        result = subprocess.run(["bash", str(SCRIPT), "install"], env=env, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+    root = Path(env["FMINFRA_ROOT"])
+    unit = (root / "etc/systemd/system/fminfra-drain.service").read_text()
+    assert f"ExecStart=/usr/bin/env bash {SCRIPT} watch" in unit and "EnvironmentFile=" in unit
+    settings = (root / "etc/fminfra/drain.env").read_text().splitlines()
+    assert f"FMINFRA_DRAIN_GROUP={GROUP}" in settings and "FMINFRA_DRAIN_NOT_AFTER=2027-01-17T11:00:00Z" in settings
+    assert calls.read_text().splitlines() == ["daemon-reload", "enable --now fminfra-drain.service"] * 2
