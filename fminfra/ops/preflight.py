@@ -20,7 +20,7 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fminfra import catalog
-from fminfra.capacity.rules import utc_timestamp
+from fminfra.capacity.rules import scale_in_time, utc_timestamp
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.core.table import format_table
 from fminfra.ops.aws import AwsAccessError, access_problem, error_code
@@ -71,6 +71,7 @@ class Clients:
     service_quotas: Any
     sagemaker: Any
     sts: Any
+    autoscaling: Any = None  # the deployed ec2 groups and their pending scheduled actions
 
 
 Group = InstanceGroupConfig | InferenceNodeGroupConfig
@@ -121,6 +122,7 @@ class Preflight:
             self.availability_zones,
             self.offerings,
             self.reservations,
+            self.block_schedules,
             self.training_plans,
             self.ec2_quotas,
             self.sagemaker_quotas,
@@ -310,9 +312,9 @@ class Preflight:
                 "matches the group",
                 f"{r['InstanceType']}, {LINUX_PLATFORM}, {az_id}, default tenancy, {r.get('TotalInstanceCount')} instances",
             )
-        self._check_reservation_time(kind, group, rid, r, is_block)
+        self._check_reservation_time(group, rid, r, is_block)
 
-    def _check_reservation_time(self, kind: str, group: Group, rid: str, r: dict[str, Any], is_block: bool) -> None:
+    def _check_reservation_time(self, group: Group, rid: str, r: dict[str, Any], is_block: bool) -> None:
         subject = f"reservation {rid}"
         state = r.get("State", "?")
         start = _aware(r["StartDate"]) if r.get("StartDate") else None
@@ -338,14 +340,104 @@ class Preflight:
                 "window matches the config",
                 f"the block runs {utc_timestamp(start)} to {utc_timestamp(end)}; the config says {utc_timestamp(cap.starts_at)} to {utc_timestamp(cap.ends_at)}",
             )
-        if kind == "ec2" and cap.starts_at <= self.now:
+
+    # ----------------------------------------------------------------------------------------
+
+    def block_schedules(self) -> None:
+        """What a deploy now does to each ec2 Capacity Block group's scheduled actions.
+
+        CloudFormation creates and updates them with PutScheduledUpdateGroupAction, which refuses
+        a start time in the past; Auto Scaling drops a one-time action once it has run; and an
+        update that leaves an action's properties as they are makes no call for it
+        (docs/facts/capacity.md#asg-scheduled-action-past-and-run). So a redeploy inside a
+        running block is fine as long as it leaves the block's actions alone, and the next
+        block's window puts both actions again."""
+        if self.cfg.compute.hyperpod:
+            return
+        for group in self.cfg.compute.instance_groups:
+            cap = group.capacity
+            if cap.type == "capacity-block" and cap.starts_at is not None and cap.ends_at is not None:
+                self._check_block_schedule(group, cap.starts_at, scale_in_time(cap.ends_at, cap.drain))
+
+    def _check_block_schedule(self, group: InstanceGroupConfig, starts_at: datetime, scale_in_at: datetime) -> None:
+        subject, check = f"group {group.name}", "block schedule on deploy"
+        start, end = utc_timestamp(starts_at), utc_timestamp(scale_in_at)
+        deployed, pending = self._deployed_schedule(self.cfg.physical_name(group.name))
+        if deployed is None:
+            if starts_at > self.now:
+                self.add("PASS", subject, check, f"not deployed yet: the deploy creates BlockStart at {start} and BlockEnd at {end}")
+            else:
+                self.add(
+                    "FAIL",
+                    subject,
+                    check,
+                    f"starts_at {start} has passed and the group is not deployed: creating BlockStart would put a scheduled "
+                    "action in the past, which Auto Scaling refuses. Deploy before a block starts; to use a block already "
+                    "running, deploy without starts_at/ends_at and scale by hand (docs/capacity.md)",
+                )
+            return
+        ins = sorted(_aware(a["StartTime"]) for a in pending if int(a.get("DesiredCapacity", 0)) == 0)
+        outs = [_aware(a["StartTime"]) for a in pending if int(a.get("DesiredCapacity", 0)) > 0]
+        running_block_end = ins[0] if ins and not outs else None  # its BlockStart has run
+        if starts_at > self.now:
+            if running_block_end is not None and running_block_end != scale_in_at:
+                self.add(
+                    "FAIL",
+                    subject,
+                    check,
+                    f"the running block's scale-in at {utc_timestamp(running_block_end)} has not run: this deploy moves it to "
+                    f"{end}, and the running block would neither scale in nor drain before EC2 reclaims it; deploy the next "
+                    f"block's window after {utc_timestamp(running_block_end)}",
+                )
+            else:
+                self.add("PASS", subject, check, f"the deploy puts BlockStart at {start} and BlockEnd at {end}")
+            return
+        same_window = running_block_end == scale_in_at or (not pending and scale_in_at <= self.now)
+        if not same_window:
             self.add(
                 "FAIL",
-                f"group {group.name}",
-                "scheduled actions in the future",
-                f"starts_at {utc_timestamp(cap.starts_at)} has passed and Auto Scaling rejects scheduled actions in the past; "
-                "remove starts_at/ends_at and scale the group by hand (docs/capacity.md)",
+                subject,
+                check,
+                f"starts_at {start} has passed and the deployed group's schedule is another one (no pending scale-in at "
+                f"{end}): the deploy would put BlockStart in the past, which Auto Scaling refuses. Give the next block's "
+                "window, or deploy before a block starts",
             )
+        elif int(deployed["MaxSize"]) != group.count:
+            self.add(
+                "FAIL",
+                subject,
+                check,
+                f"count changes from {deployed['MaxSize']} to {group.count} while the block runs: CloudFormation would put "
+                f"BlockStart again with its start ({start}) in the past, which Auto Scaling refuses; change count with the next block's window",
+            )
+        elif running_block_end is not None:
+            self.add(
+                "PASS",
+                subject,
+                check,
+                f"the block runs (BlockStart at {start} has run, BlockEnd at {end} is pending): a deploy leaves both and the group's size as they are",
+            )
+        else:
+            self.add(
+                "PASS",
+                subject,
+                check,
+                f"this block's scale-in at {end} has passed and nothing is pending: a deploy with the deployed window leaves "
+                "the schedule as it is; give the next block's window before it starts",
+            )
+
+    def _deployed_schedule(self, group_name: str) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The deployed Auto Scaling group (None when there is none) and its scheduled actions that
+        have not run (DescribeScheduledActions lists only those)."""
+        if self.c.autoscaling is None:
+            return None, []
+        groups = self.c.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group_name])["AutoScalingGroups"]
+        if not groups:
+            return None, []
+        actions: list[dict[str, Any]] = []
+        for page in self.c.autoscaling.get_paginator("describe_scheduled_actions").paginate(AutoScalingGroupName=group_name):
+            actions.extend(page["ScheduledUpdateGroupActions"])
+        return groups[0], actions
 
     # ----------------------------------------------------------------------------------------
 
@@ -714,6 +806,7 @@ def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
         service_quotas=client(session, "service-quotas"),
         sagemaker=client(session, "sagemaker"),
         sts=client(session, "sts"),
+        autoscaling=client(session, "autoscaling"),
     )
 
 

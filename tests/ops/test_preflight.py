@@ -298,23 +298,144 @@ def test_capacity_block_timing(aws: Aws, changes: dict[str, Any], status: str, r
     assert [(r.status, r.reason) for r in rows] == [(status, reason)]
 
 
-def test_block_window_must_match_and_lie_ahead_for_scheduled_actions(aws: Aws) -> None:
+BLOCK1 = {"type": "capacity-block", "reservation_ids": [RID], "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z"}
+RID2 = "cr-0fedcba9876543210"
+BLOCK2 = {"type": "capacity-block", "reservation_ids": [RID2], "starts_at": "2027-01-24T11:30:00Z", "ends_at": "2027-01-31T11:30:00Z"}
+BLOCK2_RESERVATION = {
+    "CapacityReservationId": RID2,
+    "State": "scheduled",
+    "StartDate": datetime(2027, 1, 24, 11, 30, tzinfo=UTC),
+    "EndDate": datetime(2027, 1, 31, 11, 30, tzinfo=UTC),
+}
+
+
+def _schedule_rows(rows: list[Row]) -> list[tuple[str, str]]:
+    return [(r.status, r.reason) for r in rows if r.check == "block schedule on deploy"]
+
+
+class _DeployedGroup:
+    """This environment's `block` group as deployed with a window: moto's Auto Scaling holds the
+    group and its one-time actions; `ran` removes an action the way Auto Scaling drops one that
+    has run (docs/facts/capacity.md#asg-scheduled-action-past-and-run)."""
+
+    NAME = "fminfra-pf-block"
+
+    def __init__(self, max_size: int, block_start: str, block_end: str) -> None:
+        self.client = boto3.client("autoscaling", region_name="us-west-2")
+        ec2 = boto3.client("ec2", region_name="us-west-2")
+        if not ec2.describe_launch_templates(Filters=[{"Name": "launch-template-name", "Values": [self.NAME]}])["LaunchTemplates"]:
+            ec2.create_launch_template(
+                LaunchTemplateName=self.NAME, LaunchTemplateData={"ImageId": "ami-12c6146b", "InstanceType": "p5.48xlarge"}
+            )
+        self.client.create_auto_scaling_group(
+            AutoScalingGroupName=self.NAME,
+            LaunchTemplate={"LaunchTemplateName": self.NAME},
+            MinSize=0,
+            MaxSize=max_size,
+            DesiredCapacity=0,
+            AvailabilityZones=["us-west-2d"],
+        )
+        for name, when, size in (("BlockStart", block_start, max_size), ("BlockEnd", block_end, 0)):
+            self.client.put_scheduled_update_group_action(
+                AutoScalingGroupName=self.NAME,
+                ScheduledActionName=name,
+                StartTime=datetime.fromisoformat(when),
+                MinSize=size if size else 0,
+                MaxSize=max_size,
+                DesiredCapacity=size,
+            )
+
+    def ran(self, action: str) -> None:
+        self.client.delete_scheduled_action(AutoScalingGroupName=self.NAME, ScheduledActionName=action)
+
+    def remove(self) -> None:
+        self.client.delete_auto_scaling_group(AutoScalingGroupName=self.NAME, ForceDelete=True)
+
+
+@pytest.fixture
+def deployed(aws: Aws) -> Iterator[list[_DeployedGroup]]:
+    aws.clients = Clients(**{**aws.clients.__dict__, "autoscaling": boto3.client("autoscaling", region_name="us-west-2")})
+    groups: list[_DeployedGroup] = []
+    yield groups
+    for group in groups:
+        group.remove()
+
+
+def test_a_first_deploy_after_the_block_started_fails_and_a_wrong_window_too(aws: Aws, deployed: list[_DeployedGroup]) -> None:
     aws.reservation(_reservation())
-    cap = {"type": "capacity-block", "reservation_ids": [RID], "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-18T11:30:00Z"}
+    cap = {**BLOCK1, "ends_at": "2027-01-18T11:30:00Z"}
     fails = _rows(aws.run(_cfg(capacity=cap)), "FAIL")
-    assert fails == [
+    assert fails[0] == (
+        f"reservation {RID}",
+        "window matches the config",
+        "the block runs 2027-01-10T11:30:00Z to 2027-01-17T11:30:00Z; the config says 2027-01-10T11:30:00Z to 2027-01-18T11:30:00Z",
+    )
+    assert fails[1][:2] == ("group block", "block schedule on deploy")
+    assert fails[1][2].startswith("starts_at 2027-01-10T11:30:00Z has passed and the group is not deployed")
+
+
+def test_a_redeploy_inside_a_running_block_passes(aws: Aws, deployed: list[_DeployedGroup]) -> None:
+    """A running block is a normal state to deploy in: its BlockStart has run, its BlockEnd is
+    pending, and a deploy that leaves both as they are makes no call for them."""
+    deployed.append(_DeployedGroup(2, "2027-01-10T11:30:00+00:00", "2027-01-17T10:50:00+00:00"))
+    deployed[0].ran("BlockStart")
+    aws.reservation(_reservation())
+    rows = aws.run(_cfg(capacity=BLOCK1))
+    assert _schedule_rows(rows) == [
         (
-            f"reservation {RID}",
-            "window matches the config",
-            "the block runs 2027-01-10T11:30:00Z to 2027-01-17T11:30:00Z; the config says 2027-01-10T11:30:00Z to 2027-01-18T11:30:00Z",
-        ),
-        (
-            "group block",
-            "scheduled actions in the future",
-            "starts_at 2027-01-10T11:30:00Z has passed and Auto Scaling rejects scheduled actions in the past; "
-            "remove starts_at/ends_at and scale the group by hand (docs/capacity.md)",
-        ),
+            "PASS",
+            "the block runs (BlockStart at 2027-01-10T11:30:00Z has run, BlockEnd at 2027-01-17T10:50:00Z is pending): "
+            "a deploy leaves both and the group's size as they are",
+        )
     ]
+    assert not _rows(rows, "FAIL")
+
+
+def test_a_count_change_inside_a_running_block_fails(aws: Aws, deployed: list[_DeployedGroup]) -> None:
+    deployed.append(_DeployedGroup(2, "2027-01-10T11:30:00+00:00", "2027-01-17T10:50:00+00:00"))
+    deployed[0].ran("BlockStart")
+    aws.reservation(_reservation(TotalInstanceCount=3))
+    ((status, reason),) = _schedule_rows(aws.run(_cfg(count=3, capacity=BLOCK1)))
+    assert status == "FAIL" and reason.startswith("count changes from 2 to 3 while the block runs")
+
+
+def test_block_1_then_block_2(aws: Aws, deployed: list[_DeployedGroup]) -> None:
+    """The sequence a team runs: block 2's window while block 1's scale-in is pending fails (the
+    deploy would move it and block 1 would never drain); once it has run, block 2's window puts
+    both actions again; inside block 2, a redeploy passes."""
+    deployed.append(_DeployedGroup(2, "2027-01-10T11:30:00+00:00", "2027-01-17T10:50:00+00:00"))
+    deployed[0].ran("BlockStart")
+    aws.stubs["ec2"].add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [_reservation(**BLOCK2_RESERVATION)]}, {"CapacityReservationIds": [RID2]}
+    )
+    ((status, reason),) = _schedule_rows(aws.run(_cfg(capacity=BLOCK2)))
+    assert status == "FAIL" and "scale-in at 2027-01-17T10:50:00Z has not run" in reason
+    deployed[0].ran("BlockEnd")
+    aws.stubs["ec2"].add_response(
+        "describe_capacity_reservations", {"CapacityReservations": [_reservation(**BLOCK2_RESERVATION)]}, {"CapacityReservationIds": [RID2]}
+    )
+    assert _schedule_rows(run_with(aws, _cfg(capacity=BLOCK2), NOW + timedelta(days=6))) == [
+        ("PASS", "the deploy puts BlockStart at 2027-01-24T11:30:00Z and BlockEnd at 2027-01-31T10:50:00Z")
+    ]
+    # Block 2 deployed and started: its BlockStart has run.
+    deployed[0].remove()
+    deployed[0] = _DeployedGroup(2, "2027-01-24T11:30:00+00:00", "2027-01-31T10:50:00+00:00")
+    deployed[0].ran("BlockStart")
+    aws.stubs["ec2"].add_response(
+        "describe_capacity_reservations",
+        {"CapacityReservations": [_reservation(**{**BLOCK2_RESERVATION, "State": "active"})]},
+        {"CapacityReservationIds": [RID2]},
+    )
+    ((status, _),) = _schedule_rows(run_with(aws, _cfg(capacity=BLOCK2), datetime(2027, 1, 25, 8, 0, tzinfo=UTC)))
+    assert status == "PASS"
+
+
+def run_with(aws: Aws, cfg: EnvironmentConfig, now: datetime) -> list[Row]:
+    aws.eni_quota(5000.0)
+    rows = run_preflight(cfg, aws.clients, now=now)
+    for stub in aws.stubs.values():
+        stub.assert_no_pending_responses()
+    return rows
 
 
 def test_denied_call_is_a_failed_row(aws: Aws) -> None:
