@@ -94,3 +94,14 @@ def duration_problem(days: int) -> str | None:
     if 1 <= days <= 14 or (14 < days <= MAX_DURATION_DAYS and days % 7 == 0):
         return None
     return f"--duration-days must be 1-14, or a multiple of 7 up to {MAX_DURATION_DAYS}, got {days}"
+
+
+# EKS managed node groups on a Capacity Block: EKS itself puts a scheduled action on the node
+# group's Auto Scaling group ("Amazon EKS Node Group Capacity Scaledown Before Reservation End")
+# that scales it to 0 forty minutes before the end, and drains the nodes as it terminates them
+# (docs/facts/eks.md#eks-capacity-block-scaledown). fminfra's drain window does not apply there.
+EKS_SCALEDOWN_BEFORE_END = timedelta(minutes=40)
+EKS_DRAIN_MINUTES_PROBLEM = (
+    "does not apply to inference node groups: EKS scales a Capacity Block node group to 0 and drains it "
+    "40 minutes before the block ends, on its own schedule; remove drain_minutes"
+)

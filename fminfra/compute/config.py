@@ -11,7 +11,14 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fminfra import catalog
-from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
+from fminfra.capacity.rules import (
+    DEFAULT_DRAIN,
+    EKS_DRAIN_MINUTES_PROBLEM,
+    MAX_DRAIN_MINUTES,
+    MAX_DURATION_DAYS,
+    end_time_problem,
+    scale_in_time,
+)
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.versions import version
 from fminfra.eks.rules import DEFAULT_TEAM, RESERVED_NAMESPACES
@@ -275,6 +282,8 @@ class InferenceNodeGroupConfig(Model):
         k8s = [p for key, value in self.labels.items() for p in _k8s_problems("labels", key, value)]
         k8s += [p for i, taint in enumerate(self.taints) for p in _k8s_problems(f"taints[{i}]", taint.key, taint.value)]
         _raise_problems(k8s)
+        if self.capacity.type == "capacity-block" and self.capacity.drain_minutes is not None:
+            raise Problems([("capacity.drain_minutes", EKS_DRAIN_MINUTES_PROBLEM)])
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
                 [

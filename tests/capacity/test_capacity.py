@@ -158,6 +158,21 @@ def test_inference_node_group_rejects_training_plan() -> None:
     ]
 
 
+def test_inference_node_group_refuses_a_drain_eks_does_not_take() -> None:
+    """EKS scales a Capacity Block node group down 40 minutes before the end on its own schedule
+    (docs/facts/eks.md#eks-capacity-block-scaledown): a drain_minutes there would be ignored."""
+    data = copy.deepcopy(STAGING)
+    window = {"starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z"}
+    data["compute"]["inference_node_groups"][0]["placement"] = "none"
+    data["compute"]["inference_node_groups"][0]["capacity"] = {**BLOCK, **window, "drain_minutes": 20}
+    assert _problems(data) == [
+        "f.yaml: compute.inference_node_groups[0].capacity.drain_minutes: does not apply to inference node groups: EKS scales a "
+        "Capacity Block node group to 0 and drains it 40 minutes before the block ends, on its own schedule; remove drain_minutes"
+    ]
+    data["compute"]["inference_node_groups"][0]["capacity"] = {**BLOCK, **window}
+    assert parse_config(data, "f.yaml").compute.inference_node_groups[0].capacity.ends_at is not None
+
+
 @pytest.mark.parametrize(
     "capacity",
     [
