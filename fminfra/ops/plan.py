@@ -140,7 +140,8 @@ def capacity_block_deploy_notes(cfg: EnvironmentConfig, now: datetime) -> list[s
         elif cap.starts_at <= now < scale_in_time(cap.ends_at, cap.drain):
             notes.append(
                 f"{group.name}: its Capacity Block runs now (until {utc_timestamp(cap.ends_at)}); a deploy keeps its "
-                f"{group.count} instances (update policy), changes reach new instances only, and a changed count resizes it at once"
+                f"{group.count} instances (update policy), changes reach new instances only, and a changed count fails the deploy "
+                "(BlockStart would be put again with its start in the past; docs/capacity.md)"
             )
     return notes
 

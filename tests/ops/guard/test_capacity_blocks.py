@@ -95,6 +95,8 @@ def test_plan_says_when_a_deploy_touches_a_running_block_group() -> None:
     assert capacity_block_deploy_notes(cfg, BEFORE_BLOCK) == []
     (note,) = capacity_block_deploy_notes(cfg, INSIDE)
     assert note.startswith("block: its Capacity Block runs now (until 2027-01-17T11:30:00Z); a deploy keeps its 8 instances")
+    # A count change inside the block puts BlockStart again in the past (docs/facts/capacity.md#asg-scheduled-action-past-and-run).
+    assert note.endswith("a changed count fails the deploy (BlockStart would be put again with its start in the past; docs/capacity.md)")
     assert f"WARN deploy: {note}" in plan_warnings(cfg, now=INSIDE)
     assert not [line for line in plan_warnings(cfg, now=BEFORE_BLOCK) if line.startswith("WARN deploy:")]
 
