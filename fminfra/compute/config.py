@@ -284,6 +284,15 @@ class InferenceNodeGroupConfig(Model):
         _raise_problems(k8s)
         if self.capacity.type == "capacity-block" and self.capacity.drain_minutes is not None:
             raise Problems([("capacity.drain_minutes", EKS_DRAIN_MINUTES_PROBLEM)])
+        if self.capacity.type == "capacity-block" and self.capacity.starts_at is not None and self.desired_size == 0:
+            raise Problems(
+                [
+                    (
+                        "desired_size",
+                        "must be 1 or more with capacity.starts_at: the block's start sets the node group to desired_size, got 0",
+                    )
+                ]
+            )
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
                 [

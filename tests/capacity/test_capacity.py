@@ -173,6 +173,20 @@ def test_inference_node_group_refuses_a_drain_eks_does_not_take() -> None:
     assert parse_config(data, "f.yaml").compute.inference_node_groups[0].capacity.ends_at is not None
 
 
+def test_inference_node_group_with_a_block_start_needs_a_desired_size() -> None:
+    """The block's start sets the node group to its desired_size: 0 there would never use the block."""
+    data = copy.deepcopy(STAGING)
+    group = data["compute"]["inference_node_groups"][0]
+    group.update(placement="none", min_size=0, desired_size=0, max_size=2)
+    group["capacity"] = {**BLOCK, "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z"}
+    assert _problems(data) == [
+        "f.yaml: compute.inference_node_groups[0].desired_size: must be 1 or more with capacity.starts_at: the block's start "
+        "sets the node group to desired_size, got 0"
+    ]
+    del group["capacity"]["starts_at"], group["capacity"]["ends_at"]
+    assert parse_config(data, "f.yaml").compute.inference_node_groups[0].desired_size == 0
+
+
 @pytest.mark.parametrize(
     "capacity",
     [

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from typing import Any, cast
 
 import aws_cdk as cdk
@@ -210,6 +211,7 @@ class InferenceGroupSpec:
     taints: Sequence[tuple[str, str, str]] | None = None
     root_volume_gib: int = 200
     capacity_block: bool = False
+    block_starts_at: datetime | None = None
     launch_template: EfaLaunchTemplateProps | None = None
 
 
@@ -314,6 +316,7 @@ class Clusters(Construct):
                     root_volume_gib=group.root_volume_gib,
                     launch_template=launch_template,
                     capacity_block=group.capacity_block,
+                    block_starts_at=group.block_starts_at,
                 ),
             )
 

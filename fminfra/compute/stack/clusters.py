@@ -477,5 +477,6 @@ def inference_group(
         taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
         root_volume_gib=igroup.root_volume_gib,
         capacity_block=igroup.capacity.type == "capacity-block",
+        block_starts_at=igroup.capacity.starts_at if igroup.capacity.type == "capacity-block" else None,
         launch_template=launch_template,
     )

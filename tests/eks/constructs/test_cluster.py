@@ -206,6 +206,11 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
     block_data = templates[block["LaunchTemplate"]["Id"]["Ref"]]["Properties"]["LaunchTemplateData"]
     assert block_data["InstanceMarketOptions"]["MarketType"] == "capacity-block"
     assert "Placement" not in block_data
+    # With starts_at the group waits at 0 and one schedule sizes it at the block's start.
+    assert block["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
+    (schedule,) = synth.resources("cap-eks", "Compute", "AWS::Scheduler::Schedule").values()
+    assert schedule["Properties"]["ScheduleExpression"] == "at(2027-01-10T11:30:00)"
+    assert "ScalingConfig" in json.dumps(schedule["Properties"]["Target"]["Input"])
 
 
 def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -> None:
