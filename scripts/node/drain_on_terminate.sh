@@ -33,6 +33,8 @@
 #   FMINFRA_AWS_REGION; lib.sh's FMINFRA_IMDS_URL, FMINFRA_ROOT, FMINFRA_LOG_DIR, FMINFRA_RETRIES
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=drain_lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/drain_lib.sh"
 
 FMINFRA_DRAIN_GROUP=${FMINFRA_DRAIN_GROUP:-}
 FMINFRA_DRAIN_HOOK=${FMINFRA_DRAIN_HOOK:-}
@@ -74,8 +76,6 @@ aws_autoscaling() {
     retry aws autoscaling "$@" ${FMINFRA_AWS_REGION:+--region "$FMINFRA_AWS_REGION"}
 }
 
-now() { date -u +%s; }
-
 # The drain's deadline: the budget from now, and never within the margin of the block's reclaim.
 deadline() {
     local by_budget by_block
@@ -88,6 +88,8 @@ deadline() {
 }
 
 LAST_HEARTBEAT=0
+INSTANCE_ID=
+drain_tick() { heartbeat_if_due "$INSTANCE_ID"; }
 # A drain longer than the hook's timeout keeps the instance in Terminating:Wait with heartbeats.
 heartbeat_if_due() {
     local instance_id=$1
@@ -101,40 +103,6 @@ heartbeat_if_due() {
     fi
 }
 
-slurm_jobs_on() {
-    squeue --noheader --nodelist="$1" --format=%i
-}
-
-drain_slurm() {
-    local instance_id=$1 until=$2 node jobs
-    node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
-    log INFO "slurm: draining $node (no new jobs), signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
-    scontrol update NodeName="$node" State=DRAIN Reason="fminfra: instance terminating (Capacity Block end or scale-in)" ||
-        log WARN "slurm: could not set $node DRAIN"
-    scancel --signal="$FMINFRA_DRAIN_SIGNAL" --full --nodelist="$node" || log WARN "slurm: scancel --signal failed"
-    while jobs=$(slurm_jobs_on "$node") && [[ -n $jobs ]] && (($(now) < until)); do
-        heartbeat_if_due "$instance_id"
-        sleep "$FMINFRA_DRAIN_POLL_SECONDS"
-    done
-    if [[ -n ${jobs:-} ]]; then
-        log WARN "slurm: jobs $(tr '\n' ' ' <<<"$jobs")still on $node at the deadline: setting it DOWN"
-        scontrol update NodeName="$node" State=DOWN Reason="fminfra: instance terminating, drain deadline reached" ||
-            log WARN "slurm: could not set $node DOWN"
-    else
-        log INFO "slurm: $node has no jobs left"
-    fi
-}
-
-drain_kubernetes() {
-    local until=$1 node left
-    node=${FMINFRA_K8S_NODE_NAME:-$(imds_get local-hostname)}
-    left=$((until - $(now)))
-    ((left > 0)) || left=1
-    log INFO "kubernetes: draining $node (cordon, then evict its pods within ${left}s)"
-    kubectl --kubeconfig "$FMINFRA_DRAIN_KUBECONFIG" drain "$node" --ignore-daemonsets --delete-emptydir-data --force \
-        --timeout="${left}s" || log WARN "kubernetes: kubectl drain did not finish (pods may remain on $node)"
-}
-
 cmd_drain() {
     local instance_id until drained=0
     require_settings
@@ -142,7 +110,8 @@ cmd_drain() {
     until=$(deadline)
     log INFO "draining $instance_id of $FMINFRA_DRAIN_GROUP until $(date -u -d "@$until" +%Y-%m-%dT%H:%M:%SZ)"
     if command -v scontrol >/dev/null; then
-        drain_slurm "$instance_id" "$until"
+        INSTANCE_ID=$instance_id
+        drain_slurm "$until" "instance terminating (Capacity Block end or scale-in)"
         drained=1
     fi
     if [[ -n $FMINFRA_DRAIN_KUBECONFIG ]]; then
@@ -171,32 +140,11 @@ cmd_watch() {
 }
 
 cmd_install() {
-    local env_file=$FMINFRA_ROOT/etc/fminfra/drain.env unit_file=$FMINFRA_ROOT/etc/systemd/system/$UNIT content name
     require_settings
-    content="# Written by fminfra drain_on_terminate.sh; do not edit."
-    for name in FMINFRA_DRAIN_GROUP FMINFRA_DRAIN_HOOK FMINFRA_DRAIN_SECONDS FMINFRA_DRAIN_BUDGET_SECONDS \
+    install_service "$UNIT" drain.env "fminfra: drain this node and complete its Auto Scaling termination hook" 5 \
+        FMINFRA_DRAIN_GROUP FMINFRA_DRAIN_HOOK FMINFRA_DRAIN_SECONDS FMINFRA_DRAIN_BUDGET_SECONDS \
         FMINFRA_DRAIN_NOT_AFTER FMINFRA_DRAIN_MARGIN_SECONDS FMINFRA_DRAIN_SIGNAL FMINFRA_DRAIN_POLL_SECONDS \
-        FMINFRA_DRAIN_KUBECONFIG FMINFRA_AWS_REGION FMINFRA_SLURM_NODE_NAME FMINFRA_K8S_NODE_NAME; do
-        [[ -n ${!name:-} ]] && content+=$'\n'"$name=${!name}"
-    done
-    mkdir -p "$(dirname "$env_file")" "$(dirname "$unit_file")"
-    printf '%s\n' "$content" >"$env_file"
-    printf '%s\n' "# Written by fminfra drain_on_terminate.sh; do not edit.
-[Unit]
-Description=fminfra: drain this node and complete its Auto Scaling termination hook
-After=network-online.target
-Wants=network-online.target
-
-[Service]
-EnvironmentFile=$env_file
-ExecStart=/usr/bin/env bash $SCRIPT watch
-Restart=on-failure
-RestartSec=5
-
-[Install]
-WantedBy=multi-user.target" >"$unit_file"
-    systemctl daemon-reload
-    systemctl enable --now "$UNIT"
+        FMINFRA_DRAIN_KUBECONFIG FMINFRA_AWS_REGION FMINFRA_SLURM_NODE_NAME FMINFRA_K8S_NODE_NAME
     log INFO "installed $UNIT for $FMINFRA_DRAIN_GROUP (hook $FMINFRA_DRAIN_HOOK)"
 }
 

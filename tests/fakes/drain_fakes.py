@@ -19,6 +19,11 @@ What they model, and where that comes from:
 - IMDSv2 (`MetadataServer`; docs/facts/network.md#imdsv2-session-token): PUT /latest/api/token
   with X-aws-ec2-metadata-token-ttl-seconds (1-21600) returns a token; a GET without a valid
   X-aws-ec2-metadata-token header is 401.
+- The aws CLI's `sagemaker describe-training-plan --training-plan-name NAME_OR_ARN` (botocore's
+  sagemaker model: TrainingPlanName takes a name or an ARN; the response's EndTime is a timestamp,
+  which the CLI prints in ISO 8601 with `--query EndTime --output text`; a missing field prints
+  None; an unknown plan is ResourceNotFound: docs/facts/hyperpod.md#describe-training-plan-end-time),
+  from the plans in FAKE_TRAINING_PLANS.
 - The aws CLI (`aws` on PATH): `autoscaling complete-lifecycle-action` and
   `record-lifecycle-action-heartbeat` with the options botocore's autoscaling model names
   (LifecycleHookName, AutoScalingGroupName, InstanceId, LifecycleActionResult); a service error
@@ -233,6 +238,29 @@ class MetadataServer:
 _AWS = r"""
 import json, os, sys, urllib.request
 args = sys.argv[1:]
+if args[:2] == ["sagemaker", "describe-training-plan"]:
+    opts, rest = {}, args[2:]
+    while rest:
+        name = rest.pop(0)
+        if name not in ("--training-plan-name", "--query", "--output", "--region") or not rest:
+            print(f"aws: error: unknown or incomplete option {name}", file=sys.stderr); sys.exit(252)
+        opts[name] = rest.pop(0)
+    if "--training-plan-name" not in opts:
+        print("aws: error: the following arguments are required: --training-plan-name", file=sys.stderr); sys.exit(252)
+    plans = json.load(open(os.environ["FAKE_TRAINING_PLANS"]))
+    with open(os.environ["FAKE_AWS_LOG"], "a") as log:
+        log.write(json.dumps(["describe-training-plan", opts]) + "\n")
+    wanted = opts["--training-plan-name"]
+    # TrainingPlanName takes a name or an ARN (botocore: TrainingPlanNameOrArn).
+    plan = next((p for p in plans if wanted in (p["TrainingPlanArn"], p["TrainingPlanName"])), None)
+    if plan is None:
+        print(f"\nAn error occurred (ResourceNotFound) when calling the DescribeTrainingPlan operation: Training plan {wanted} not found", file=sys.stderr)
+        sys.exit(254)
+    if opts.get("--query") == "EndTime" and opts.get("--output") == "text":
+        print(plan.get("EndTime", "None"))
+    else:
+        print(json.dumps(plan))
+    sys.exit(0)
 OPS = {"complete-lifecycle-action": "CompleteLifecycleAction", "record-lifecycle-action-heartbeat": "RecordLifecycleActionHeartbeat"}
 OPTS = {"--lifecycle-hook-name": "LifecycleHookName", "--auto-scaling-group-name": "AutoScalingGroupName",
         "--instance-id": "InstanceId", "--lifecycle-action-result": "LifecycleActionResult", "--region": None}

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 
 from fminfra.capacity.rules import DRAIN_HOOK_NAME, DRAIN_HOOK_TRANSITION, hook_heartbeat_seconds
 from tests.conftest import ROOT
-from tests.fakes.drain_fakes import AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state, stop
+from tests.fakes.drain_fakes import AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state
 
 SCRIPT = ROOT / "scripts" / "node" / "drain_on_terminate.sh"
 GROUP = "fminfra-dev-train"
@@ -64,15 +63,6 @@ def _job(tmp_path: Path, body: str, name: str) -> subprocess.Popen[bytes]:
     script = tmp_path / f"{name}.sh"
     script.write_text(body)
     return subprocess.Popen(["bash", str(script)], env={**os.environ, "CKPT": str(tmp_path / f"{name}.ckpt")})
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for job in started:
-        stop(job.pid)
-        job.wait()
 
 
 def _watch(

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The drain both node handlers share (drain_on_terminate.sh at an Auto Scaling scale-in,
+# drain_before_plan_end.sh before a training plan ends); source it after lib.sh.
+#   drain_slurm UNTIL REASON   the node DRAIN (no new jobs), FMINFRA_DRAIN_SIGNAL to every job on it
+#                              (batch script and steps), wait for them until UNTIL (epoch seconds);
+#                              jobs still running then are ended by setting the node DOWN
+#                              (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal)
+#   drain_kubernetes UNTIL     kubectl drain of this node with FMINFRA_DRAIN_KUBECONFIG, within the time
+#                              left (docs/facts/eks.md#kubectl-drain)
+#   install_service UNIT ENV_NAME DESCRIPTION RESTART_S SETTING...   write the settings that are
+#                              set to FMINFRA_ROOT/etc/fminfra/ENV_NAME and a systemd unit running
+#                              "$SCRIPT watch" with them, then enable and start it
+# While it waits, drain_slurm calls `drain_tick` (define it to do something each poll; default none).
+FMINFRA_DRAIN_SIGNAL=${FMINFRA_DRAIN_SIGNAL:-USR1}
+FMINFRA_DRAIN_POLL_SECONDS=${FMINFRA_DRAIN_POLL_SECONDS:-5}
+FMINFRA_DRAIN_KUBECONFIG=${FMINFRA_DRAIN_KUBECONFIG:-}
+
+now() { date -u +%s; }
+
+declare -F drain_tick >/dev/null || drain_tick() { :; }
+
+slurm_jobs_on() {
+    squeue --noheader --nodelist="$1" --format=%i
+}
+
+drain_slurm() {
+    local until=$1 reason=$2 node jobs
+    node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
+    log INFO "slurm: draining $node (no new jobs), signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
+    scontrol update NodeName="$node" State=DRAIN Reason="fminfra: $reason" ||
+        log WARN "slurm: could not set $node DRAIN"
+    scancel --signal="$FMINFRA_DRAIN_SIGNAL" --full --nodelist="$node" || log WARN "slurm: scancel --signal failed"
+    while jobs=$(slurm_jobs_on "$node") && [[ -n $jobs ]] && (($(now) < until)); do
+        drain_tick
+        sleep "$FMINFRA_DRAIN_POLL_SECONDS"
+    done
+    if [[ -n ${jobs:-} ]]; then
+        log WARN "slurm: jobs $(tr '\n' ' ' <<<"$jobs")still on $node at the deadline: setting it DOWN"
+        scontrol update NodeName="$node" State=DOWN Reason="fminfra: $reason, drain deadline reached" ||
+            log WARN "slurm: could not set $node DOWN"
+    else
+        log INFO "slurm: $node has no jobs left"
+    fi
+}
+
+drain_kubernetes() {
+    local until=$1 node left
+    node=${FMINFRA_K8S_NODE_NAME:-$(imds_get local-hostname)}
+    left=$((until - $(now)))
+    ((left > 0)) || left=1
+    log INFO "kubernetes: draining $node (cordon, then evict its pods within ${left}s)"
+    kubectl --kubeconfig "$FMINFRA_DRAIN_KUBECONFIG" drain "$node" --ignore-daemonsets --delete-emptydir-data --force \
+        --timeout="${left}s" || log WARN "kubernetes: kubectl drain did not finish (pods may remain on $node)"
+}
+
+
+install_service() {
+    local unit=$1 env_file=$FMINFRA_ROOT/etc/fminfra/$2 description=$3 restart=$4 unit_file content name
+    shift 4
+    unit_file=$FMINFRA_ROOT/etc/systemd/system/$unit
+    content="# Written by fminfra $(basename "$SCRIPT"); do not edit."
+    for name in "$@"; do
+        if [[ -n ${!name:-} ]]; then
+            content+=$'\n'"$name=${!name}"
+        fi
+    done
+    mkdir -p "$(dirname "$env_file")" "$(dirname "$unit_file")"
+    printf '%s\n' "$content" >"$env_file"
+    printf '%s\n' "# Written by fminfra $(basename "$SCRIPT"); do not edit.
+[Unit]
+Description=$description
+After=network-online.target
+Wants=network-online.target
+
+[Service]
+EnvironmentFile=$env_file
+ExecStart=/usr/bin/env bash $SCRIPT watch
+Restart=on-failure
+RestartSec=$restart
+
+[Install]
+WantedBy=multi-user.target" >"$unit_file"
+    systemctl daemon-reload
+    systemctl enable --now "$unit"
+}
