@@ -53,7 +53,8 @@ class CapacityConfig(Model):
         default=None,
         ge=1,
         le=MAX_DRAIN_MINUTES,
-        description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations (default 10).",
+        description="capacity-block with starts_at/ends_at: minutes between the scale-in and EC2's terminations; "
+        "training-plan: minutes the nodes drain before SageMaker starts terminating the plan's instances (default 10).",
     )
     training_plan_arn: str | None = Field(default=None, description="training-plan: SageMaker training plan ARN.")
     upfront_fee_usd: float | None = Field(
@@ -70,7 +71,7 @@ class CapacityConfig(Model):
             "odcr": {"end_date"},
             "reservation": {"reservation_ids"},
             "capacity-block": {"reservation_ids", "starts_at", "ends_at", "drain_minutes", "upfront_fee_usd"},
-            "training-plan": {"training_plan_arn", "upfront_fee_usd"},
+            "training-plan": {"training_plan_arn", "drain_minutes", "upfront_fee_usd"},
         }[self.type]
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
@@ -109,7 +110,8 @@ class CapacityConfig(Model):
 
     @property
     def drain(self) -> timedelta:
-        """The drain window before EC2 terminates a block's instances (capacity-block)."""
+        """The drain window before EC2 terminates a block's instances (capacity-block), or before
+        SageMaker terminates a training plan's instances (training-plan)."""
         return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
 
     def _block_window_problems(self) -> list[tuple[str, str]]:

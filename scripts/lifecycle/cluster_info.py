@@ -6,6 +6,7 @@ usage: python3 cluster_info.py PARAMS RESOURCE_CONFIG COMMAND [ARG...]
   node IP...       "<group> <instance type> <role> <gpu>" of the instance holding one of these IPs;
                    role: controller | login | compute | eks; gpu: 1 when the group is in gpu_groups
   addresses GROUP  the groups' instances' CustomerIpAddress values, comma-separated
+  plan GROUP       "<training plan ARN> <drain seconds>" of a training-plan group ("" for any other)
 
 resource_config.json (written by HyperPod; docs/facts/hyperpod.md#hyperpod-resource-config-path):
 InstanceGroups[].Name, .InstanceType, .Instances[].CustomerIpAddress. Bad input: one line naming the
@@ -62,12 +63,23 @@ def role_of(params: dict[str, Any], group: str, path: str) -> str:
 
 def main(argv: list[str]) -> None:
     if len(argv) < 4:
-        fail("usage: cluster_info.py PARAMS RESOURCE_CONFIG param KEY | node IP... | addresses GROUP")
+        fail("usage: cluster_info.py PARAMS RESOURCE_CONFIG param KEY | node IP... | addresses GROUP | plan GROUP")
     params_path, config_path, command, args = argv[1], argv[2], argv[3], argv[4:]
     params = load(params_path, "fminfra's provisioning parameters")
     if command == "param":
         value = params.get(args[0], "") if args else fail("param needs a KEY")
         print(value if isinstance(value, str) else json.dumps(value))
+        return
+    if command == "plan":
+        wanted = args[0] if args else fail("plan needs a GROUP")
+        drain = (params.get("plan_drains") or {}).get(wanted)
+        if drain is None:
+            print("")
+            return
+        arn, seconds = drain.get("training_plan_arn"), drain.get("drain_seconds")
+        if not isinstance(arn, str) or not arn or not isinstance(seconds, int) or seconds < 1:
+            fail(f"{params_path}: plan_drains.{wanted}: needs training_plan_arn (a string) and drain_seconds (a positive integer)")
+        print(arn, seconds)
         return
     config = load(config_path, "HyperPod's resource config")
     if command == "node":
@@ -91,7 +103,7 @@ def main(argv: list[str]) -> None:
                 print(",".join(i["CustomerIpAddress"] for i in group.get("Instances") or [] if i.get("CustomerIpAddress")))
                 return
         fail(f"{config_path}: InstanceGroups[].Name: no group {wanted!r}")
-    fail(f"unknown command {command!r}; use param, node or addresses")
+    fail(f"unknown command {command!r}; use param, node, addresses or plan")
 
 
 if __name__ == "__main__":

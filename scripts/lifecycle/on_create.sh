@@ -14,7 +14,9 @@
 #      host NCCL is a WARN, docs/facts/hyperpod.md#hyperpod-nccl-from-container); the controller
 #      and login groups are CPU types and never run it;
 #   4. Slurm: waits for HyperPod's slurm.conf and starts the role's daemon (start_slurm.sh);
-#   5. Slurm, with prometheus_remote_write_url in the parameters: observability/install_exporters.sh.
+#   5. Slurm, with prometheus_remote_write_url in the parameters: observability/install_exporters.sh;
+#   6. Slurm compute nodes of a training-plan group (the parameters' plan_drains):
+#      node/drain_before_plan_end.sh install (drain before the plan ends).
 # A step the parameters ask for whose script was not published is an error, never a skip.
 set -o errexit -o nounset -o pipefail
 
@@ -103,6 +105,21 @@ install_exporters() {
         FMINFRA_CLUSTER=$(info param cluster_name) bash "$HERE/observability/install_exporters.sh"
 }
 
+# install_plan_drain GROUP: a training-plan group's nodes drain before the plan ends
+# (node/drain_before_plan_end.sh; the parameters' plan_drains).
+install_plan_drain() {
+    local plan arn seconds
+    plan=$(info plan "$1")
+    if [[ -z $plan ]]; then
+        log "group $1 is not on a training plan: no drain before a plan's end"
+        return 0
+    fi
+    read -r arn seconds <<<"$plan"
+    require_script "$HERE/node/drain_before_plan_end.sh" "drain before the training plan ends"
+    FMINFRA_PLAN_ARN=$arn FMINFRA_PLAN_DRAIN_SECONDS=$seconds FMINFRA_AWS_REGION=$(info param region) \
+        bash "$HERE/node/drain_before_plan_end.sh" install
+}
+
 main() {
     mkdir -p "$STATE_DIR" "$(dirname "$LOG_FILE")"
     [[ -f $PARAMS_FILE ]] || die "$PARAMS_FILE was not published with the lifecycle scripts"
@@ -148,6 +165,9 @@ main() {
         require_script "$HERE/start_slurm.sh" "start Slurm"
         bash "$HERE/start_slurm.sh" "$role" "$controllers"
         install_exporters "$role"
+        if [[ $role == compute ]]; then
+            install_plan_drain "$group"
+        fi
     fi
     echo "$version" >"$STATE_DIR/done"
     log "done"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,21 @@ def test_inference_node_group_refuses_a_drain_eks_does_not_take() -> None:
     ]
     data["compute"]["inference_node_groups"][0]["capacity"] = {**BLOCK, **window}
     assert parse_config(data, "f.yaml").compute.inference_node_groups[0].capacity.ends_at is not None
+
+
+def test_training_plan_takes_a_drain() -> None:
+    """A HyperPod group on a training plan drains before SageMaker terminates the plan's
+    instances (scripts/node/drain_before_plan_end.sh): drain_minutes sets how long."""
+    data = copy.deepcopy(STAGING)
+    group = data["compute"]["instance_groups"][0]
+    group["capacity"] = {
+        "type": "training-plan",
+        "training_plan_arn": "arn:aws:sagemaker:us-west-2:222222222222:training-plan/p",
+        "drain_minutes": 45,
+    }
+    assert parse_config(data, "f.yaml").compute.instance_groups[0].capacity.drain == timedelta(minutes=45)
+    group["capacity"]["drain_minutes"] = 0
+    assert [p for p in _problems(data) if "drain_minutes" in p]
 
 
 def test_inference_node_group_with_a_block_start_needs_a_desired_size() -> None:

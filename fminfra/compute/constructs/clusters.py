@@ -338,6 +338,13 @@ class Clusters(Construct):
                 resources=[logs_arn],
             )
         )
+        # Slurm nodes of a training-plan group read their plan's end to drain before it
+        # (scripts/node/drain_before_plan_end.sh): DescribeTrainingPlan on those plans only.
+        plans = sorted({g.training_plan_arn for g in spec.instance_groups if g.training_plan_arn})
+        if plans and on_eks is None:
+            role.add_to_principal_policy(
+                iam.PolicyStatement(sid="TrainingPlanEndRead", actions=["sagemaker:DescribeTrainingPlan"], resources=plans)
+            )
         policy = role.node.try_find_child("DefaultPolicy")
         if policy is not None:
             acknowledge(

@@ -18,7 +18,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
 from fminfra import catalog
-from fminfra.compute.config import DEFAULT_GPU_TAINT
+from fminfra.compute.config import DEFAULT_GPU_TAINT, CapacityConfig
 from fminfra.compute.constructs.clusters import (
     AcceptAccessSpec,
     Clusters,
@@ -236,7 +236,9 @@ def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None,
     set-up) read: the group names by Slurm role, the FSx file system to mount, and where the
     exporters remote-write (the AMP workspace's URL, when there is one). `gpu_groups` names the
     training groups (all GPU types): only their nodes run the GPU verification; the Slurm
-    controller and login groups are CPU types (scripts/lifecycle/on_create.sh)."""
+    controller and login groups are CPU types (scripts/lifecycle/on_create.sh). On Slurm,
+    `plan_drains` gives each training-plan group's plan and drain, so its nodes drain before the
+    plan ends (scripts/node/drain_before_plan_end.sh)."""
     params: dict[str, Any] = {
         "version": "1.0.0",
         "workload_manager": cfg.compute.orchestrator,
@@ -251,11 +253,20 @@ def provisioning_parameters(cfg: EnvironmentConfig, fsx: FsxMount | None = None,
         if slurm.login.count > 0:
             params["login_group"] = LOGIN_GROUP_NAME
         params["worker_groups"] = [{"instance_group_name": g.name, "partition_name": g.name} for g in cfg.compute.instance_groups]
+        drains = {g.name: _plan_drain(g.capacity) for g in cfg.compute.instance_groups if g.capacity.type == "training-plan"}
+        if drains:
+            params["plan_drains"] = drains
     if fsx is not None:
         params.update({"fsx_dns_name": fsx.dns_name, "fsx_mountname": fsx.mount_name, "fsx_mount_path": fsx.mount_path})
     if remote_write_url is not None:
         params["prometheus_remote_write_url"] = remote_write_url
     return params
+
+
+def _plan_drain(capacity: CapacityConfig) -> dict[str, Any]:
+    """What a node of a training-plan group needs to drain before the plan ends
+    (scripts/node/drain_before_plan_end.sh): the plan and the drain in seconds."""
+    return {"training_plan_arn": capacity.training_plan_arn, "drain_seconds": int(capacity.drain.total_seconds())}
 
 
 def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGroup]:

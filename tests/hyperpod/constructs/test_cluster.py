@@ -419,3 +419,16 @@ def test_lifecycle_parameters_carry_the_storage_file_system(synth: Synth) -> Non
     exports = {o["Export"]["Name"]: o["Value"] for o in storage["Outputs"].values() if "Export" in o}
     imported = [name for name in exports if name in markers]
     assert sorted(exports[n]["Fn::GetAtt"][1] for n in imported) == ["DNSName", "LustreMountName"]
+
+
+def test_training_plan_nodes_may_read_their_plans_end_only(synth: Synth) -> None:
+    """The Slurm nodes of a training-plan group read the plan's end (DescribeTrainingPlan) to
+    drain before it, in their own statement, on that plan only."""
+    from tests.eks.constructs.test_cluster import _node_role_sids
+
+    prod = synth.configs["prod"]
+    plans = sorted({g.capacity.training_plan_arn for g in prod.compute.instance_groups if g.capacity.training_plan_arn})
+    statement = _node_role_sids(synth, "prod")["TrainingPlanEndRead"]
+    assert statement["Action"] == "sagemaker:DescribeTrainingPlan"
+    assert statement["Resource"] == (plans[0] if len(plans) == 1 else plans)
+    assert "TrainingPlanEndRead" not in _node_role_sids(synth, "dev")

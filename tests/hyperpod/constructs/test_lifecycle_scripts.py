@@ -84,6 +84,36 @@ def test_generated_parameters() -> None:
     }
 
 
+def test_training_plan_groups_get_their_plan_and_drain() -> None:
+    """On Slurm, each training-plan group's nodes learn their plan and drain
+    (scripts/node/drain_before_plan_end.sh through on_create.sh); other groups get none."""
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    (group,) = [g for g in prod.compute.instance_groups if g.capacity.type == "training-plan"]
+    assert provisioning_parameters(prod)["plan_drains"] == {
+        group.name: {"training_plan_arn": group.capacity.training_plan_arn, "drain_seconds": 600}
+    }
+    longer = prod.model_copy(deep=True)
+    longer.compute.instance_groups[0].capacity.drain_minutes = 45
+    assert provisioning_parameters(longer)["plan_drains"][group.name]["drain_seconds"] == 45 * 60
+    assert "plan_drains" not in provisioning_parameters(load_config(ROOT / "config" / "dev.yaml"))
+
+
+def test_cluster_info_plan(tmp_path: Path) -> None:
+    arn = "arn:aws:sagemaker:us-east-1:333333333333:training-plan/p"
+    params = tmp_path / "p.json"
+    params.write_text(json.dumps({"plan_drains": {"p5": {"training_plan_arn": arn, "drain_seconds": 600}}}))
+
+    def run(group: str) -> subprocess.CompletedProcess[str]:
+        command = ["python3", str(LIFECYCLE / "cluster_info.py"), str(params), "/nonexistent", "plan", group]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    assert run("p5").stdout == f"{arn} 600\n"
+    assert run("p4d").stdout == "\n"
+    params.write_text(json.dumps({"plan_drains": {"p5": {"training_plan_arn": arn, "drain_seconds": "ten"}}}))
+    result = run("p5")
+    assert (result.returncode, result.stderr.count("\n")) == (2, 1) and "plan_drains.p5" in result.stderr
+
+
 # --------------------------------------------------------------------------------------------
 # the simulation
 
