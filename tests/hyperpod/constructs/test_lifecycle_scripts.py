@@ -192,6 +192,14 @@ def test_simulated_slurm_cluster(s3_published: Any, tmp_path: Path) -> None:
         ]
         # 5: FSx mounted now
         assert f"mount -t lustre -o noatime,flock {FSX_DNS}@tcp:/abcdefgh {node.root}/fsx" in node.calls
+        # 6: the training-plan group's nodes (p4d) drain before the plan ends; no other node does
+        unit = node.root / "etc/systemd/system/fminfra-plan-drain.service"
+        assert unit.is_file() == (node.group == "p4d"), node.group
+        if node.group == "p4d":
+            settings = (node.root / "etc/fminfra/plan-drain.env").read_text().splitlines()
+            assert "FMINFRA_PLAN_ARN=arn:aws:sagemaker:us-west-2:666666666666:training-plan/hp-two-groups-p4d" in settings
+            assert "FMINFRA_PLAN_DRAIN_SECONDS=1200" in settings and "FMINFRA_AWS_REGION=us-west-2" in settings
+            assert "drain_before_plan_end.sh watch" in unit.read_text()
     # 3: the controller started slurmctld once slurm.conf named it; every GPU node registered configless
     controller = cluster.node("controller")
     (ctld,) = [e for e in cluster.events() if e["daemon"] == "slurmctld"]
