@@ -40,6 +40,14 @@ from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, Hyper
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
 from fminfra.hyperpod.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
+from fminfra.hyperpod.rules import (
+    EKS_NODE_ENI_ACTIONS,
+    EKS_NODE_READ_ACTIONS,
+    ENI_TAG_ACTION,
+    POD_IDENTITY_ACTION,
+    VPC_CONFIG_ENI_ACTIONS,
+    VPC_CONFIG_READ_ACTIONS,
+)
 from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
@@ -69,32 +77,6 @@ SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
         "subjects": [{"kind": "User", "name": SCRAPER_USERNAME, "apiGroup": "rbac.authorization.k8s.io"}],
         "roleRef": {"kind": "ClusterRole", "name": "aps-collector-role", "apiGroup": "rbac.authorization.k8s.io"},
     },
-)
-
-
-# What HyperPod nodes of an EKS cluster do beyond the managed policy: the VPC CNI manages their
-# ENIs and IPs, the kubelet pulls images, and pods get credentials from the Pod Identity agent.
-EKS_NODE_ACTIONS = (
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:AttachNetworkInterface",
-    "ec2:CreateNetworkInterface",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
-    "ec2:DescribeInstances",
-    "ec2:DescribeInstanceTypes",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeTags",
-    "ec2:DescribeVpcs",
-    "ec2:DetachNetworkInterface",
-    "ec2:ModifyNetworkInterfaceAttribute",
-    "ec2:UnassignPrivateIpAddresses",
-    "ecr:BatchCheckLayerAvailability",
-    "ecr:BatchGetImage",
-    "ecr:GetAuthorizationToken",
-    "ecr:GetDownloadUrlForLayer",
-    "eks-auth:AssumeRoleForPodIdentity",
 )
 
 
@@ -147,6 +129,8 @@ class HyperPodSpec:
 
     security_groups: of the nodes (the EFA group); on EKS the cluster security group is added.
     data_access: the nodes' access to the data bucket. Default: none.
+    vpc: the VPC of the subnets, which the role's network-interface permissions name. Default: on
+      EKS the EKS cluster's VPC; else any VPC of the account in the region (`vpc/*`).
     """
 
     cluster_name: str
@@ -155,6 +139,7 @@ class HyperPodSpec:
     security_groups: Sequence[ec2.ISecurityGroup]
     lifecycle: LifecycleScriptsProps
     data_access: DataAccess | None = None
+    vpc: ec2.IVpc | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,11 +332,15 @@ class Clusters(Construct):
             _grant_data_bucket(
                 cdk.Stack.of(stack), role, access.bucket, access.bucket_name, access.read_only_prefixes, access.read_write_prefixes
             )
-        if on_eks is not None:
-            _grant_eks_node_permissions(role)
         security_groups: list[ec2.ISecurityGroup] = list(spec.security_groups)
+        vpc = spec.vpc
+        eks_cluster_name = None
         if on_eks is not None and self.eks is not None:
             security_groups.append(self.eks.cluster.cluster_security_group)
+            vpc = vpc or self.eks.cluster.vpc
+            assert props.eks is not None
+            eks_cluster_name = props.eks.cluster_name
+        _grant_vpc_config_permissions(role, spec.subnets, security_groups, vpc, eks_cluster_name)
         self.hyperpod = HyperPodCluster(
             stack,
             "HyperPod",
@@ -525,48 +514,71 @@ def _grant_data_bucket(
         acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects(f'{prefix}*'))}]", reason)
 
 
-def _grant_eks_node_permissions(role: iam.IRole) -> None:
-    """The VPC CNI's, image pulls' and Pod Identity's permissions on HyperPod EKS nodes, as narrow as
-    EC2 allows: reads and ecr:GetAuthorizationToken take no resource (docs/facts/iam.md#eks-cni-policy-actions);
-    ENI changes are limited to the stack's region; ENI tags to the keys the VPC CNI writes
-    (docs/facts/eks.md#vpc-cni-eni-tag-keys)."""
+def _grant_vpc_config_permissions(
+    role: iam.IRole,
+    subnets: Sequence[ec2.ISubnet],
+    security_groups: Sequence[ec2.ISecurityGroup],
+    vpc: ec2.IVpc | None,
+    eks_cluster_name: str | None,
+) -> None:
+    """What the execution role needs for the cluster's VpcConfig, scoped as AWS's reference roles do
+    or narrower (docs/facts/iam.md#hyperpod-vpc-config-permissions): reads on `*` (they take no
+    resource); network-interface changes on this account's and region's interfaces and on the
+    cluster's own subnets, security groups and VPC; tags on network interfaces, with no key
+    condition (no source names the keys HyperPod writes: docs/facts/eks.md#vpc-cni-eni-tag-keys).
+    On EKS (`eks_cluster_name`) also the VPC CNI's, image pulls' and Pod Identity's permissions
+    (docs/facts/iam.md#hyperpod-eks-execution-role-permissions), the latter on this cluster only."""
     stack = cdk.Stack.of(role)
-    cni_tag_keys = [
-        "node.k8s.amazonaws.com/instance_id",
-        "node.k8s.amazonaws.com/createdAt",
-        "cluster.k8s.amazonaws.com/name",
-        "eks:eni:owner",
+    on_eks = eks_cluster_name is not None
+
+    def ec2_arn(resource: str, name: str) -> str:
+        return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+    reads = [*VPC_CONFIG_READ_ACTIONS, *(EKS_NODE_READ_ACTIONS if on_eks else ())]
+    # Attaching takes an instance and an interface only (AWS's EKS role grants it on those alone).
+    attach = "ec2:AttachNetworkInterface"
+    enis = sorted([*VPC_CONFIG_ENI_ACTIONS, *(a for a in EKS_NODE_ENI_ACTIONS if a != attach and on_eks)])
+    interfaces = ec2_arn("network-interface", "*")
+    eni_resources = [
+        interfaces,
+        *([ec2_arn("instance", "*")] if on_eks else []),
+        *(ec2_arn("subnet", s.subnet_id) for s in subnets),
+        *(ec2_arn("security-group", g.security_group_id) for g in security_groups),
+        ec2_arn("vpc", vpc.vpc_id if vpc is not None else "*"),
     ]
-    mutating = tuple(a for a in EKS_NODE_ACTIONS if a.startswith("ec2:") and not a.startswith("ec2:Describe"))
-    reads = tuple(a for a in EKS_NODE_ACTIONS if a not in mutating)
-    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodesRead", actions=list(reads), resources=["*"]))
-    role.add_to_principal_policy(
-        iam.PolicyStatement(
-            sid="EksNodeEnis",
-            actions=list(mutating),
-            resources=["*"],
-            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigRead", actions=sorted(reads), resources=["*"]))
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEnis", actions=enis, resources=eni_resources))
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEniTags", actions=[ENI_TAG_ACTION], resources=[interfaces]))
+    if on_eks:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(sid="EksNodeAttachEnis", actions=[attach], resources=[ec2_arn("instance", "*"), interfaces])
         )
-    )
-    role.add_to_principal_policy(
-        iam.PolicyStatement(
-            sid="EksNodeEniTags",
-            actions=["ec2:CreateTags"],
-            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
-            conditions={"ForAllValues:StringEquals": {"aws:TagKeys": cni_tag_keys}},
-        )
-    )
+    if eks_cluster_name is not None:
+        cluster = stack.format_arn(service="eks", resource="cluster", resource_name=eks_cluster_name)
+        role.add_to_principal_policy(iam.PolicyStatement(sid="EksPodIdentity", actions=[POD_IDENTITY_ACTION], resources=[cluster]))
     policy = role.node.try_find_child("DefaultPolicy")
     assert policy is not None
     acknowledge(
         policy,
         "IAM5[Resource::*]",
-        "EC2 Describe* and ecr:GetAuthorizationToken take no resource, eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod "
-        "identity associations, and the VPC CNI creates and attaches ENIs whose ids do not exist yet (AmazonEKS_CNI_Policy grants them on *): "
-        "ENI changes are limited to this region by aws:RequestedRegion",
+        "EC2 Describe*, cloudwatch:DescribeAlarms and ecr:GetAuthorizationToken take no resource; the image-pull actions are what "
+        "AWS's HyperPod EKS execution role grants on *",
     )
     acknowledge(
         policy,
-        "IAM5[Resource::arn:aws:ec2:" + f"{stack.region}:{stack.account}:network-interface/*]",
-        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so the resource type is fixed and aws:TagKeys allows only the CNI's keys",
+        f"IAM5[Resource::{literal(stack, interfaces)}]",
+        "SageMaker and the VPC CNI create, tag and delete the nodes' network interfaces, whose ids do not exist yet: the "
+        "resource type, account and region are fixed, and creation also needs the cluster's own subnets and security groups",
     )
+    if vpc is None:
+        acknowledge(
+            policy,
+            f"IAM5[Resource::{literal(stack, ec2_arn('vpc', '*'))}]",
+            "no VPC was given: network interfaces in any VPC of this account and region, as AWS's Slurm execution role allows",
+        )
+    if on_eks:
+        acknowledge(
+            policy,
+            f"IAM5[Resource::{literal(stack, ec2_arn('instance', '*'))}]",
+            "the VPC CNI attaches interfaces to and assigns IPs on HyperPod nodes, whose instance ids are not known in advance",
+        )

@@ -354,6 +354,7 @@ def add_clusters(
             instance_groups=hyperpod_instance_groups(cfg),
             subnets=[network.compute_subnet],
             security_groups=[network.efa_security_group],
+            vpc=network.vpc,
             lifecycle=LifecycleScriptsProps(
                 bucket_name=lifecycle_bucket_name(cfg.name, cfg.account, cfg.region),
                 folders=lifecycle_folders(),

@@ -174,20 +174,45 @@ def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
 
 def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -> None:
     statements = _node_role_sids(synth, "staging")
-    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodesRead"]["Action"]
-    assert statements["EksNodesRead"]["Resource"] == "*"
-    assert all(a.startswith(("ec2:Describe", "ecr:", "eks-auth:")) for a in statements["EksNodesRead"]["Action"])
-    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), in this region only
+    assert {"eks-auth:AssumeRoleForPodIdentity"} == set(_as_list(statements["EksPodIdentity"]["Action"]))
+    assert statements["EksPodIdentity"]["Resource"] == "arn:aws:eks:us-west-2:222222222222:cluster/fminfra-staging-eks"
+    assert statements["VpcConfigRead"]["Resource"] == "*"
+    assert all(a.startswith(("ec2:Describe", "ecr:", "cloudwatch:Describe")) for a in statements["VpcConfigRead"]["Action"])
+    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), on this account's and region's
+    # interfaces and instances and the cluster's own subnet, security groups and VPC
     from moto.iam.aws_managed_policies import aws_managed_policies_data
 
     cni = json.loads(aws_managed_policies_data)["AmazonEKS_CNI_Policy"]["Document"]["Statement"][0]["Action"]
-    enis = statements["EksNodeEnis"]
-    assert {a for a in cni if not a.startswith("ec2:Describe")} <= set(enis["Action"])
-    assert enis["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-west-2"}}
-    tags = statements["EksNodeEniTags"]
+    granted = set(statements["VpcConfigEnis"]["Action"]) | set(_as_list(statements["EksNodeAttachEnis"]["Action"]))
+    assert {a for a in cni if not a.startswith("ec2:Describe")} <= granted
+    assert "*" not in statements["VpcConfigEnis"]["Resource"]
+    assert statements["EksNodeAttachEnis"]["Resource"] == [
+        "arn:aws:ec2:us-west-2:222222222222:instance/*",
+        "arn:aws:ec2:us-west-2:222222222222:network-interface/*",
+    ]
+    tags = statements["VpcConfigEniTags"]
     assert tags["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
-    assert "eks:eni:owner" in tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]
-    assert not {"EksNodesRead", "EksNodeEnis"} & set(_node_role_sids(synth, "dev"))
+    assert "Condition" not in tags  # no source names the tag keys HyperPod itself writes
+    assert not {"EksPodIdentity", "EksNodeAttachEnis"} & set(_node_role_sids(synth, "dev"))
+
+
+def test_hyperpod_slurm_execution_role_manages_the_vpc_interfaces(synth: Synth) -> None:
+    """A HyperPod cluster with a VpcConfig: SageMaker creates the nodes' interfaces in the subnet with the role."""
+    statements = _node_role_sids(synth, "dev")
+    assert {"ec2:DescribeSubnets", "ec2:DescribeDhcpOptions", "ec2:DescribeSecurityGroups", "ec2:DescribeVpcs"} <= set(
+        statements["VpcConfigRead"]["Action"]
+    )
+    enis = statements["VpcConfigEnis"]
+    assert {"ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface"} <= set(enis["Action"])
+    (cluster,) = synth.resources("dev", "Compute", "AWS::SageMaker::Cluster").values()
+    subnet = cluster["Properties"]["VpcConfig"]["Subnets"][0]
+    assert {"Fn::Join": ["", ["arn:aws:ec2:us-west-2:111111111111:subnet/", subnet]]} in enis["Resource"]
+    assert "arn:aws:ec2:us-west-2:111111111111:network-interface/*" in enis["Resource"]
+    assert _as_list(statements["VpcConfigEniTags"]["Action"]) == ["ec2:CreateTags"]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth) -> None:
