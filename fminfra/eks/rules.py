@@ -41,3 +41,9 @@ def team_queue(cluster: Literal["hyperpod-eks", "eks"], team: str = DEFAULT_TEAM
     if cluster == "eks":
         return TeamQueue(team, team, f"{team}-localqueue")
     raise ValueError(f"cluster must be 'hyperpod-eks' or 'eks', got {cluster!r}")
+
+
+# The add-ons a node needs before it can become Ready: the cluster is created without EKS's
+# self-managed networking add-ons (bootstrapSelfManagedAddons false), so a node group that starts
+# before the VPC CNI fails with NodeCreationFailure (docs/facts/eks.md#eks-nodegroup-after-cni).
+NODE_NETWORKING_ADDONS = ("vpc-cni", "kube-proxy")

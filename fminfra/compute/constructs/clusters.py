@@ -283,7 +283,7 @@ class Clusters(Construct):
             launch_template = None
             if group.launch_template is not None:
                 launch_template = _inference_launch_template(stack, group.name, group.launch_template, self.eks)
-            self.inference_node_groups[group.name] = InferenceNodeGroup(
+            inference_group = InferenceNodeGroup(
                 stack,
                 f"Inference-{group.name}",
                 InferenceNodeGroupProps(
@@ -301,6 +301,8 @@ class Clusters(Construct):
                     capacity_block=group.capacity_block,
                 ),
             )
+            self.eks.add_node_group_dependencies(inference_group.nodegroup)
+            self.inference_node_groups[group.name] = inference_group
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role

@@ -16,6 +16,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.eks.rules import NODE_NETWORKING_ADDONS
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
@@ -217,10 +218,16 @@ class EksCluster(Construct):
             node_role=role,
             labels={"fminfra/role": "system"},
         )
-        for name in ("vpc-cni", "kube-proxy"):
-            nodegroup.node.add_dependency(self.addons[name])
+        self.add_node_group_dependencies(nodegroup)
         self.addons["coredns"].node.add_dependency(nodegroup)
         return nodegroup
+
+    def add_node_group_dependencies(self, node_group: Construct) -> None:
+        """Create `node_group` (a managed node group of this cluster) after the add-ons its nodes need
+        to become Ready, the VPC CNI and kube-proxy: the cluster installs no networking add-ons of its
+        own (docs/facts/eks.md#eks-nodegroup-after-cni)."""
+        for name in NODE_NETWORKING_ADDONS:
+            node_group.node.add_dependency(self.addons[name])
 
     def _acknowledge_kubectl_provider(self) -> None:
         """The kubectl provider (a CDK Lambda and its custom-resource framework) installs the charts."""

@@ -4,6 +4,7 @@ entries, inference node groups and their launch templates."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from aws_cdk import aws_ec2 as ec2
 from fminfra.core.errors import ValidationError
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
+from fminfra.eks.rules import NODE_NETWORKING_ADDONS
 from tests.conftest import Synth
 
 PINNED_ADDONS = {
@@ -250,3 +252,41 @@ def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -
     cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
     assert {"Key": "SageMaker", "Value": "true"} in cluster["Tags"]
     assert synth.resources("hp-slurm-inf", "Compute", "AWS::EKS::PodIdentityAssociation") == {}
+
+
+def _node_groups_started_before_networking(template: dict[str, Any]) -> list[str]:
+    """Managed node groups of a template created without waiting for the VPC CNI and kube-proxy add-ons."""
+    resources = template.get("Resources") or {}
+    addons = {r["Properties"]["AddonName"]: lid for lid, r in resources.items() if r.get("Type") == "AWS::EKS::Addon"}
+    late = []
+    for lid, resource in resources.items():
+        if resource.get("Type") != "AWS::EKS::Nodegroup":
+            continue
+        depends = resource.get("DependsOn") or []
+        missing = [name for name in NODE_NETWORKING_ADDONS if addons.get(name) not in depends]
+        if missing:
+            late.append(f"{lid} does not wait for {', '.join(missing)}")
+    return late
+
+
+def test_every_node_group_waits_for_the_node_networking_addons(synth: Synth) -> None:
+    """The cluster has no self-managed networking add-ons: a node group started before the VPC CNI
+    fails with NodeCreationFailure, so every managed node group (inference and system) waits for it."""
+    checked = 0
+    problems = []
+    for stack in synth.all_templates():
+        resources = stack.template.get("Resources") or {}
+        checked += sum(1 for r in resources.values() if r.get("Type") == "AWS::EKS::Nodegroup")
+        problems += [f"{stack.display_name}: {p}" for p in _node_groups_started_before_networking(stack.template)]
+    assert checked >= 5
+    assert problems == []
+
+
+def test_the_node_group_order_check_finds_a_group_without_the_cni(synth: Synth) -> None:
+    template = copy.deepcopy(synth.template("staging", "Compute"))
+    groups = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::EKS::Nodegroup"]
+    vpc_cni = next(
+        lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == "vpc-cni"
+    )
+    template["Resources"][groups[0]]["DependsOn"].remove(vpc_cni)
+    assert _node_groups_started_before_networking(template) == [f"{groups[0]} does not wait for vpc-cni"]

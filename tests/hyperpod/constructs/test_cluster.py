@@ -313,7 +313,10 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     # ... plus the observability grant: aps:RemoteWrite on the environment's workspace only.
     remote_write = [s for s in statements if s["Action"] == "aps:RemoteWrite"]
     assert len(remote_write) == 1 and remote_write[0]["Resource"] != "*"
-    assert len(statements) == 5
+    # ... and what the cluster's VpcConfig needs (tests/app/test_reference_parity.py holds AWS's reference)
+    vpc = {s["Sid"] for s in statements if s.get("Sid", "").startswith("VpcConfig")}
+    assert vpc == {"VpcConfigRead", "VpcConfigEnis", "VpcConfigEniTags"}
+    assert len(statements) == 8
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed
