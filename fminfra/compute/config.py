@@ -14,7 +14,7 @@ from fminfra import catalog
 from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.versions import version
-from fminfra.eks.rules import DEFAULT_TEAM, RESERVED_NAMESPACES
+from fminfra.eks.rules import DEFAULT_TEAM, REPELLING_TAINT_EFFECTS, RESERVED_NAMESPACES
 from fminfra.hyperpod.rules import hyperpod_instance_types
 
 # HyperPod's rule for cluster and instance group names.
@@ -342,7 +342,7 @@ SUPPORT_END_WARNING_DAYS = 60
 # The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
 DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 # Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
-REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+REPELLING_EFFECTS = REPELLING_TAINT_EFFECTS
 # Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
 # us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
 HEALTH_MONITORING_AGENT_REGIONS = (

@@ -47,3 +47,12 @@ def team_queue(cluster: Literal["hyperpod-eks", "eks"], team: str = DEFAULT_TEAM
 # self-managed networking add-ons (bootstrapSelfManagedAddons false), so a node group that starts
 # before the VPC CNI fails with NodeCreationFailure (docs/facts/eks.md#eks-nodegroup-after-cni).
 NODE_NETWORKING_ADDONS = ("vpc-cni", "kube-proxy")
+# Taint effects that keep a pod without a matching toleration (CoreDNS, Kueue's controller) off a node.
+REPELLING_TAINT_EFFECTS = ("NoSchedule", "NoExecute")
+# Add-ons whose resources the HyperPod dependency chart (or another installer) may already have
+# created: AWS's references create them with ResolveConflicts OVERWRITE
+# (docs/facts/iam.md#hyperpod-training-operator-role-reference, docs/facts/hyperpod.md#hyperpod-training-operator-namespace).
+ADDON_RESOLVE_CONFLICTS = {
+    "amazon-sagemaker-hyperpod-training-operator": "OVERWRITE",
+    "amazon-sagemaker-hyperpod-taskgovernance": "OVERWRITE",
+}

@@ -35,6 +35,7 @@ from fminfra.eks.constructs.accept_access import add_accept_access
 from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
+from fminfra.eks.rules import REPELLING_TAINT_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
@@ -303,6 +304,12 @@ class Clusters(Construct):
             )
             self.eks.add_node_group_dependencies(inference_group.nodegroup)
             self.inference_node_groups[group.name] = inference_group
+            runs_controllers = group.desired_size > 0 and not any(
+                e in REPELLING_TAINT_EFFECTS for _, _, e in group.taints or [("", "", "NoSchedule")]
+            )
+            if self.kueue is not None and runs_controllers:
+                # Kueue's controller can run here (no system node group needed): its chart waits for the nodes.
+                self.kueue.chart.node.add_dependency(inference_group.nodegroup)
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role

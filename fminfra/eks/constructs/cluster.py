@@ -16,7 +16,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
-from fminfra.eks.rules import NODE_NETWORKING_ADDONS
+from fminfra.eks.rules import ADDON_RESOLVE_CONFLICTS, NODE_NETWORKING_ADDONS
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
@@ -164,6 +164,11 @@ class EksCluster(Construct):
                 addon_version=addon_version,
                 preserve_on_delete=False,
             )
+            if name in ADDON_RESOLVE_CONFLICTS:
+                # Its resources may already exist (created by the HyperPod dependency chart): take them over.
+                cfn_addon = self.addons[name].node.default_child
+                assert isinstance(cfn_addon, cdk.CfnResource)
+                cfn_addon.add_property_override("ResolveConflicts", ADDON_RESOLVE_CONFLICTS[name])
         self.system_nodegroup: eks.Nodegroup | None = None
         if props.system_node_count > 0:
             self.system_nodegroup = self._system_nodegroup(props)

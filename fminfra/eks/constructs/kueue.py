@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aws_cdk as cdk
 import yaml
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
@@ -24,6 +25,8 @@ from fminfra.eks.rules import RESERVED_NAMESPACES, team_queue
 
 CHART = "kueue"
 REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
+# How long helm waits for the controller and its webhooks (CDK allows at most 15 minutes).
+CHART_TIMEOUT_MINUTES = 15
 NAMESPACE = "kueue-system"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -132,6 +135,9 @@ class Kueue(Construct):
             release="kueue",
             create_namespace=True,
             wait=True,  # the webhooks must answer before the queue objects are applied
+            # CDK's maximum (default 5 minutes): the controller's nodes may still be joining
+            # (docs/facts/eks.md#cdk-helm-chart-timeout).
+            timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
             values={"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_configuration(props), sort_keys=False)}},
         )
         self.queues = props.cluster.add_manifest(f"{construct_id}Queues", *kueue_objects(props))

@@ -290,3 +290,12 @@ def test_the_node_group_order_check_finds_a_group_without_the_cni(synth: Synth) 
     )
     template["Resources"][groups[0]]["DependsOn"].remove(vpc_cni)
     assert _node_groups_started_before_networking(template) == [f"{groups[0]} does not wait for vpc-cni"]
+
+
+def test_addons_whose_resources_may_exist_overwrite_them(synth: Synth) -> None:
+    """The training operator's namespace (aws-hyperpod) is created by the HyperPod dependency chart
+    first; AWS's references create that add-on and task governance with ResolveConflicts OVERWRITE."""
+    addons = {r["Properties"]["AddonName"]: r["Properties"] for r in synth.resources("staging", "Compute", "AWS::EKS::Addon").values()}
+    assert addons["amazon-sagemaker-hyperpod-training-operator"]["ResolveConflicts"] == "OVERWRITE"
+    assert addons["amazon-sagemaker-hyperpod-taskgovernance"]["ResolveConflicts"] == "OVERWRITE"
+    assert "ResolveConflicts" not in addons["vpc-cni"]
