@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -14,7 +14,13 @@ from fminfra import catalog
 from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.versions import version
-from fminfra.eks.rules import DEFAULT_TEAM, REPELLING_TAINT_EFFECTS, RESERVED_NAMESPACES
+from fminfra.eks.rules import (
+    DEFAULT_TEAM,
+    EXTENDED_SUPPORT_USD_PER_HOUR,
+    REPELLING_TAINT_EFFECTS,
+    RESERVED_NAMESPACES,
+    STANDARD_SUPPORT_USD_PER_HOUR,
+)
 from fminfra.hyperpod.rules import hyperpod_instance_types
 
 # HyperPod's rule for cluster and instance group names.
@@ -320,9 +326,19 @@ class SlurmConfig(Model):
     login: SlurmLoginConfig = Field(default_factory=SlurmLoginConfig)
 
 
+def _minor_versions(key: str) -> tuple[str, ...]:
+    return tuple(v for v in version(key).split(",") if v)
+
+
 def supported_kubernetes_versions() -> tuple[str, ...]:
     """Kubernetes versions fminfra builds EKS clusters with (the version manifest's list)."""
-    return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
+    return _minor_versions("EKS_SUPPORTED_KUBERNETES_VERSIONS")
+
+
+def hyperpod_kubernetes_versions() -> tuple[str, ...]:
+    """Those of them on HyperPod's documented list: the versions of a HyperPod EKS cluster
+    (docs/facts/hyperpod.md#hyperpod-eks-kubernetes-versions)."""
+    return tuple(v for v in _minor_versions("HYPERPOD_EKS_KUBERNETES_VERSIONS") if v in supported_kubernetes_versions())
 
 
 def standard_support_end(kubernetes_version: str) -> date:
@@ -331,9 +347,11 @@ def standard_support_end(kubernetes_version: str) -> date:
     return date.fromisoformat(version(f"EKS_KUBERNETES_{kubernetes_version.replace('.', '_')}_STANDARD_SUPPORT_END"))
 
 
-def default_kubernetes_version() -> str:
-    """The newest version of the manifest's list (in EKS standard support and HyperPod's list)."""
-    return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
+def default_kubernetes_version(hyperpod: bool = False) -> str:
+    """The newest version of the manifest's list (every one was pinned in EKS standard support); for
+    HyperPod EKS the newest on HyperPod's list."""
+    versions = hyperpod_kubernetes_versions() if hyperpod else supported_kubernetes_versions()
+    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 # `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
@@ -471,7 +489,8 @@ class SchedulingConfig(Model):
 
 class EksConfig(Model):
     kubernetes_version: str = Field(
-        default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
+        default_factory=default_kubernetes_version,
+        description="EKS Kubernetes version (default: with orchestrator eks the newest on HyperPod's list, else the newest supported).",
     )
     admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
     public_access_cidrs: list[str] = Field(
@@ -496,7 +515,7 @@ class EksConfig(Model):
         if value not in supported:
             raise ValueError(
                 f"{value!r} is not a supported version; allowed: {', '.join(supported)} "
-                "(in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                "(pinned in EKS standard support with their add-ons; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
             )
         return value
 
@@ -584,8 +603,14 @@ class ComputeConfig(Model):
             *out,
             (
                 "eks.kubernetes_version",
-                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
-                "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support, "
+                f"${EXTENDED_SUPPORT_USD_PER_HOUR:.2f} instead of ${STANDARD_SUPPORT_USD_PER_HOUR:.2f} per cluster hour "
+                "(docs/facts/eks.md#eks-extended-support-price). "
+                + (
+                    "Move to a newer version once HyperPod lists one (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                    if self.orchestrator == "eks"
+                    else f"Move to {default_kubernetes_version()} (the newest supported; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                ),
             ),
         ]
 
@@ -622,9 +647,31 @@ class ComputeConfig(Model):
             if g.count > 0 and held.get(g.name, 0) < g.count
         ]
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hyperpod_kubernetes_default(cls, data: Any) -> Any:
+        """The one default that depends on another field: HyperPod EKS's Kubernetes version is the newest
+        on HyperPod's list, not the newest EKS version fminfra pins (applied before validation)."""
+        if not isinstance(data, dict) or data.get("orchestrator") != "eks":
+            return data
+        eks = data.get("eks")
+        if eks is None:
+            return {**data, "eks": {"kubernetes_version": default_kubernetes_version(hyperpod=True)}}
+        if isinstance(eks, dict) and "kubernetes_version" not in eks:
+            return {**data, "eks": {**eks, "kubernetes_version": default_kubernetes_version(hyperpod=True)}}
+        return data
+
     @model_validator(mode="after")
     def _rules(self) -> ComputeConfig:
         problems: list[tuple[str, str]] = []
+        if self.orchestrator == "eks" and self.eks is not None and self.eks.kubernetes_version not in hyperpod_kubernetes_versions():
+            problems.append(
+                (
+                    "eks.kubernetes_version",
+                    f"{self.eks.kubernetes_version!r} is not on SageMaker HyperPod's list of Kubernetes versions; allowed with "
+                    f"orchestrator eks: {', '.join(hyperpod_kubernetes_versions())} (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+                )
+            )
         if self.hyperpod and not self.instance_groups:
             problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
         if self.orchestrator == "none":

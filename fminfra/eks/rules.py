@@ -56,3 +56,6 @@ ADDON_RESOLVE_CONFLICTS = {
     "amazon-sagemaker-hyperpod-training-operator": "OVERWRITE",
     "amazon-sagemaker-hyperpod-taskgovernance": "OVERWRITE",
 }
+# What EKS bills per cluster hour in standard and in extended support (docs/facts/eks.md#eks-extended-support-price).
+STANDARD_SUPPORT_USD_PER_HOUR = 0.10
+EXTENDED_SUPPORT_USD_PER_HOUR = 0.60

@@ -212,3 +212,51 @@ def test_init_writes_a_fixed_size_inference_group(tmp_path: Path) -> None:
     (group,) = read_yaml(out)["compute"]["inference_node_groups"]
     assert (group["min_size"], group["desired_size"], group["max_size"]) == (3, 3, 3)
     assert _unscaled(read_yaml(out)) == []
+
+
+# --- a Kubernetes version per cluster kind -------------------------------------------------------------
+
+
+def _without_version(data: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    data["compute"]["eks"].pop("kubernetes_version", None)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (STAGING, "1.34"),  # HyperPod EKS: the newest on HyperPod's list
+        (INFERENCE, "1.35"),  # EKS beside Slurm: the newest fminfra pins, in EKS standard support until 2027-03-27
+        (read_yaml(ROOT / "tests" / "configs" / "eks-inference-only.yaml"), "1.35"),  # inference only, no eks section
+    ],
+)
+def test_the_default_version_follows_the_cluster_kind(data: dict[str, Any], expected: str) -> None:
+    data = _without_version(data) if "eks" in data["compute"] else data
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.eks is not None and cfg.compute.eks.kubernetes_version == expected
+
+
+def test_hyperpod_eks_without_an_eks_section_takes_hyperpod_s_version() -> None:
+    data = copy.deepcopy(STAGING)
+    del data["compute"]["eks"]
+    data["compute"].pop("inference_node_groups")
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.eks is not None and cfg.compute.eks.kubernetes_version == "1.34"
+
+
+def test_hyperpod_eks_refuses_a_version_hyperpod_does_not_list() -> None:
+    data = copy.deepcopy(STAGING)
+    data["compute"]["eks"]["kubernetes_version"] = "1.35"
+    assert _error(data) == (
+        "f.yaml: compute.eks.kubernetes_version: '1.35' is not on SageMaker HyperPod's list of Kubernetes versions; "
+        "allowed with orchestrator eks: 1.34 (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+    )
+
+
+def test_the_support_warning_says_what_extended_support_costs() -> None:
+    (hyperpod,) = [m for f, m in parse_config(STAGING, "f.yaml").warnings(date(2026, 12, 3)) if f == "compute.eks.kubernetes_version"]
+    assert "$0.60 instead of $0.10 per cluster hour" in hyperpod and "once HyperPod lists one" in hyperpod
+    pinned = copy.deepcopy(INFERENCE)  # an inference-only cluster pinned to 1.34 is told to move to 1.35
+    (inference,) = [m for f, m in parse_config(pinned, "f.yaml").warnings(date(2026, 12, 3)) if f == "compute.eks.kubernetes_version"]
+    assert "Move to 1.35 (the newest supported" in inference

@@ -16,6 +16,7 @@ import yaml
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
 from fminfra import catalog
 from fminfra.compute.config import DEFAULT_GPU_TAINT
@@ -58,21 +59,29 @@ from fminfra.network.stack import NetworkStack, removal_policy
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
 
-# EKS add-on name -> manifest key of its pinned version.
+# EKS add-on name -> the name part of its manifest keys, EKS_ADDON_<NAME>_<major>_<minor>_VERSION
+# (one build per Kubernetes version: `addon_version`).
 ADDONS = {
-    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
-    "coredns": "EKS_ADDON_COREDNS_VERSION",
-    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
-    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+    "vpc-cni": "VPC_CNI",
+    "coredns": "COREDNS",
+    "kube-proxy": "KUBE_PROXY",
+    "eks-pod-identity-agent": "POD_IDENTITY_AGENT",
 }
 # Added when HyperPod runs on the cluster: the training operator and the cert-manager it needs.
 HYPERPOD_ADDONS = {
-    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
-    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    "cert-manager": "CERT_MANAGER",
+    "amazon-sagemaker-hyperpod-training-operator": "HYPERPOD_TRAINING_OPERATOR",
 }
 # Kubectl/helm Lambda layers by Kubernetes version (one per supported version; the layer's kubectl
-# minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34).
-KUBECTL_LAYERS = {"1.34": KubectlV34Layer}
+# minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34, #eks-kubectl-layer-v35).
+KUBECTL_LAYERS = {"1.34": KubectlV34Layer, "1.35": KubectlV35Layer}
+
+
+def addon_version(name: str, kubernetes_version: str) -> str:
+    """The pinned build of an add-on (its `ADDONS` name part) for a Kubernetes version."""
+    return version(f"EKS_ADDON_{name}_{kubernetes_version.replace('.', '_')}_VERSION")
+
+
 # Instance types on the Slurm controller and login groups are CPU types: no deep health checks.
 SLURM_CONTROLLER_DEEP_HEALTH_CHECKS: tuple[str, ...] = ()
 
@@ -317,11 +326,12 @@ def add_clusters(
     kueue = scraper = None
     if compute.needs_eks:
         assert compute.eks is not None
-        addons = {name: version(key) for name, key in ADDONS.items()}
+        k8s = compute.eks.kubernetes_version
+        addons = {name: addon_version(key, k8s) for name, key in ADDONS.items()}
         if compute.orchestrator == "eks":
-            addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+            addons.update({name: addon_version(key, k8s) for name, key in HYPERPOD_ADDONS.items()})
         if compute.team_quotas():
-            addons[TASK_GOVERNANCE_ADDON] = version(TASK_GOVERNANCE_VERSION_KEY)
+            addons[TASK_GOVERNANCE_ADDON] = addon_version(TASK_GOVERNANCE_VERSION_KEY, k8s)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         eks_props = EksClusterProps(
             cluster_name=cfg.physical_name("eks"),

@@ -24,7 +24,7 @@ from constructs import Construct
 from fminfra.core.errors import ValidationError
 
 ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
-ADDON_VERSION_KEY = "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION"
+ADDON_VERSION_KEY = "HYPERPOD_TASK_GOVERNANCE"  # EKS_ADDON_<this>_<major>_<minor>_VERSION in the manifest
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
 # Team and priority class names (the schemas' pattern, bounded so that hyperpod-ns-<team>-localqueue
 # stays a Kubernetes label value of at most 63 characters); quota and policy names.

@@ -19,16 +19,16 @@ from fminfra.eks.rules import NODE_NETWORKING_ADDONS
 from tests.conftest import Synth
 
 PINNED_ADDONS = {
-    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
-    "coredns": "EKS_ADDON_COREDNS_VERSION",
-    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
-    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+    "vpc-cni": "EKS_ADDON_VPC_CNI_1_34_VERSION",
+    "coredns": "EKS_ADDON_COREDNS_1_34_VERSION",
+    "kube-proxy": "EKS_ADDON_KUBE_PROXY_1_34_VERSION",
+    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_1_34_VERSION",
 }
 HYPERPOD_ADDONS = {
-    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
-    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    "cert-manager": "EKS_ADDON_CERT_MANAGER_1_34_VERSION",
+    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_1_34_VERSION",
     # With the default compute.eks.scheduling (tests/hyperpod/constructs/test_task_governance.py).
-    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION",
+    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_1_34_VERSION",
 }
 
 
@@ -299,3 +299,20 @@ def test_addons_whose_resources_may_exist_overwrite_them(synth: Synth) -> None:
     assert addons["amazon-sagemaker-hyperpod-training-operator"]["ResolveConflicts"] == "OVERWRITE"
     assert addons["amazon-sagemaker-hyperpod-taskgovernance"]["ResolveConflicts"] == "OVERWRITE"
     assert "ResolveConflicts" not in addons["vpc-cni"]
+
+
+@pytest.mark.parametrize(("env", "expected"), [("staging", "1.34"), ("cap-eks", "1.34"), ("eks-inf", "1.35"), ("eks-kueue", "1.35")])
+def test_each_cluster_kind_gets_its_kubernetes_version_and_builds(synth: Synth, env: str, expected: str) -> None:
+    """HyperPod EKS: HyperPod's newest (1.34); EKS without HyperPod: the newest in standard support (1.35),
+    with that version's kube-proxy build and kubectl layer."""
+    template = synth.template(env, "Compute")
+    clusters = [r for r in template["Resources"].values() if r["Type"] == "Custom::AWSCDK-EKS-Cluster" or r["Type"] == "AWS::EKS::Cluster"]
+    assert [c["Properties"]["Version"] for c in clusters] == [expected]
+    addons = {
+        r["Properties"]["AddonName"]: r["Properties"]["AddonVersion"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EKS::Addon"
+    }
+    assert addons["kube-proxy"].startswith(f"v{expected}.")
+    layers = [r["Properties"]["Description"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    assert any(f"/opt/kubectl/kubectl {expected}." in d for d in layers), layers

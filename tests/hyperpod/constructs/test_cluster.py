@@ -73,7 +73,13 @@ REJECTIONS = [
         STAGING,
         "compute.eks.kubernetes_version",
         "1.30",
-        "f.yaml: compute.eks.kubernetes_version: '1.30' is not a supported version; allowed: 1.34 (in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+        "f.yaml: compute.eks.kubernetes_version: '1.30' is not a supported version; allowed: 1.34, 1.35 (pinned in EKS standard support with their add-ons; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+    ),
+    (
+        STAGING,
+        "compute.eks.kubernetes_version",
+        "1.35",
+        "f.yaml: compute.eks.kubernetes_version: '1.35' is not on SageMaker HyperPod's list of Kubernetes versions; allowed with orchestrator eks: 1.34 (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)",
     ),
 ]
 

@@ -82,7 +82,7 @@ def _one_id(synth: Synth, env: str, resource_type: str) -> str:
 def test_addon_is_pinned_and_ordered(synth: Synth, env: str) -> None:
     addons = {a["Properties"]["AddonName"]: (lid, a) for lid, a in _resources(synth, env, "AWS::EKS::Addon").items()}
     lid, addon = addons[ADDON_NAME]
-    assert addon["Properties"]["AddonVersion"] == version(ADDON_VERSION_KEY) == "v1.6.0-eksbuild.1"
+    assert addon["Properties"]["AddonVersion"] == version(f"EKS_ADDON_{ADDON_VERSION_KEY}_1_34_VERSION") == "v1.6.0-eksbuild.1"
     graph = dependency_graph(synth.template(env, "Compute"))
     hyperpod = _one_id(synth, env, "AWS::SageMaker::Cluster")
     assert hyperpod in created_before(graph, lid)  # AWS installs it on an existing HyperPod EKS cluster
