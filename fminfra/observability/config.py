@@ -13,6 +13,14 @@ from fminfra.core.config_base import Model, Problems, _raise_problems
 IDENTITY_STORE_GROUP_ID_RULE = re.compile(r"^([0-9a-f]{10}-|)[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}$")
 EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 SNS_TOPIC_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$")
+# The AMP managed collector refuses a scrape interval below 30 seconds, and the nodes' Prometheus
+# agent uses the same interval (docs/facts/observability.md#amp-scraper-minimum-scrape-interval).
+SCRAPE_INTERVAL_MIN_SECONDS = 30
+SCRAPE_INTERVAL_MAX_SECONDS = 300
+SCRAPE_INTERVAL_MESSAGE = (
+    f"must be {SCRAPE_INTERVAL_MIN_SECONDS} to {SCRAPE_INTERVAL_MAX_SECONDS} seconds "
+    f"(the AMP managed collector refuses intervals below {SCRAPE_INTERVAL_MIN_SECONDS} s), got {{value}}"
+)
 
 
 class GrafanaConfig(Model):
@@ -81,7 +89,16 @@ class ObservabilityConfig(Model):
     prometheus: bool = Field(default=True, description="true: AMP workspace, alert rules, alert manager and metrics collection.")
     grafana: GrafanaConfig = Field(default_factory=GrafanaConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
-    scrape_interval_seconds: int = Field(default=30, ge=5, le=300, description="How often exporters are scraped.")
+    scrape_interval_seconds: int = Field(
+        default=30, description=f"How often exporters are scraped: {SCRAPE_INTERVAL_MIN_SECONDS} to {SCRAPE_INTERVAL_MAX_SECONDS} seconds."
+    )
+
+    @field_validator("scrape_interval_seconds")
+    @classmethod
+    def _scrape_interval(cls, value: int) -> int:
+        if not SCRAPE_INTERVAL_MIN_SECONDS <= value <= SCRAPE_INTERVAL_MAX_SECONDS:
+            raise ValueError(SCRAPE_INTERVAL_MESSAGE.format(value=value))
+        return value
 
     @model_validator(mode="after")
     def _grafana_needs_prometheus(self) -> ObservabilityConfig:

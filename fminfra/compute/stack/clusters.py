@@ -7,6 +7,7 @@ separate stack would turn every reference between them into a CloudFormation exp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,27 +123,44 @@ def _efa_collector_values(script: str) -> dict[str, Any]:
     }
 
 
-def exporter_charts() -> list[HelmChartSpec]:
-    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs).
+def exporter_charts(gpu_node_types: Sequence[str]) -> list[HelmChartSpec]:
+    """The node exporter on every node and the GPU exporter on the GPU nodes, for the AMP scraper
+    (ports of `AmpScraper`'s jobs).
 
-    The DCGM exporter collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm
-    and ec2 nodes do (the chart's `customMetrics` replaces its default list, which lacks the ECC,
-    violation, NVLink error and Xid-count fields the rules use:
+    The DCGM exporter runs only on nodes of `gpu_node_types` (the `node.kubernetes.io/instance-type`
+    values of the cluster's GPU nodes: `gpu_node_types(cfg)`), as the chart's `affinity` value
+    places it (docs/facts/observability.md#dcgm-exporter-chart-node-placement): on a CPU system
+    node it finds no GPU and `ExporterDown` would fire for ever. None without GPU nodes. It
+    collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm and ec2 nodes do
+    (the chart's `customMetrics` replaces its default list, which lacks the ECC, violation, NVLink
+    error and Xid-count fields the rules use:
     docs/facts/observability.md#dcgm-exporter-chart-custom-metrics). The node exporter also serves
     the EFA counters (see `_efa_collector_values`).
     """
     observability = scripts_root() / "observability"
     counters = (observability / "dcgm-counters.csv").read_text(encoding="utf-8")
     efa_script = (observability / "collect_efa.sh").read_text(encoding="utf-8")
+    charts = (
+        []
+        if not gpu_node_types
+        else [
+            HelmChartSpec(
+                name="dcgm-exporter",
+                chart="dcgm-exporter",
+                repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+                version=version("CHART_DCGM_EXPORTER_VERSION"),
+                namespace="monitoring",
+                values={
+                    "affinity": node_type_affinity(gpu_node_types),
+                    "tolerations": [{"operator": "Exists"}],
+                    "serviceMonitor": {"enabled": False},
+                    "customMetrics": counters,
+                },
+            )
+        ]
+    )
     return [
-        HelmChartSpec(
-            name="dcgm-exporter",
-            chart="dcgm-exporter",
-            repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
-            version=version("CHART_DCGM_EXPORTER_VERSION"),
-            namespace="monitoring",
-            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}, "customMetrics": counters},
-        ),
+        *charts,
         HelmChartSpec(
             name="prometheus-node-exporter",
             chart="prometheus-node-exporter",
@@ -167,6 +185,22 @@ DEVICE_PLUGIN_VALUE_KEYS = {
     "nvidia-device-plugin": ("affinity", "tolerations"),
     "aws-efa-k8s-device-plugin": ("supportedInstanceLabels", "tolerations"),
 }
+
+
+def node_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:
+    """A pod affinity requiring a node of one of `instance_types` (by INSTANCE_TYPE_LABEL)."""
+    terms = [{"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(instance_types)}]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def gpu_node_types(cfg: EnvironmentConfig) -> list[str]:
+    """The instance-type label values of the EKS cluster's GPU nodes: the HyperPod EKS groups'
+    `ml.` names and the inference node groups' EC2 types (every catalog type has GPUs)."""
+    compute = cfg.compute
+    types = {g.spec.name for g in compute.inference_node_groups}
+    if compute.orchestrator == "eks":
+        types |= {g.spec.hyperpod_name for g in compute.instance_groups}
+    return sorted(types)
 
 
 def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
@@ -197,15 +231,7 @@ def device_plugin_charts(cfg: EnvironmentConfig) -> list[HelmChartSpec]:
             version=version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION"),
             values={
                 # Replaces the default affinity on node-feature-discovery labels, which nothing sets.
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": gpu_types}]}
-                            ]
-                        }
-                    }
-                },
+                "affinity": node_type_affinity(gpu_types),
                 "tolerations": tolerations,
             },
         )
@@ -332,7 +358,7 @@ def add_clusters(
             addon_versions=addons,
             admin_principal_arns=compute.eks.admin_principal_arns,
             public_access_cidrs=compute.eks.public_access_cidrs,
-            helm_charts=[*device_plugin_charts(cfg), *(exporter_charts() if prometheus is not None else [])],
+            helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),

@@ -19,7 +19,7 @@ from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 
 # The services that publish alerts: the AMP alert manager and CloudWatch alarms.
-PUBLISHERS = ("aps.amazonaws.com", "cloudwatch.amazonaws.com")
+
 EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 NAMESPACE_NAME_RULE = re.compile(r"^[0-9A-Za-z][-.0-9A-Z_a-z]*$")
 
@@ -70,15 +70,25 @@ class AlertTopic(Construct):
                 enable_key_rotation=True,
                 removal_policy=props.removal_policy,
             )
-            self.key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AlertPublishersUseTheKey",
-                    principals=[iam.ServicePrincipal(p) for p in PUBLISHERS],
-                    actions=["kms:GenerateDataKey*", "kms:Decrypt"],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:SourceAccount": account}},
+            # AMP's documented key statement for its alert manager has no condition: whether its
+            # requests to KMS (made through SNS) carry aws:SourceAccount is not documented, so a
+            # condition on it could refuse every alert. Publishing stays limited to this
+            # workspace and account by the topic policy
+            # (docs/facts/observability.md#amp-alert-manager-sns-key-policy).
+            publishers = {
+                "PrometheusAlertManagerUsesTheKey": ("aps.amazonaws.com", None),
+                "CloudWatchAlarmsUseTheKey": ("cloudwatch.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account}}),
+            }
+            for sid, (service, conditions) in publishers.items():
+                self.key.add_to_resource_policy(
+                    iam.PolicyStatement(
+                        sid=sid,
+                        principals=[iam.ServicePrincipal(service)],
+                        actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+                        resources=["*"],
+                        conditions=conditions,
+                    )
                 )
-            )
             topic = sns.Topic(self, "Topic", topic_name=props.topic_name, master_key=self.key, enforce_ssl=True)
             # CloudWatch alarms of this account and region publish (docs/facts/observability.md#cloudwatch-alarm-sns-topic-policy);
             # the AMP alert manager gets its own statement per workspace (`allow_prometheus_workspace`).

@@ -88,9 +88,21 @@ class PrometheusWorkspace(Construct):
         self.remote_write_url: str = urls.remote_write
         self.query_url: str = urls.query
 
+    def key_statement(self, actions: list[str]) -> iam.PolicyStatement:
+        """`actions` on the workspace's key, only through AMP in this region: a caller reads or
+        writes a workspace encrypted with a customer managed key only with access to the key
+        (docs/facts/observability.md#amp-workspace-cmk-key-access)."""
+        region = cdk.Stack.of(self).region
+        return iam.PolicyStatement(
+            actions=actions,
+            resources=[self.key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"aps.{region}.{cdk.Aws.URL_SUFFIX}"}},
+        )
+
     def grant_remote_write(self, grantee: iam.IRole) -> iam.Policy:
         """Gives `grantee` `aps:RemoteWrite` on this workspace only, as an inline policy (not the
-        managed AmazonPrometheusRemoteWriteAccess, which grants it on every workspace).
+        managed AmazonPrometheusRemoteWriteAccess, which grants it on every workspace), and the use
+        of the workspace's key through AMP (`kms:GenerateDataKey`, `kms:Decrypt`).
 
         The policy is created under the role (in the role's stack), so a Compute stack that
         consumes this workspace depends on it and not the other way round. Construct id:
@@ -103,13 +115,19 @@ class PrometheusWorkspace(Construct):
         policy = iam.Policy(
             grantee,
             f"{self.node.id}RemoteWrite",
-            statements=[iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace_arn])],
+            statements=[
+                iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace_arn]),
+                self.key_statement(["kms:GenerateDataKey", "kms:Decrypt"]),
+            ],
         )
         grantee.attach_inline_policy(policy)
         return policy
 
     def grant_query(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Gives `grantee` read access (queries, series, labels, metadata) to this workspace."""
+        """Gives `grantee` read access (queries, series, labels, metadata) to this workspace, and
+        `kms:Decrypt` on its key through AMP (AMP's "Accessing data from other services", e.g.
+        Amazon Managed Grafana: docs/facts/observability.md#amp-workspace-cmk-key-access)."""
+        grantee.grant_principal.add_to_principal_policy(self.key_statement(["kms:Decrypt"]))
         return iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata", "aps:DescribeWorkspace"],
