@@ -392,7 +392,8 @@ def test_scraper_writes_to_the_encrypted_workspace_through_a_source_and_a_target
     ]
     assert [st["Action"] for st in source_policy] == ["sts:AssumeRole"]
     depends = next(iter(template.find_resources("AWS::APS::Scraper").values()))["DependsOn"]
-    assert any(d.startswith("ScraperTargetRole") for d in depends) and any(d.startswith("ScraperSourceRoleDefaultPolicy") for d in depends)
+    assert any(d.startswith("ScraperTargetRolePrometheusRemoteWrite") for d in depends)
+    assert any(d.startswith("ScraperSourceRoleDefaultPolicy") for d in depends)
 
 
 @pytest.mark.parametrize("seconds", [5, 15, 29, 301])

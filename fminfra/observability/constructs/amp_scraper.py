@@ -155,8 +155,9 @@ class AmpScraper(Construct):
                 source_role_arn=self.source_role.role_arn, target_role_arn=self.target_role.role_arn
             ),
         )
-        # AMP assumes the roles when it creates the scraper: their policies exist first.
-        for dependency in (self.source_role, self.target_role, write, *self._default_policies()):
+        # AMP assumes the roles when it creates the scraper: their policies exist first (the roles
+        # themselves through the GetAtt).
+        for dependency in (write, *self._default_policies()):
             self.scraper.node.add_dependency(dependency)
         self.scraper_arn: str = self.scraper.attr_arn
         self.role_arn: str = self.scraper.attr_role_arn

@@ -313,7 +313,10 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     # ... plus the observability grant: aps:RemoteWrite on the environment's workspace only.
     remote_write = [s for s in statements if s["Action"] == "aps:RemoteWrite"]
     assert len(remote_write) == 1 and remote_write[0]["Resource"] != "*"
-    assert len(statements) == 5
+    # ... and the workspace's key, only through AMP (docs/facts/observability.md#amp-workspace-cmk-key-access).
+    workspace_key = [s for s in statements if sorted(s["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]]
+    assert len(workspace_key) == 1 and "kms:ViaService" in workspace_key[0]["Condition"]["StringEquals"]
+    assert len(statements) == 6
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed

@@ -246,7 +246,7 @@ def test_change_set_mode_reads_cloudformation_replacement_verdicts() -> None:
             {
                 **cs,
                 "ChangeSetType": "UPDATE",
-                "TemplateBody": json.dumps(after["dev-Storage"]),
+                "TemplateBody": json.dumps(after["dev-Storage"], separators=(",", ":")),
                 "Capabilities": ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
             },
         )
@@ -919,3 +919,10 @@ def test_a_workspace_key_change_is_a_replacement_that_loses_the_metrics(
     assert code == 1, out
     assert "dev-Observability: PrometheusWorkspace (AWS::APS::Workspace) would be replaced: KmsKeyArn" in out
     assert "the stored metrics" in out
+
+
+def test_change_set_body_is_compact_so_whitespace_does_not_count_against_the_limit() -> None:
+    """The staging Compute baseline is over 51,200 bytes as indented JSON and under it compact:
+    the change set takes it (CloudFormation's TemplateBody limit counts every byte sent)."""
+    template = _baseline("staging")["staging-Compute"]
+    assert len(json.dumps(template).encode()) > 51_200 > len(json.dumps(template, separators=(",", ":")).encode())
