@@ -13,8 +13,9 @@ from pydantic import Field, field_validator, model_validator
 from fminfra import catalog
 from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import Finding, error, warning
 from fminfra.core.versions import version
-from fminfra.eks.rules import DEFAULT_TEAM, RESERVED_NAMESPACES
+from fminfra.eks.rules import ACCEPT_NEEDS_TEAM, DEFAULT_TEAM, RESERVED_NAMESPACES
 from fminfra.hyperpod.rules import hyperpod_instance_types
 
 # HyperPod's rule for cluster and instance group names.
@@ -68,23 +69,25 @@ class CapacityConfig(Model):
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn", "upfront_fee_usd"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
-                problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
+                problems.append(
+                    error(field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})")
+                )
             if value is None and field in required:
-                problems.append((field, f"required with type {self.type}"))
+                problems.append(error(field, f"required with type {self.type}"))
         for i, rid in enumerate(self.reservation_ids or []):
             if not RESERVATION_ID_RULE.match(rid):
-                problems.append((f"reservation_ids[{i}]", f"must be 'cr-' followed by 17 lowercase hex digits, got {rid!r}"))
+                problems.append(error(f"reservation_ids[{i}]", f"must be 'cr-' followed by 17 lowercase hex digits, got {rid!r}"))
         if self.reservation_ids is not None and not self.reservation_ids:
-            problems.append(("reservation_ids", "must list at least one reservation id"))
+            problems.append(error("reservation_ids", "must list at least one reservation id"))
         if self.reservation_ids and len(set(self.reservation_ids)) != len(self.reservation_ids):
-            problems.append(("reservation_ids", "reservation ids must be unique"))
+            problems.append(error("reservation_ids", "reservation ids must be unique"))
         if self.training_plan_arn is not None and not TRAINING_PLAN_ARN_RULE.match(self.training_plan_arn):
             problems.append(
-                (
+                error(
                     "training_plan_arn",
                     f"must be arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME, got {self.training_plan_arn!r}",
                 )
@@ -92,11 +95,11 @@ class CapacityConfig(Model):
         for field in ("end_date", "starts_at", "ends_at"):
             value = getattr(self, field)
             if value is not None and value.tzinfo is None:
-                problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
+                problems.append(error(field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
         problems.extend(self._block_window_problems())
         if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
             given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
-            problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
+            problems.append(error(missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
         _raise_problems(problems)
         return self
 
@@ -105,27 +108,27 @@ class CapacityConfig(Model):
         """The drain window before EC2 terminates a block's instances (capacity-block)."""
         return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
 
-    def _block_window_problems(self) -> list[tuple[str, str]]:
+    def _block_window_problems(self) -> list[Finding]:
         """A Capacity Block's window: blocks end at 11:30 UTC and an offering can be a little
         shorter or longer than the duration asked for (docs/facts/capacity.md#capacity-block-end-time),
         so the window is checked against that, not against whole days."""
         start, end = self.starts_at, self.ends_at
         if not (start and end and start.tzinfo and end.tzinfo):
             if self.drain_minutes is not None and self.type == "capacity-block" and start is None and end is None:
-                return [("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
+                return [error("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
             return []
         if end <= start:
-            return [("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
-        problems: list[tuple[str, str]] = []
+            return [error("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
+        problems: list[Finding] = []
         if problem := end_time_problem(end):
-            problems.append(("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
+            problems.append(error("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
         if end - start > MAX_BLOCK_LENGTH:
             problems.append(
-                ("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
+                error("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
             )
         if scale_in_time(end, self.drain) <= start:
             problems.append(
-                (
+                error(
                     "ends_at",
                     f"the block ({end - start}) must outlast EC2's 30-minute reclaim and the {self.drain} drain, "
                     f"or the group scales in before it scales out",
@@ -134,13 +137,13 @@ class CapacityConfig(Model):
         return problems
 
 
-def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> tuple[str, str] | None:
+def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> Finding | None:
     """A group whose capacity type AWS does not sell its instance type through
     (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
     allowed = catalog.capacity_types(instance_type)
     if allowed is None or capacity_type in allowed:
         return None
-    return (
+    return error(
         f"{path}.capacity.type",
         f"group {name!r}: AWS sells {catalog.normalize_instance_type(instance_type)} only through {', '.join(allowed)}, "
         f"not {capacity_type}; allowed: {', '.join(allowed)}",
@@ -213,19 +216,19 @@ K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
 
 
-def _k8s_problems(field: str, key: str, value: str) -> list[tuple[str, str]]:
+def _k8s_problems(field: str, key: str, value: str) -> list[Finding]:
     problems = []
     prefix = key.split("/", 1)[0] if "/" in key else ""
     if not K8S_KEY_RULE.match(key) or len(prefix) > 253:
         problems.append(
-            (
+            error(
                 field,
                 f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
             )
         )
     if not K8S_VALUE_RULE.match(value):
         problems.append(
-            (
+            error(
                 field,
                 f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
             )
@@ -278,7 +281,7 @@ class InferenceNodeGroupConfig(Model):
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
                 [
-                    (
+                    error(
                         "desired_size",
                         f"must satisfy min_size <= desired_size <= max_size, got {self.min_size} <= {self.desired_size} <= {self.max_size}",
                     )
@@ -409,7 +412,7 @@ class TeamConfig(Model):
     @field_validator("instances")
     @classmethod
     def _instances(cls, value: dict[str, int]) -> dict[str, int]:
-        _raise_problems([(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
+        _raise_problems([error(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
         return value
 
 
@@ -440,11 +443,11 @@ class SchedulingConfig(Model):
     def _teams(cls, value: list[TeamConfig] | None) -> list[TeamConfig] | None:
         if value is None:
             return None
-        problems: list[tuple[str, str]] = [] if value else [("", "list at least one team, or leave teams out for the default team")]
+        problems: list[Finding] = [] if value else [error("", "list at least one team, or leave teams out for the default team")]
         seen: set[str] = set()
         for i, team in enumerate(value):
             if team.name in seen:
-                problems.append((f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
+                problems.append(error(f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
             seen.add(team.name)
         _raise_problems(problems)
         return value
@@ -452,19 +455,19 @@ class SchedulingConfig(Model):
     @field_validator("priority_classes")
     @classmethod
     def _priority_classes(cls, value: dict[str, int]) -> dict[str, int]:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         if len(value) > PRIORITY_CLASSES_MAX:
-            problems.append(("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
+            problems.append(error("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
         for name, weight in value.items():
             if not TEAM_NAME_RULE.match(name):
                 problems.append(
-                    (
+                    error(
                         f"[{name!r}]",
                         f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit",
                     )
                 )
             if not 0 <= weight <= 100:
-                problems.append((f"[{name!r}]", f"weight must be 0-100, got {weight}"))
+                problems.append(error(f"[{name!r}]", f"weight must be 0-100, got {weight}"))
         _raise_problems(problems)
         return value
 
@@ -505,7 +508,7 @@ class EksConfig(Model):
     def _arns(cls, value: list[str]) -> list[str]:
         _raise_problems(
             [
-                (f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
+                error(f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
                 for i, arn in enumerate(value)
                 if not IAM_PRINCIPAL_ARN_RULE.match(arn)
             ]
@@ -520,7 +523,7 @@ class EksConfig(Model):
             try:
                 ipaddress.IPv4Network(cidr, strict=True)
             except ValueError as exc:
-                problems.append((f"[{i}]", f"must be an IPv4 CIDR, got {cidr!r} ({exc})"))
+                problems.append(error(f"[{i}]", f"must be an IPv4 CIDR, got {cidr!r} ({exc})"))
         _raise_problems(problems)
         return value
 
@@ -566,7 +569,7 @@ class ComputeConfig(Model):
             return self.eks.system_nodes.count
         return 0 if self.untainted_node_sources() else 2
 
-    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+    def warnings(self, today: date | None = None) -> list[Finding]:
         """(field path, message) for what does not reject the config: a Kubernetes version within
         SUPPORT_END_WARNING_DAYS of the end of its EKS standard support; an inference node group whose
         sizes promise scaling that nothing does."""
@@ -582,19 +585,19 @@ class ComputeConfig(Model):
         when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
         return [
             *out,
-            (
+            warning(
                 "eks.kubernetes_version",
                 f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
                 "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
             ),
         ]
 
-    def _unscaled_group_warnings(self) -> list[tuple[str, str]]:
+    def _unscaled_group_warnings(self) -> list[Finding]:
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
         Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
         return [
-            (
+            warning(
                 f"inference_node_groups[{i}].max_size",
                 f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
                 f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
@@ -604,7 +607,7 @@ class ComputeConfig(Model):
             if g.min_size < g.max_size
         ]
 
-    def _acceptance_team_warnings(self) -> list[tuple[str, str]]:
+    def _acceptance_team_warnings(self) -> list[Finding]:
         """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one
         team's queue: a team holding fewer waits on borrowed quota, which task governance's default
         sharing may never lend (docs/compute.md, scheduling)."""
@@ -613,7 +616,7 @@ class ComputeConfig(Model):
             return []
         held = next(t for t in self.scheduling_teams() if t.name == team).instances
         return [
-            (
+            warning(
                 "eks.scheduling.teams",
                 f"`fminfra accept` queues in team {team!r}, which holds {held.get(g.name, 0)} of group {g.name!r}'s {g.count} instances: "
                 "its acceptance jobs need them all at once and may never be admitted; give that team the whole group",
@@ -624,28 +627,28 @@ class ComputeConfig(Model):
 
     @model_validator(mode="after")
     def _rules(self) -> ComputeConfig:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         if self.hyperpod and not self.instance_groups:
-            problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
+            problems.append(error("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
         if self.orchestrator == "none":
             if self.instance_groups:
                 problems.append(
-                    ("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
+                    error("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
                 )
             elif not self.inference_node_groups:
                 problems.append(
-                    (
+                    error(
                         "",
                         "give instance_groups with an orchestrator (slurm, eks, ec2), or inference_node_groups for an inference-only EKS cluster",
                     )
                 )
         if self.slurm is not None and self.orchestrator != "slurm":
-            problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
+            problems.append(error("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
-            problems.append(("eks", "only with orchestrator eks or when inference_node_groups exist"))
+            problems.append(error("eks", "only with orchestrator eks or when inference_node_groups exist"))
         if self.eks is not None and self.eks.accept_access and self.orchestrator != "eks":
             problems.append(
-                ("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
+                error("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
             )
         seen: dict[str, str] = {}
         reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
@@ -655,9 +658,9 @@ class ComputeConfig(Model):
         ]
         for path, group in groups:
             if group.name in reserved:
-                problems.append((f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))
+                problems.append(error(f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))
             elif group.name in seen:
-                problems.append((f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
+                problems.append(error(f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
             seen.setdefault(group.name, path)
         for i, group in enumerate(self.instance_groups):
             problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
@@ -665,7 +668,7 @@ class ComputeConfig(Model):
             path = f"inference_node_groups[{i}]"
             if igroup.capacity.type not in EC2_CAPACITY_TYPES:
                 problems.append(
-                    (
+                    error(
                         f"{path}.capacity.type",
                         f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
                     )
@@ -674,32 +677,27 @@ class ComputeConfig(Model):
                 problems.append(purchase)
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(
-                    (
+                    error(
                         f"{path}.placement",
                         f"group {igroup.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
                     )
                 )
         _raise_problems(problems)
-        if self.orchestrator == "slurm" and self.slurm is None:
-            self.slurm = SlurmConfig()
-        if self.needs_eks and self.eks is None:
-            self.eks = EksConfig()
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
         if self.eks is not None and self.eks.accept_access and self.acceptance_team() is None:
             _raise_problems(
                 [
-                    (
+                    error(
                         "eks.accept_access",
-                        "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; "
-                        "keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false",
+                        ACCEPT_NEEDS_TEAM,
                     )
                 ]
             )
         if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
             _raise_problems(
                 [
-                    (
+                    error(
                         "eks.system_nodes.count",
                         "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
                         "(default nvidia.com/gpu=true:NoSchedule)"
@@ -762,20 +760,20 @@ class ComputeConfig(Model):
                 by_type[types[group]] = by_type.get(types[group], 0) + count
         return quotas
 
-    def _scheduling_problems(self) -> list[tuple[str, str]]:
+    def _scheduling_problems(self) -> list[Finding]:
         assert self.eks is not None
         scheduling = self.eks.scheduling
         base = "eks.scheduling"
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         if self.orchestrator == "eks":
             if scheduling.kueue:
                 # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
-                problems.append((f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+                problems.append(error(f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
             if scheduling.task_governance is False:
                 for name in ("teams", "priority_classes"):
                     if name in scheduling.model_fields_set:
                         problems.append(
-                            (f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
+                            error(f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
                         )
                 return problems
             groups: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in self.instance_groups}
@@ -783,22 +781,24 @@ class ComputeConfig(Model):
         elif not scheduling.kueue:
             if scheduling != SchedulingConfig():
                 return [
-                    (base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}")
+                    error(
+                        base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}"
+                    )
                 ]
             return []
         else:
             if scheduling.task_governance:
                 problems.append(
-                    (f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
+                    error(f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
                 )
             if scheduling.priority_classes:
                 problems.append(
-                    (f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
+                    error(f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
                 )
             for i, team in enumerate(self.scheduling_teams()):
                 if team.name in RESERVED_NAMESPACES:
                     problems.append(
-                        (
+                        error(
                             f"{base}.teams[{i}].name",
                             f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
                         )
@@ -809,16 +809,18 @@ class ComputeConfig(Model):
         for i, team in enumerate(self.scheduling_teams()):
             if scheduling.teams is not None and not any(team.instances.values()):
                 # a quota of nothing: the team's queue could never admit a job
-                problems.append((f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
+                problems.append(error(f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
             for group, count in team.instances.items():
                 if group not in groups:
-                    problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
+                    problems.append(
+                        error(f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}")
+                    )
                     continue
                 held[group] = held.get(group, 0) + count
             types = {groups[g].spec.name for g in team.instances if g in groups}
             if len(types) > QUOTA_MAX_INSTANCE_TYPES:
                 problems.append(
-                    (
+                    error(
                         f"{base}.teams[{i}].instances",
                         f"a team's quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(types)}",
                     )
@@ -827,20 +829,20 @@ class ComputeConfig(Model):
         for name, total in held.items():
             if total > capacity[name]:
                 problems.append(
-                    (
+                    error(
                         f"{base}.teams",
                         f"the teams hold {total} instances of group {name!r}, whose {most} is {capacity[name]}; allowed: at most {capacity[name]} in all",
                     )
                 )
         return problems
 
-    def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
-        problems: list[tuple[str, str]] = []
+    def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[Finding]:
+        problems: list[Finding] = []
         kind = "HyperPod groups" if self.hyperpod else "ec2 groups"
         allowed = HYPERPOD_CAPACITY_TYPES if self.hyperpod else EC2_CAPACITY_TYPES
         if group.capacity.type not in allowed:
             problems.append(
-                (
+                error(
                     f"{path}.capacity.type",
                     f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
                 )
@@ -850,7 +852,7 @@ class ComputeConfig(Model):
         if self.hyperpod:
             if group.spec.hyperpod_name not in hyperpod_instance_types():
                 problems.append(
-                    (
+                    error(
                         f"{path}.instance_type",
                         f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
                     )
@@ -858,7 +860,7 @@ class ComputeConfig(Model):
             if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
                 # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
                 problems.append(
-                    (
+                    error(
                         f"{path}.deep_health_checks",
                         f"group {group.name!r}: instance_connectivity runs NCCL tests across nodes and needs count of at least 2, got {group.count}",
                     )
@@ -866,19 +868,21 @@ class ComputeConfig(Model):
             for field in ("placement", "root_volume_gib"):
                 if getattr(group, field) is not None:
                     problems.append(
-                        (f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)")
+                        error(
+                            f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)"
+                        )
                     )
         else:
             if group.capacity.type == "odcr" and group.count == 0:
                 problems.append(
-                    (f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
+                    error(f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
                 )
             for field in ("instance_storage_gib", "deep_health_checks"):
                 if getattr(group, field) is not None:
-                    problems.append((f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
+                    problems.append(error(f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
             if group.capacity.type == "capacity-block" and group.placement == "cluster":
                 problems.append(
-                    (
+                    error(
                         f"{path}.placement",
                         f"group {group.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
                     )

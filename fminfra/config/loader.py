@@ -130,7 +130,8 @@ def _format_pydantic_errors(file: str, exc: PydanticValidationError) -> list[str
         loc = tuple(err["loc"])
         error = (err.get("ctx") or {}).get("error")
         if isinstance(error, Problems):
-            for rel, msg in error.problems:
+            for finding in error.findings:
+                rel, msg = finding.path, finding.message
                 rel_loc: tuple[int | str, ...] = tuple(p for p in re.split(r"\.(?![^\[]*\])", rel) if p) if rel else ()
                 lines.append(f"{file}: {_loc_to_path(loc + rel_loc) or '(top level)'}: {msg}")
             continue
@@ -198,7 +199,7 @@ def read_yaml(path: str | Path) -> Any:
 
 def format_warnings(file: str | Path, cfg: EnvironmentConfig) -> list[str]:
     """The config's warnings, one line each: `FILE: field.path: warning: message`."""
-    return [f"{file}: {path}: warning: {msg}" for path, msg in cfg.warnings()]
+    return [f.line(str(file)) for f in cfg.warnings()]
 
 
 def config_files(config_dir: Path) -> list[Path]:

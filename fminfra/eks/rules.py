@@ -20,6 +20,12 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Namespaces a team of fminfra's own Kueue (EKS without HyperPod, namespace = team name) may not take:
 # Kubernetes' own, Kueue's, and the one fminfra's exporters use.
 RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "monitoring")
+# `fminfra accept` on HyperPod EKS needs a team queue (compute.eks.accept_access).
+ACCEPT_NEEDS_TEAM = (
+    "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; turn task governance "
+    "on (eks.scheduling.task_governance: true, with the default team or eks.scheduling.teams; where it is off by default, "
+    "validate's warning says why), or set accept_access: false"
+)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import LOG_RETENTION_DAYS, Model, Problems, _raise_problems
 from fminfra.core.errors import ValidationError
+from fminfra.core.findings import error
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
 from fminfra.network.rules import SubnetPlan, plan_subnets
 
@@ -72,7 +73,7 @@ class NetworkConfig(Model):
     @field_validator("az_ids")
     @classmethod
     def _az_ids(cls, value: list[str]) -> list[str]:
-        problems = [(f"[{i}]", az_form_problem(az)) for i, az in enumerate(value) if not is_az_id(az)]
+        problems = [error(f"[{i}]", az_form_problem(az)) for i, az in enumerate(value) if not is_az_id(az)]
         _raise_problems(problems)
         duplicates = sorted({az for az in value if value.count(az) > 1})
         if duplicates:
@@ -89,13 +90,13 @@ class NetworkConfig(Model):
     @model_validator(mode="after")
     def _compute_az(self) -> NetworkConfig:
         if not is_az_id(self.compute_az_id):
-            raise Problems([("compute_az_id", az_form_problem(self.compute_az_id))])
+            raise Problems([error("compute_az_id", az_form_problem(self.compute_az_id))])
         if self.compute_az_id not in self.az_ids:
-            raise Problems([("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
+            raise Problems([error("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
         try:
             self.subnets()
         except ValidationError as exc:
-            raise Problems([("cidr", str(exc))]) from None
+            raise Problems([error("cidr", str(exc))]) from None
         return self
 
     def subnets(self) -> list[SubnetPlan]:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import error
 
 # Identity Center (identitystore) group ids, as botocore's ResourceId pattern has them.
 IDENTITY_STORE_GROUP_ID_RULE = re.compile(r"^([0-9a-f]{10}-|)[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}$")
@@ -27,7 +28,7 @@ class GrafanaConfig(Model):
     @classmethod
     def _group_ids(cls, value: list[str]) -> list[str]:
         problems = [
-            (
+            error(
                 f"[{i}]",
                 f"must be an Identity Center group id such as 1234567890-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d or 0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d, got {gid!r}",
             )
@@ -42,7 +43,7 @@ class GrafanaConfig(Model):
     @model_validator(mode="after")
     def _groups_need_grafana(self) -> GrafanaConfig:
         if self.admin_group_ids and not self.enabled:
-            raise Problems([("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
+            raise Problems([error("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
         return self
 
 
@@ -58,7 +59,7 @@ class AlertsConfig(Model):
     @classmethod
     def _emails(cls, value: list[str]) -> list[str]:
         problems = [
-            (f"[{i}]", f"must be an email address such as oncall@example.com, got {e!r}")
+            error(f"[{i}]", f"must be an email address such as oncall@example.com, got {e!r}")
             for i, e in enumerate(value)
             if not EMAIL_RULE.match(e)
         ]
@@ -87,6 +88,6 @@ class ObservabilityConfig(Model):
     def _grafana_needs_prometheus(self) -> ObservabilityConfig:
         if self.grafana.enabled and not self.prometheus:
             raise Problems(
-                [("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
+                [error("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
             )
         return self

@@ -28,7 +28,7 @@ from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
 from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
-from fminfra.eks.rules import team_queue
+from fminfra.eks.rules import ACCEPT_NEEDS_TEAM, team_queue
 from fminfra.ops.accept.manifests import eks_plan
 from fminfra.promotion.rules import accept_role_name
 from tests.conftest import ROOT, Synth
@@ -325,8 +325,7 @@ def test_accept_access_needs_a_task_governance_team(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and this "
-        "cluster has none; keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false"
+        f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"
     ]
     data["compute"]["eks"]["accept_access"] = False  # the same config without it is valid
     path.write_text(yaml.safe_dump(data))
@@ -378,8 +377,7 @@ def test_accept_access_where_the_region_turns_task_governance_off(tmp_path: Path
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and task governance"
-        f" is off in {region} by default (validate's warning says why); set eks.scheduling.task_governance: true, or accept_access: false"
+        f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"
     ]
 
 
@@ -403,9 +401,9 @@ def test_validate_warns_when_the_accept_team_holds_part_of_a_group(tmp_path: Pat
     }
     path = tmp_path / "staging.yaml"
     path.write_text(yaml.safe_dump(data))
-    warnings = dict(load_config(path).warnings())
+    warnings = {f.path: f.message for f in load_config(path).warnings()}
     assert warnings["compute.eks.scheduling.teams"].startswith(
         "`fminfra accept` queues in team 'alpha', which holds 1 of group 'workers''s 2 instances"
     )
     # the shipped staging (one team holding every instance) has no such warning
-    assert "compute.eks.scheduling.teams" not in dict(load_config(ROOT / "config" / "staging.yaml").warnings())
+    assert "compute.eks.scheduling.teams" not in {f.path: f.message for f in load_config(ROOT / "config" / "staging.yaml").warnings()}
