@@ -11,28 +11,48 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from fminfra import catalog
-from fminfra.capacity.rules import DEFAULT_DRAIN, MAX_DRAIN_MINUTES, MAX_DURATION_DAYS, end_time_problem, scale_in_time
+from fminfra.capacity.rules import (
+    BLOCK_PLACEMENT,
+    DEFAULT_DRAIN,
+    EC2_CAPACITY_TYPES,
+    HYPERPOD_CAPACITY_TYPES,
+    MAX_BLOCK_LENGTH,
+    MAX_DRAIN_MINUTES,
+    MAX_DURATION_DAYS,
+    RESERVATION_ID,
+    TRAINING_PLAN_ARN_RULE,
+    end_time_problem,
+    scale_in_time,
+)
+from fminfra.compute.rules import EC2_INSTANCE_TYPE_RULE
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.findings import Finding, error, warning
 from fminfra.core.versions import version
-from fminfra.eks.rules import ACCEPT_NEEDS_TEAM, DEFAULT_TEAM, RESERVED_NAMESPACES
-from fminfra.hyperpod.rules import hyperpod_instance_types
-
-# HyperPod's rule for cluster and instance group names.
-GROUP_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
-TRAINING_PLAN_ARN_RULE = re.compile(
-    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+from fminfra.eks.rules import (
+    ACCEPT_NEEDS_TEAM,
+    DEFAULT_GPU_TAINT,
+    DEFAULT_TEAM,
+    IAM_PRINCIPAL_ARN_RULE,
+    REPELLING_EFFECTS,
+    RESERVED_NAMESPACES,
+    SUPPORT_END_WARNING_DAYS,
+    k8s_problems,
 )
-IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
+from fminfra.hyperpod.rules import (
+    CONNECTIVITY_MIN_INSTANCES,
+    MAX_INSTANCES,
+    PRIORITY_CLASSES_MAX,
+    PRIORITY_WEIGHT_MAX,
+    QUOTA_MAX_INSTANCE_TYPES,
+    TEAM_NAME,
+    hyperpod_instance_types,
+)
+from fminfra.hyperpod.rules import NAME as HYPERPOD_NAME
+
+GROUP_NAME_RULE = HYPERPOD_NAME.regex  # the public name of earlier releases
 CONTROLLER_GROUP_NAME = "controller"
 LOGIN_GROUP_NAME = "login"
-HYPERPOD_MAX_INSTANCES = 6758
-CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
-HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
-EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
-# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
-MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
+HYPERPOD_MAX_INSTANCES = MAX_INSTANCES  # the public name of earlier releases
 
 
 class CapacityConfig(Model):
@@ -79,8 +99,8 @@ class CapacityConfig(Model):
             if value is None and field in required:
                 problems.append(error(field, f"required with type {self.type}"))
         for i, rid in enumerate(self.reservation_ids or []):
-            if not RESERVATION_ID_RULE.match(rid):
-                problems.append(error(f"reservation_ids[{i}]", f"must be 'cr-' followed by 17 lowercase hex digits, got {rid!r}"))
+            if problem := RESERVATION_ID.problem(rid):
+                problems.append(error(f"reservation_ids[{i}]", problem))
         if self.reservation_ids is not None and not self.reservation_ids:
             problems.append(error("reservation_ids", "must list at least one reservation id"))
         if self.reservation_ids and len(set(self.reservation_ids)) != len(self.reservation_ids):
@@ -151,8 +171,8 @@ def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: s
 
 
 def _check_group_name(value: str) -> str:
-    if not GROUP_NAME_RULE.match(value):
-        raise ValueError(f"must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}")
+    if problem := HYPERPOD_NAME.problem(value):
+        raise ValueError(problem)
     return value
 
 
@@ -175,7 +195,7 @@ class InstanceGroupConfig(Model):
         description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).",
         json_schema_extra={"enum": [*catalog.TRAINING_TYPES, *(f"ml.{n}" for n in catalog.TRAINING_TYPES)]},
     )
-    count: int = Field(ge=0, le=HYPERPOD_MAX_INSTANCES, description="Number of instances.")
+    count: int = Field(ge=0, le=MAX_INSTANCES, description="Number of instances.")
     placement: Literal["cluster", "none"] | None = Field(
         default=None, description="ec2 groups: cluster (default) or none; capacity-block defaults to none."
     )
@@ -206,34 +226,6 @@ class InstanceGroupConfig(Model):
     @property
     def spec(self) -> catalog.GpuInstanceType:
         return catalog.get(self.instance_type)
-
-
-# Kubernetes label keys: an optional DNS-subdomain prefix (<= 253) and "/", then a name of 1-63
-# alphanumerics, "-", "_", "." beginning and ending alphanumeric; values: the name form or empty
-# (docs/facts/eks.md#kubernetes-label-syntax). Taint keys and values follow the same rules.
-_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
-K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
-
-
-def _k8s_problems(field: str, key: str, value: str) -> list[Finding]:
-    problems = []
-    prefix = key.split("/", 1)[0] if "/" in key else ""
-    if not K8S_KEY_RULE.match(key) or len(prefix) > 253:
-        problems.append(
-            error(
-                field,
-                f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
-            )
-        )
-    if not K8S_VALUE_RULE.match(value):
-        problems.append(
-            error(
-                field,
-                f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
-            )
-        )
-    return problems
 
 
 class Taint(Model):
@@ -275,8 +267,8 @@ class InferenceNodeGroupConfig(Model):
 
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
-        k8s = [p for key, value in self.labels.items() for p in _k8s_problems("labels", key, value)]
-        k8s += [p for i, taint in enumerate(self.taints) for p in _k8s_problems(f"taints[{i}]", taint.key, taint.value)]
+        k8s = [error("labels", p) for key, value in self.labels.items() for p in k8s_problems(key, value)]
+        k8s += [error(f"taints[{i}]", p) for i, taint in enumerate(self.taints) for p in k8s_problems(taint.key, taint.value)]
         _raise_problems(k8s)
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
@@ -339,22 +331,6 @@ def default_kubernetes_version() -> str:
     return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
-# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
-# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
-SUPPORT_END_WARNING_DAYS = 60
-# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
-DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
-# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
-REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
-# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
-# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
-HEALTH_MONITORING_AGENT_REGIONS = (
-    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
-    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
-)  # fmt: skip
-EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
-
-
 class SystemNodesConfig(Model):
     """A small untainted CPU node group for CoreDNS and other system pods (EKS managed node group)."""
 
@@ -379,18 +355,6 @@ class SystemNodesConfig(Model):
         return value
 
 
-# Team (compute quota) names. Task governance makes the namespace `hyperpod-ns-<team>` and the Kueue
-# LocalQueue `hyperpod-ns-<team>-localqueue`, which jobs name in a label value (at most 63
-# characters): 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or
-# digit (docs/facts/hyperpod.md#hyperpod-task-governance-names, docs/facts/eks.md#kubernetes-label-syntax).
-TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-TEAM_NAME_MAX = 40
-# A compute quota lists at most 15 instance types; a cluster policy at most 10 priority classes,
-# each weighted 0-100 (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
-QUOTA_MAX_INSTANCE_TYPES = 15
-PRIORITY_CLASSES_MAX = 10
-
-
 class TeamConfig(Model):
     """A team: its own namespace and queue, and a quota of training instances."""
 
@@ -403,10 +367,8 @@ class TeamConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not TEAM_NAME_RULE.match(value):
-            raise ValueError(
-                f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
-            )
+        if problem := TEAM_NAME.problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("instances")
@@ -459,15 +421,10 @@ class SchedulingConfig(Model):
         if len(value) > PRIORITY_CLASSES_MAX:
             problems.append(error("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
         for name, weight in value.items():
-            if not TEAM_NAME_RULE.match(name):
-                problems.append(
-                    error(
-                        f"[{name!r}]",
-                        f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit",
-                    )
-                )
-            if not 0 <= weight <= 100:
-                problems.append(error(f"[{name!r}]", f"weight must be 0-100, got {weight}"))
+            if problem := TEAM_NAME.problem(name):
+                problems.append(error(f"[{name!r}]", problem))
+            if not 0 <= weight <= PRIORITY_WEIGHT_MAX:
+                problems.append(error(f"[{name!r}]", f"weight must be 0-{PRIORITY_WEIGHT_MAX}, got {weight}"))
         _raise_problems(problems)
         return value
 
@@ -676,12 +633,7 @@ class ComputeConfig(Model):
             if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
                 problems.append(purchase)
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
-                problems.append(
-                    error(
-                        f"{path}.placement",
-                        f"group {igroup.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
-                    )
-                )
+                problems.append(error(f"{path}.placement", f"group {igroup.name!r}: {BLOCK_PLACEMENT}"))
         _raise_problems(problems)
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
@@ -857,7 +809,7 @@ class ComputeConfig(Model):
                         f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
                     )
                 )
-            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
+            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < CONNECTIVITY_MIN_INSTANCES:
                 # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
                 problems.append(
                     error(
@@ -881,12 +833,7 @@ class ComputeConfig(Model):
                 if getattr(group, field) is not None:
                     problems.append(error(f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
             if group.capacity.type == "capacity-block" and group.placement == "cluster":
-                problems.append(
-                    error(
-                        f"{path}.placement",
-                        f"group {group.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
-                    )
-                )
+                problems.append(error(f"{path}.placement", f"group {group.name!r}: {BLOCK_PLACEMENT}"))
         return problems
 
     def placement_of(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from datetime import date
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fminfra.compute.config import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLAN_ARN_RULE, ComputeConfig
+from fminfra.capacity.rules import TRAINING_PLAN_ARN_RULE
+from fminfra.compute.config import ComputeConfig
 from fminfra.config.defaults import apply_defaults
 from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
 from fminfra.core.findings import Finding, error, warning
@@ -22,16 +22,12 @@ from fminfra.core.regional import (
     resource_types_in,
 )
 from fminfra.core.regions import az_id_problem
+from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, TAG_KEY_MAX, TAG_VALUE_MAX
+from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
-from fminfra.observability.config import SNS_TOPIC_ARN_RULE, ObservabilityConfig
+from fminfra.observability.config import ObservabilityConfig
+from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE
 from fminfra.storage.config import StorageConfig
-
-NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
-# docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags
-# need a value), no aws: prefix, the characters every tagging service accepts, 50 tags a resource,
-# less the two fminfra adds (fminfra:environment; SageMaker on the HyperPod cluster).
-TAG_KEY_MAX, TAG_VALUE_MAX, TAG_COUNT_MAX = 128, 256, 48
-TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$")
 
 
 class EnvironmentConfig(Model):
@@ -51,8 +47,8 @@ class EnvironmentConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_RULE.match(value) or value.endswith("-"):
-            raise ValueError(f"must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got {value!r}")
+        if problem := ENVIRONMENT_NAME.problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("tags")
@@ -65,11 +61,11 @@ class EnvironmentConfig(Model):
                 problems.append(error(f"[{key[:40]!r}]", f"a tag key has 1 to {TAG_KEY_MAX} characters, got {len(key)}"))
             elif key.lower().startswith("aws:"):
                 problems.append(error(f"[{key!r}]", "tag keys starting with aws: are reserved for AWS"))
-            elif not TAG_CHARS.match(key):
+            elif not TAG_CHARS_RULE.match(key):
                 problems.append(error(f"[{key!r}]", "a tag key may hold letters, digits, spaces and _ . : / = + - @"))
             if not 1 <= len(tag_value) <= TAG_VALUE_MAX:
                 problems.append(error(f"[{key[:40]!r}]", f"a tag value has 1 to {TAG_VALUE_MAX} characters, got {len(tag_value)}"))
-            elif not TAG_CHARS.match(tag_value):
+            elif not TAG_CHARS_RULE.match(tag_value):
                 problems.append(error(f"[{key[:40]!r}]", "a tag value may hold letters, digits, spaces and _ . : / = + - @"))
         if len(value) > TAG_COUNT_MAX:
             problems.append(error("", f"at most {TAG_COUNT_MAX} tags, got {len(value)}"))

@@ -14,13 +14,8 @@ from pydantic import ValidationError as PydanticValidationError
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.core.config_base import Problems
 from fminfra.core.errors import ConfigError
+from fminfra.core.rules import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 
-# Limits on what the one YAML reader accepts: an environment file is a few KB, nests about six
-# levels and holds small numbers; anything far past these is a mistake or an attack, and gets one
-# line instead of a MemoryError, a RecursionError or Python's integer-digits ValueError.
-MAX_CONFIG_BYTES = 1024 * 1024
-MAX_NESTING = 64
-MAX_INT_DIGITS = 64
 _NO_REUSE = "anchors, aliases and merge keys (&name, *name, <<) are not supported: write the values out"
 
 

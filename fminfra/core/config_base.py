@@ -11,8 +11,6 @@ from pydantic import BaseModel, ConfigDict
 from fminfra.core.findings import Finding
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
-
 
 class Problems(ValueError):
     """Raised by validators: error findings, each with a path relative to the model that found them."""

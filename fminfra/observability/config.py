@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.findings import error
+from fminfra.observability.rules.inputs import EMAIL, IDENTITY_STORE_GROUP_ID, SNS_TOPIC_ARN_RULE
 
 # Identity Center (identitystore) group ids, as botocore's ResourceId pattern has them.
-IDENTITY_STORE_GROUP_ID_RULE = re.compile(r"^([0-9a-f]{10}-|)[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}$")
-EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-SNS_TOPIC_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$")
 
 
 class GrafanaConfig(Model):
@@ -27,14 +24,7 @@ class GrafanaConfig(Model):
     @field_validator("admin_group_ids")
     @classmethod
     def _group_ids(cls, value: list[str]) -> list[str]:
-        problems = [
-            error(
-                f"[{i}]",
-                f"must be an Identity Center group id such as 1234567890-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d or 0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d, got {gid!r}",
-            )
-            for i, gid in enumerate(value)
-            if not IDENTITY_STORE_GROUP_ID_RULE.match(gid)
-        ]
+        problems = [error(f"[{i}]", problem) for i, gid in enumerate(value) if (problem := IDENTITY_STORE_GROUP_ID.problem(gid))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("group ids must be unique")
@@ -58,11 +48,7 @@ class AlertsConfig(Model):
     @field_validator("emails")
     @classmethod
     def _emails(cls, value: list[str]) -> list[str]:
-        problems = [
-            error(f"[{i}]", f"must be an email address such as oncall@example.com, got {e!r}")
-            for i, e in enumerate(value)
-            if not EMAIL_RULE.match(e)
-        ]
+        problems = [error(f"[{i}]", problem) for i, e in enumerate(value) if (problem := EMAIL.problem(e))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("email addresses must be unique")

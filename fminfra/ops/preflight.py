@@ -112,6 +112,9 @@ class Preflight:
         self._sagemaker_defaults: dict[str, float] | None = None
         self._own_cluster_counts: dict[str, int] = {}  # ml type -> instances this env's cluster runs now
 
+    def _missing(self, what: str, exc: ClientError) -> str:
+        return f"{what} does not exist in {self.cfg.region} for this account ({error_code(exc)})"
+
     def add(self, status: Status, subject: str, check: str, reason: str) -> None:
         self.rows.append(Row(status, subject, check, reason))
 
@@ -269,7 +272,7 @@ class Preflight:
                     "FAIL",
                     f"reservation {rid}",
                     "exists",
-                    f"{rid} does not exist in {self.cfg.region} for this account ({error_code(exc)})",
+                    self._missing(rid, exc),
                 )
                 return None
             raise
@@ -360,7 +363,7 @@ class Preflight:
                 plan = self.c.sagemaker.describe_training_plan(TrainingPlanName=name)
             except ClientError as exc:
                 if error_code(exc) in ("ResourceNotFound", "ValidationException"):
-                    self.add("FAIL", subject, "exists", f"{arn} does not exist in {self.cfg.region} for this account ({error_code(exc)})")
+                    self.add("FAIL", subject, "exists", self._missing(arn, exc))
                     continue
                 raise
             self._check_training_plan(group, subject, plan)

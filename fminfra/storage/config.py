@@ -3,42 +3,29 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.findings import Finding, error, warning
+from fminfra.storage.rules import (
+    BUCKET_NAME,
+    FILE_SYSTEM_PATH_RULE,
+    LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_EFA_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_CAPACITY_GIB,
+    LUSTRE_MAX_REPOSITORIES,
+    LUSTRE_METADATA_IOPS_ALLOWED,
+    LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB,
+    LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
+    S3_PREFIX_RULE,
+    lustre_capacity_problem,
+    lustre_metadata_iops_problem,
+)
 
 if TYPE_CHECKING:
     from fminfra.config.environment import EnvironmentConfig
-
-# FSx for Lustre rules: docs/facts/storage.md#fsx-lustre-ssd-capacity, #fsx-lustre-persistent2-throughput-tiers,
-# #fsx-lustre-metadata-iops, #fsx-dra-limits. SSD capacity: 1200, 2400 or a multiple of 2400 GiB.
-LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
-# PERSISTENT_2 tier used when neither throughput_mb_per_tib is given: 500 MB/s/TiB gives about
-# 0.5 GB/s per TiB, a middle ground between the 125/250 tiers that starve GPU fleets and 1000.
-LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB = 500
-# SCRATCH_2 has a fixed baseline of 200 MB/s/TiB (bursting higher): FSx performance table.
-LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
-# EFA-enabled file systems grow in these steps (FSx "increase storage capacity" page); documented
-# for increases only, so a capacity off the step is a warning, not a rejection (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
-LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
-LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
-LUSTRE_METADATA_IOPS_MAX = 192000
-# The largest StorageCapacity CreateFileSystem accepts (docs/facts/storage.md#fsx-storage-capacity-api-maximum);
-# the account's Lustre storage quota, which preflight cannot read offline, is far lower.
-LUSTRE_MAX_CAPACITY_GIB = 2147483647
-LUSTRE_MAX_REPOSITORIES = 8
-BUCKET_NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-S3_PREFIX_RULE = re.compile(r"^[A-Za-z0-9!_.*'()=+,@ -][A-Za-z0-9!_.*'()=+,@ /-]*/$")
-FILE_SYSTEM_PATH_RULE = re.compile(r"^/[A-Za-z0-9!_.*'()=+,@ /-]*$")
-
-
-def lustre_capacity_valid(gib: int) -> bool:
-    """1200, 2400 or a multiple of 2400 GiB (SSD SCRATCH_2 and PERSISTENT_2)."""
-    return gib in (1200, 2400) or (gib > 0 and gib % 2400 == 0)
 
 
 def lustre_throughput_gb_per_s(capacity_gib: int, mb_per_tib: int) -> float:
@@ -119,14 +106,13 @@ class MetadataConfig(Model):
 
     @model_validator(mode="after")
     def _iops(self) -> MetadataConfig:
-        allowed = "1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000"
         if self.mode == "automatic" and self.iops is not None:
             raise Problems([error("iops", "only with mode user_provisioned; mode automatic sizes metadata IOPS from the capacity")])
         if self.mode == "user_provisioned":
             if self.iops is None:
-                raise Problems([error("iops", f"required with mode user_provisioned: {allowed}")])
-            if not (self.iops in LUSTRE_METADATA_IOPS_SMALL or (0 < self.iops <= LUSTRE_METADATA_IOPS_MAX and self.iops % 12000 == 0)):
-                raise Problems([error("iops", f"must be {allowed}, got {self.iops}")])
+                raise Problems([error("iops", f"required with mode user_provisioned: {LUSTRE_METADATA_IOPS_ALLOWED}")])
+            if problem := lustre_metadata_iops_problem(self.iops):
+                raise Problems([error("iops", problem)])
         return self
 
 
@@ -172,8 +158,8 @@ class LustreConfig(Model):
             problems.append(
                 error("storage_capacity_gib", "give storage_capacity_gib (1200, 2400 or a multiple of 2400) or target_throughput_gb_per_s")
             )
-        if self.storage_capacity_gib is not None and not lustre_capacity_valid(self.storage_capacity_gib):
-            problems.append(error("storage_capacity_gib", f"must be 1200, 2400 or a multiple of 2400 GiB, got {self.storage_capacity_gib}"))
+        if self.storage_capacity_gib is not None and (problem := lustre_capacity_problem(self.storage_capacity_gib)):
+            problems.append(error("storage_capacity_gib", problem))
         if self.target_throughput_gb_per_s is not None and self.target_throughput_gb_per_s <= 0:
             problems.append(error("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
         elif not problems and self.capacity_gib > LUSTRE_MAX_CAPACITY_GIB:
@@ -299,10 +285,8 @@ class BucketConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and (not BUCKET_NAME_RULE.match(value) or ".." in value):
-            raise ValueError(
-                f"must be an S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, got {value!r}"
-            )
+        if value is not None and (problem := BUCKET_NAME.problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("read_only_prefixes", "read_write_prefixes")

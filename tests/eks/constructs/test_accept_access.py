@@ -324,9 +324,7 @@ def test_accept_access_needs_a_task_governance_team(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
-    assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"
-    ]
+    assert exc.value.problems == [f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"]
     data["compute"]["eks"]["accept_access"] = False  # the same config without it is valid
     path.write_text(yaml.safe_dump(data))
     assert not load_config(path).compute.eks.accept_access  # type: ignore[union-attr]
@@ -376,9 +374,7 @@ def test_accept_access_where_the_region_turns_task_governance_off(tmp_path: Path
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
-    assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"
-    ]
+    assert exc.value.problems == [f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"]
 
 
 def test_accept_without_a_team_queue_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
