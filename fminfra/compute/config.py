@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -170,10 +170,24 @@ def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: s
     )
 
 
-def _check_group_name(value: str) -> str:
-    if problem := HYPERPOD_NAME.problem(value):
-        raise ValueError(problem)
-    return value
+class _GroupConfig(Model):
+    """What training and inference groups share: a HyperPod-style name and a catalog type (EC2 form)."""
+
+    _training: ClassVar[bool]
+
+    @field_validator("name", check_fields=False)
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if problem := HYPERPOD_NAME.problem(value):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("instance_type", check_fields=False)
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if problem := _instance_type_problem(value, training=cls._training):
+            raise ValueError(problem)
+        return catalog.normalize_instance_type(value)
 
 
 def _instance_type_problem(value: str, *, training: bool) -> str | None:
@@ -187,8 +201,10 @@ def _instance_type_problem(value: str, *, training: bool) -> str | None:
     return None
 
 
-class InstanceGroupConfig(Model):
+class InstanceGroupConfig(_GroupConfig):
     """A training group: a HyperPod instance group (slurm, eks) or an Auto Scaling group (ec2)."""
+
+    _training: ClassVar[bool] = True
 
     name: str = Field(description="1-63 letters, digits and hyphens (HyperPod's rule); unique.")
     instance_type: str = Field(
@@ -210,19 +226,6 @@ class InstanceGroupConfig(Model):
     )
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_group_name(value)
-
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str) -> str:
-        problem = _instance_type_problem(value, training=True)
-        if problem:
-            raise ValueError(problem)
-        return catalog.normalize_instance_type(value)
-
     @property
     def spec(self) -> catalog.GpuInstanceType:
         return catalog.get(self.instance_type)
@@ -236,8 +239,10 @@ class Taint(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
-class InferenceNodeGroupConfig(Model):
+class InferenceNodeGroupConfig(_GroupConfig):
     """An EKS managed node group of GPU instances for serving."""
+
+    _training: ClassVar[bool] = False
 
     name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
     instance_type: str = Field(
@@ -251,19 +256,6 @@ class InferenceNodeGroupConfig(Model):
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_group_name(value)
-
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str) -> str:
-        problem = _instance_type_problem(value, training=False)
-        if problem:
-            raise ValueError(problem)
-        return catalog.normalize_instance_type(value)
 
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
