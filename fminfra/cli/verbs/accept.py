@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fminfra.cli.verbs import ENV_HELP
+from fminfra.cli.help import ENV_HELP
 from fminfra.ops import accept
 
 HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment; --dry-run prints them"

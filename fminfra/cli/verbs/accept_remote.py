@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from fminfra.cli.verbs import ENV_HELP
+from fminfra.cli.help import ENV_HELP
 from fminfra.ops.accept import remote as accept_remote_ops
 
 HELP = "run `fminfra accept ENV` from CI: on a HyperPod Slurm login node through SSM, on EKS from here"

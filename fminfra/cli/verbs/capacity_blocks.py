@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fminfra.cli.verbs import PROFILE_HELP
+from fminfra.cli.help import PROFILE_HELP
 from fminfra.ops import capacity_blocks
 from fminfra.ops.capacity_blocks import ULTRASERVER_TYPES
 from fminfra.ops.common import Parser

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fminfra.cli.verbs import CONFIG_HELP, OUTDIR_HELP
+from fminfra.cli.help import CONFIG_HELP, OUTDIR_HELP
 from fminfra.ops import cost
 from fminfra.ops.cost import HOURS_PER_MONTH
 

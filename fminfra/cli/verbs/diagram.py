@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fminfra.cli.verbs import CONFIG_HELP, OUTDIR_HELP
+from fminfra.cli.help import CONFIG_HELP, OUTDIR_HELP
 from fminfra.ops import diagram
 
 HELP = "an architecture picture of an environment from its synthesized templates: Mermaid, SVG or PNG"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fminfra.cli.verbs import CONFIG_HELP
+from fminfra.cli.help import CONFIG_HELP
 from fminfra.ops import guard
 
 HELP = "fail when a stateful resource (bucket, key, FSx, cluster, VPC, ...) would be deleted or replaced"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fminfra.cli.verbs import PROFILE_HELP
+from fminfra.cli.help import PROFILE_HELP
 from fminfra.ops import preflight
 
 HELP = "read-only AWS checks of capacity, quotas and subnets before a deploy"

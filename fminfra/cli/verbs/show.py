@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from fminfra.cli.verbs import CONFIG_HELP
+from fminfra.cli.help import CONFIG_HELP
 from fminfra.ops import show
 
 HELP = "print the effective config: every default filled in, derived values as comments"
