@@ -2,25 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import error
+from fminfra.observability.rules.inputs import (
+    EMAIL,
+    IDENTITY_STORE_GROUP_ID,
+    SCRAPE_INTERVAL_MAX_SECONDS,
+    SCRAPE_INTERVAL_MIN_SECONDS,
+    SNS_TOPIC_ARN_RULE,
+    scrape_interval_problem,
+)
 
 # Identity Center (identitystore) group ids, as botocore's ResourceId pattern has them.
-IDENTITY_STORE_GROUP_ID_RULE = re.compile(r"^([0-9a-f]{10}-|)[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}$")
-EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-SNS_TOPIC_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$")
-# The AMP managed collector refuses a scrape interval below 30 seconds, and the nodes' Prometheus
-# agent uses the same interval (docs/facts/observability.md#amp-scraper-minimum-scrape-interval).
-SCRAPE_INTERVAL_MIN_SECONDS = 30
-SCRAPE_INTERVAL_MAX_SECONDS = 300
-SCRAPE_INTERVAL_MESSAGE = (
-    f"must be {SCRAPE_INTERVAL_MIN_SECONDS} to {SCRAPE_INTERVAL_MAX_SECONDS} seconds "
-    f"(the AMP managed collector refuses intervals below {SCRAPE_INTERVAL_MIN_SECONDS} s), got {{value}}"
-)
 
 
 class GrafanaConfig(Model):
@@ -34,14 +31,7 @@ class GrafanaConfig(Model):
     @field_validator("admin_group_ids")
     @classmethod
     def _group_ids(cls, value: list[str]) -> list[str]:
-        problems = [
-            (
-                f"[{i}]",
-                f"must be an Identity Center group id such as 1234567890-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d or 0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d, got {gid!r}",
-            )
-            for i, gid in enumerate(value)
-            if not IDENTITY_STORE_GROUP_ID_RULE.match(gid)
-        ]
+        problems = [error(f"[{i}]", problem) for i, gid in enumerate(value) if (problem := IDENTITY_STORE_GROUP_ID.problem(gid))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("group ids must be unique")
@@ -50,7 +40,7 @@ class GrafanaConfig(Model):
     @model_validator(mode="after")
     def _groups_need_grafana(self) -> GrafanaConfig:
         if self.admin_group_ids and not self.enabled:
-            raise Problems([("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
+            raise Problems([error("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
         return self
 
 
@@ -65,11 +55,7 @@ class AlertsConfig(Model):
     @field_validator("emails")
     @classmethod
     def _emails(cls, value: list[str]) -> list[str]:
-        problems = [
-            (f"[{i}]", f"must be an email address such as oncall@example.com, got {e!r}")
-            for i, e in enumerate(value)
-            if not EMAIL_RULE.match(e)
-        ]
+        problems = [error(f"[{i}]", problem) for i, e in enumerate(value) if (problem := EMAIL.problem(e))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("email addresses must be unique")
@@ -96,14 +82,14 @@ class ObservabilityConfig(Model):
     @field_validator("scrape_interval_seconds")
     @classmethod
     def _scrape_interval(cls, value: int) -> int:
-        if not SCRAPE_INTERVAL_MIN_SECONDS <= value <= SCRAPE_INTERVAL_MAX_SECONDS:
-            raise ValueError(SCRAPE_INTERVAL_MESSAGE.format(value=value))
+        if problem := scrape_interval_problem(value):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
     def _grafana_needs_prometheus(self) -> ObservabilityConfig:
         if self.grafana.enabled and not self.prometheus:
             raise Problems(
-                [("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
+                [error("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
             )
         return self

@@ -400,7 +400,7 @@ def test_scraper_writes_to_the_encrypted_workspace_through_a_source_and_a_target
 def test_scraper_refuses_an_interval_the_collector_refuses(seconds: int) -> None:
     stack = _stack()
     workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="a"))
-    message = f"scrape_interval_seconds must be 30 to 300 (the AMP managed collector refuses less than 30), got {seconds}"
+    message = f"scrape_interval_seconds must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got {seconds}"
     with pytest.raises(ValidationError, match=f"^{re.escape(message)}$"):
         AmpScraper(
             stack,

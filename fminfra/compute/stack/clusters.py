@@ -49,7 +49,7 @@ from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
 from fminfra.eks.constructs.kueue import GpuFlavor
-from fminfra.eks.rules import team_queue
+from fminfra.eks.rules import INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
@@ -58,6 +58,7 @@ from fminfra.hyperpod.constructs.task_governance import TeamQuota
 from fminfra.network.stack import NetworkStack, removal_policy
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
+from fminfra.storage.rules import FSX_MOUNT
 
 # EKS add-on name -> manifest key of its pinned version.
 ADDONS = {
@@ -84,7 +85,7 @@ class FsxMount:
 
     dns_name: str
     mount_name: str
-    mount_path: str = "/fsx"
+    mount_path: str = FSX_MOUNT
 
 
 # The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
@@ -176,9 +177,8 @@ def exporter_charts(gpu_node_types: Sequence[str]) -> list[HelmChartSpec]:
     ]
 
 
-# The node label every EKS node carries with its EC2 instance type (HyperPod nodes carry the ml.
-# name), selected instead of node-feature-discovery's labels (docs/facts/eks.md#k8s-instance-type-label).
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The device plugins select nodes by INSTANCE_TYPE_LABEL, which every EKS node carries with its EC2 instance
+# type (HyperPod nodes carry the ml. name), instead of node-feature-discovery's labels.
 # The values keys fminfra sets, each referenced as .Values.<key> by the chart's templates at the
 # pinned version (docs/facts/eks.md#chart-nvidia-device-plugin-values, #chart-aws-efa-k8s-device-plugin-values).
 DEVICE_PLUGIN_VALUE_KEYS = {

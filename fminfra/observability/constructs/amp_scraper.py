@@ -15,10 +15,8 @@ from constructs import Construct, IConstruct
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.observability.rules.inputs import scrape_interval_problem
 
-# The scrape intervals the collector accepts; the config section checks the same range
-# (docs/facts/observability.md#amp-scraper-minimum-scrape-interval).
-SCRAPE_INTERVAL_SECONDS = (30, 300)
 # The service principal that assumes a scraper's source role (docs/facts/observability.md#amp-scraper-role-configuration).
 SCRAPER_SERVICE_PRINCIPAL = "scraper.aps.amazonaws.com"
 
@@ -104,12 +102,8 @@ class AmpScraper(Construct):
         azs = [s.availability_zone for s in props.subnets]
         if not any(cdk.Token.is_unresolved(az) for az in azs) and len(set(azs)) < 2:
             raise ValidationError(f"subnets must be in at least two AZs, got only {azs[0]}")
-        low, high = SCRAPE_INTERVAL_SECONDS
-        if not low <= props.scrape_interval_seconds <= high:
-            raise ValidationError(
-                f"scrape_interval_seconds must be {low} to {high} (the AMP managed collector refuses less than {low}), "
-                f"got {props.scrape_interval_seconds}"
-            )
+        if problem := scrape_interval_problem(props.scrape_interval_seconds):
+            raise ValidationError(f"scrape_interval_seconds {problem}")
         if not props.jobs:
             raise ValidationError("jobs must name at least one job and port")
         for job, port in props.jobs.items():

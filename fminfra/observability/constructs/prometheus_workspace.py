@@ -12,11 +12,11 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.core.rules import LOG_RETENTION_DAYS, one_of_problem
 from fminfra.observability.constructs.log_group_key import logs_key_statement
 from fminfra.observability.rules import workspace_urls
 
 # The retention periods CloudWatch Logs accepts (docs/facts/observability.md#cloudwatch-logs-retention-values).
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +47,8 @@ class PrometheusWorkspace(Construct):
         super().__init__(scope, construct_id)
         if not cdk.Token.is_unresolved(props.alias) and not 1 <= len(props.alias) <= 100:
             raise ValidationError(f"alias must be 1-100 characters, got {len(props.alias)} ({props.alias!r})")
-        if props.log_retention_days not in LOG_RETENTION_DAYS:
-            raise ValidationError(
-                f"log_retention_days must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}, got {props.log_retention_days}"
-            )
+        if problem := one_of_problem(LOG_RETENTION_DAYS, props.log_retention_days):
+            raise ValidationError(f"log_retention_days {problem}")
         self.key = kms.Key(
             self,
             "Key",

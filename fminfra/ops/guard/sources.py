@@ -143,7 +143,7 @@ def _kept_custom_name(change: dict[str, Any], template: dict[str, Any]) -> tuple
     resource = ((template.get("Resources") or {}).get(change.get("LogicalResourceId", "")) or {}) if prop else {}
     name = (resource.get("Properties") or {}).get(prop) if prop else None
     targets = {(d.get("Target") or {}).get("Name") for d in change.get("Details") or []}
-    if name is None or prop in targets:
+    if name is None or prop is None or prop in targets:
         return None
     props = ", ".join(sorted(t for t in targets if t)) or "(unknown)"
     return props, custom_name_detail(f"CloudFormation change set: Replacement {change['Replacement']} replaces it, and", prop, name)
