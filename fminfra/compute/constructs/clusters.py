@@ -19,11 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -35,7 +34,7 @@ from fminfra.eks.constructs.accept_access import add_accept_access
 from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
-from fminfra.eks.rules import REPELLING_TAINT_EFFECTS
+from fminfra.eks.rules import REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
@@ -52,34 +51,6 @@ from fminfra.hyperpod.rules import (
 from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
-
-# The AMP managed scraper's Kubernetes identity (bound by an access entry to its role) and what
-# it may read: the pods, nodes and endpoints it discovers exporters through.
-SCRAPER_USERNAME = "aps-collector-user"
-SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "aps-collector-role"},
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
-                "verbs": ["get", "list", "watch"],
-            },
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
-        ],
-    },
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "aps-collector-user-role-binding"},
-        "subjects": [{"kind": "User", "name": SCRAPER_USERNAME, "apiGroup": "rbac.authorization.k8s.io"}],
-        "roleRef": {"kind": "ClusterRole", "name": "aps-collector-role", "apiGroup": "rbac.authorization.k8s.io"},
-    },
-)
-
 
 # The HyperPod training operator add-on's controller and the AWS managed policy it documents.
 TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
@@ -104,7 +75,7 @@ class KueueSpec:
 @dataclass(frozen=True, kw_only=True)
 class ScraperSpec:
     """An AMP managed scraper of the EKS cluster's exporters (`AmpScraperProps` less the cluster's
-    ARN and security group), with its access entry and RBAC in the cluster."""
+    ARN and security group); AMP gives it its access to the cluster itself."""
 
     workspace: PrometheusWorkspace
     subnets: Sequence[ec2.ISubnet]
@@ -305,7 +276,7 @@ class Clusters(Construct):
             self.eks.add_node_group_dependencies(inference_group.nodegroup)
             self.inference_node_groups[group.name] = inference_group
             runs_controllers = group.desired_size > 0 and not any(
-                e in REPELLING_TAINT_EFFECTS for _, _, e in group.taints or [("", "", "NoSchedule")]
+                e in REPELLING_EFFECTS for _, _, e in group.taints or [("", "", "NoSchedule")]
             )
             if self.kueue is not None and runs_controllers:
                 # Kueue's controller can run here (no system node group needed): its chart waits for the nodes.
@@ -425,7 +396,9 @@ def _kueue(stack: Construct, spec: KueueSpec, eks_cluster: EksCluster) -> Kueue:
 
 
 def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -> AmpScraper:
-    """An AMP managed scraper of the cluster's exporters, with the access it needs in the cluster."""
+    """An AMP managed scraper of the cluster's exporters. AMP creates its access entry and
+    permissions in the cluster (authentication mode API), so none is declared here
+    (docs/facts/observability.md#amp-scraper-creates-its-access-entry)."""
     scraper = AmpScraper(
         stack,
         "AmpScraper",
@@ -438,16 +411,6 @@ def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -
             alias=spec.alias,
         ),
     )
-    access = eks_l1.CfnAccessEntry(
-        stack,
-        "AmpScraperAccessEntry",
-        cluster_name=eks_cluster.cluster_name,
-        principal_arn=scraper.role_arn,
-        username=SCRAPER_USERNAME,
-        type="STANDARD",
-    )
-    rbac = eks_cluster.cluster.add_manifest("AmpScraperRbac", *SCRAPER_RBAC)
-    rbac.node.add_dependency(access)
     cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")
     return scraper
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -15,16 +14,16 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from fminfra.compute.rules import GRAVITON_TYPE_RULE
 from fminfra.core.errors import ValidationError
+from fminfra.eks.constructs.inference_node_group import NODE_POLICIES, acknowledge_node_policies
 from fminfra.eks.rules import ADDON_RESOLVE_CONFLICTS, NODE_NETWORKING_ADDONS
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
 REQUIRED_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 # The system node group's role (docs/facts/iam.md#iam-eks-node-role-policies).
-SYSTEM_NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
-# Graviton (arm64) instance families carry a "g" after the generation digit: m7g, c8g, t4g, r8gd.
-GRAVITON_TYPE = re.compile(r"^[a-z]+[0-9]+g[a-z]*\.")
+SYSTEM_NODE_POLICIES = NODE_POLICIES
 LOGGING = (
     eks.ClusterLoggingTypes.API,
     eks.ClusterLoggingTypes.AUDIT,
@@ -202,13 +201,8 @@ class EksCluster(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in SYSTEM_NODE_POLICIES],
         )
-        for name in SYSTEM_NODE_POLICIES:
-            acknowledge(
-                role,
-                f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
-                "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
-            )
-        graviton = GRAVITON_TYPE.match(props.system_node_instance_type) is not None
+        acknowledge_node_policies(role)
+        graviton = GRAVITON_TYPE_RULE.match(props.system_node_instance_type) is not None
         nodegroup = eks.Nodegroup(
             self,
             "SystemNodes",

@@ -322,7 +322,10 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     # ... and what the cluster's VpcConfig needs (tests/app/test_reference_parity.py holds AWS's reference)
     vpc = {s["Sid"] for s in statements if s.get("Sid", "").startswith("VpcConfig")}
     assert vpc == {"VpcConfigRead", "VpcConfigEnis", "VpcConfigEniTags"}
-    assert len(statements) == 8
+    # ... and the workspace's key, only through AMP (docs/facts/observability.md#amp-workspace-cmk-key-access).
+    workspace_key = [s for s in statements if sorted(s["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]]
+    assert len(workspace_key) == 1 and "kms:ViaService" in workspace_key[0]["Condition"]["StringEquals"]
+    assert len(statements) == 9
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed
