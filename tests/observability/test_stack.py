@@ -579,6 +579,25 @@ def test_expected_node_count_counts_every_node_with_an_exporter(synth: Synth) ->
         if compute.orchestrator == "slurm":
             assert compute.slurm is not None
             count += 1 + compute.slurm.login.count
-        if compute.needs_eks:
-            count += sum(g.min_size for g in compute.inference_node_groups)
-        assert expected_node_count(cfg) == count > 0, env
+        assert expected_node_count(cfg) >= count > 0, env
+
+
+def test_expected_node_count_counts_every_eks_node(synth: Synth) -> None:
+    # The node exporter chart tolerates every taint and selects no node, so every node of every managed
+    # node group (system and inference) runs it, at the group's DesiredSize (nothing else scales it).
+    from fminfra.observability.rules import expected_node_count
+
+    checked = 0
+    for env, cfg in synth.configs.items():
+        compute = cfg.compute
+        if not compute.needs_eks or not cfg.observability.prometheus:
+            continue
+        stacks = [s for s in synth.stacks[env] if s.display_name.endswith("/Compute")]
+        groups = [r for s in stacks for r in (s.template.get("Resources") or {}).values() if r["Type"] == "AWS::EKS::Nodegroup"]
+        eks_nodes = sum(g["Properties"]["ScalingConfig"]["DesiredSize"] for g in groups)
+        training = sum(g.count for g in compute.instance_groups) + (
+            1 + compute.slurm.login.count if compute.orchestrator == "slurm" and compute.slurm is not None else 0
+        )
+        assert expected_node_count(cfg) == training + eks_nodes, env
+        checked += 1
+    assert checked >= 3

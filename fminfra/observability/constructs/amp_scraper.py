@@ -37,7 +37,9 @@ def scrape_configuration(scrape_interval_seconds: int, jobs: dict[str, int]) -> 
                 "relabel_configs": [
                     {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(port), "action": "keep"},
                     {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
-                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                    # not `namespace`: the DCGM exporter labels a GPU's series with its workload's namespace
+                    # (docs/facts/observability.md#dcgm-exporter-kubernetes-labels)
+                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "exporter_namespace"},
                 ],
             }
         )
