@@ -159,6 +159,23 @@ class CapacityConfig(Model):
         return problems
 
 
+def _capacity_problems(
+    path: str, group: InstanceGroupConfig | InferenceNodeGroupConfig, kind: str, allowed: tuple[str, ...]
+) -> list[Finding]:
+    """A group's capacity type: one `kind` of group takes (`allowed`), and one AWS sells its instance type through."""
+    problems = []
+    if group.capacity.type not in allowed:
+        problems.append(
+            error(
+                f"{path}.capacity.type",
+                f"group {group.name!r}: {group.capacity.type} is not available to {kind}; allowed: {', '.join(allowed)}",
+            )
+        )
+    if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
+        problems.append(purchase)
+    return problems
+
+
 def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> Finding | None:
     """A group whose capacity type AWS does not sell its instance type through
     (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
@@ -644,15 +661,7 @@ class ComputeConfig(Model):
             problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
         for i, igroup in enumerate(self.inference_node_groups):
             path = f"inference_node_groups[{i}]"
-            if igroup.capacity.type not in EC2_CAPACITY_TYPES:
-                problems.append(
-                    error(
-                        f"{path}.capacity.type",
-                        f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
-                    )
-                )
-            if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
-                problems.append(purchase)
+            problems.extend(_capacity_problems(path, igroup, "EKS inference node groups", EC2_CAPACITY_TYPES))
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(error(f"{path}.placement", f"group {igroup.name!r}: {BLOCK_PLACEMENT}"))
         _raise_problems(problems)
@@ -813,15 +822,7 @@ class ComputeConfig(Model):
         problems: list[Finding] = []
         kind = "HyperPod groups" if self.hyperpod else "ec2 groups"
         allowed = HYPERPOD_CAPACITY_TYPES if self.hyperpod else EC2_CAPACITY_TYPES
-        if group.capacity.type not in allowed:
-            problems.append(
-                error(
-                    f"{path}.capacity.type",
-                    f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
-                )
-            )
-        if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
-            problems.append(purchase)
+        problems.extend(_capacity_problems(path, group, f"{kind} (orchestrator {self.orchestrator})", allowed))
         if self.hyperpod:
             if group.spec.hyperpod_name not in hyperpod_instance_types():
                 problems.append(
