@@ -27,7 +27,7 @@ ENV ?=
 ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
-.PHONY: pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
+.PHONY: instance-table pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
 	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -149,6 +149,10 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy fminfra
+
+# scripts/node/instance_types.tsv is rendered from fminfra/catalog.py; tests/test_catalog.py checks it.
+instance-table: $(VENV)/.installed
+	$(VENV)/bin/python .ci/instance_table.py
 
 format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .

@@ -2,7 +2,9 @@
 
 Figures come from EC2 DescribeInstanceTypes data and the EFA user guide, as collected in
 docs/facts/instances.md (one gpu-* entry per type). The EFA layout of a launch template is derived from these
-facts by `efa_network_interfaces`, never written by hand elsewhere.
+facts by `efa_network_interfaces`, never written by hand elsewhere. The table the node scripts read,
+scripts/node/instance_types.tsv, is rendered from this one by `node_table` (`make instance-table`
+writes it; tests/test_catalog.py fails when the file and the catalog differ).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Literal
 from fminfra.core.errors import ValidationError
 
 InterfaceType = Literal["interface", "efa", "efa-only"]
+# What the NVLink fabric needs on the node (docs/facts/node-software.md#nvlink-fabric-software).
+Fabric = Literal["fm", "fm+nvlsm", "imex", "-"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,6 +41,10 @@ class GpuInstanceType:
     nvswitch: bool
     training: bool
     verified: bool = True
+    fabric: Fabric = "-"
+    # Two-node all_reduce_perf bus bandwidth thresholds (GB/s, 1-2 GiB messages), only for types measured.
+    nccl_fail_gbps: int | None = None
+    nccl_warn_gbps: int | None = None
 
     @property
     def hyperpod_name(self) -> str:
@@ -72,6 +80,8 @@ def _p(
     vcpus: int | None = 192,
     architecture: Literal["x86_64", "arm64"] = "x86_64",
     verified: bool = True,
+    fabric: Fabric = "fm",
+    nccl_gbps: tuple[int, int] | None = None,
 ) -> GpuInstanceType:
     return GpuInstanceType(
         name=name,
@@ -88,6 +98,9 @@ def _p(
         nvswitch=True,
         training=True,
         verified=verified,
+        fabric=fabric,
+        nccl_fail_gbps=nccl_gbps[0] if nccl_gbps else None,
+        nccl_warn_gbps=nccl_gbps[1] if nccl_gbps else None,
     )
 
 
@@ -116,11 +129,13 @@ def _g(
 _TYPES: tuple[GpuInstanceType, ...] = (
     _p("p4d.24xlarge", "A100", 40, cards=4, efa=4, gbps=400, card0_efa=True, generation=1, vcpus=96),
     _p("p4de.24xlarge", "A100", 80, cards=4, efa=4, gbps=400, card0_efa=True, generation=1, vcpus=96),
-    _p("p5.48xlarge", "H100", 80, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2),
+    # NCCL thresholds: docs/facts/instances.md#nccl-allreduce-p5-two-node (2x p5.48xlarge 437-444 GB/s) and
+    # #nccl-allreduce-ci-gate-250 (the ParallelCluster CI gate, 250 GB/s): fail below 250, warn below 400.
+    _p("p5.48xlarge", "H100", 80, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2, nccl_gbps=(250, 400)),
     _p("p5e.48xlarge", "H200", 141, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2),
     _p("p5en.48xlarge", "H200", 141, cards=16, efa=16, gbps=3200, card0_efa=True, generation=3),
-    _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4),
-    _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4),
+    _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4, fabric="fm+nvlsm"),
+    _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4, fabric="fm+nvlsm"),
     # UltraServer node: network figures are unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge); plan and synth say so.
     _p(
         "p6e-gb200.36xlarge",
@@ -135,6 +150,7 @@ _TYPES: tuple[GpuInstanceType, ...] = (
         vcpus=None,
         architecture="arm64",
         verified=False,
+        fabric="imex",
     ),
     # Inference (G family): the types' own cards and EFA maximum (docs/facts/instances.md#gpu-g5-family,
     # docs/facts/instances.md#gpu-g6-family,
@@ -224,3 +240,40 @@ def efa_network_interfaces(name: str) -> list[NetworkInterfaceSpec]:
 def attached_efa_interfaces(name: str) -> int:
     """How many EFA interfaces fminfra's launch template attaches for the type."""
     return sum(1 for i in efa_network_interfaces(name) if i.interface_type != "interface")
+
+
+# The node table's header (scripts/node/lib.sh reads the columns after it by position).
+_NODE_TABLE_HEADER = """\
+# Per-instance-type facts the node scripts need, one line per type, whitespace-separated.
+# Columns gpus, efa, nvswitch and arch must equal fminfra/catalog.py (tests/test_node_scripts.py
+# checks it); efa is the number of EFA devices fminfra's launch templates attach.
+# fabric: what the NVLink fabric needs on the node (docs/facts/node-software.md#nvlink-fabric-software):
+#   fm        NVIDIA Fabric Manager at the loaded driver's version (HGX boards with NVSwitch);
+#   fm+nvlsm  Fabric Manager and the NVLink Subnet Manager (Blackwell HGX: p6-b200, p6-b300);
+#   imex      nvidia-imex and no Fabric Manager (p6e-gb200: the NVSwitches are outside the node);
+#   -         nothing.
+# nvswitch mirrors fminfra/catalog.py (see docs/facts/instances.md#nvswitch-fabric-manager-types).
+# nccl_fail_gbps / nccl_warn_gbps: two-node all_reduce_perf bus bandwidth at 1-2 GiB, only for
+# types measured (docs/facts/instances.md#nccl-allreduce-p5-two-node: 2x p5.48xlarge 437-444 GB/s; \
+docs/facts/instances.md#nccl-allreduce-ci-gate-250: the
+# ParallelCluster CI gate 250 GB/s). "-" means no measured threshold: validate.sh reports SKIP.
+"""
+# Column widths of the table (its own alignment; the scripts split on whitespace).
+_NODE_TABLE_WIDTHS = (20, 5, 4, 9, 9, 7, 4)
+
+
+def node_table() -> str:
+    """scripts/node/instance_types.tsv as the catalog gives it: per type, its GPUs, the EFA
+    interfaces fminfra attaches, NVSwitch, the NVLink fabric's software, the architecture and the
+    measured NCCL thresholds."""
+
+    def row(cells: list[str]) -> str:
+        return "".join(c.ljust(w) for c, w in zip(cells, _NODE_TABLE_WIDTHS, strict=False)) + cells[-1]
+
+    lines = [row(["# name", "gpus", "efa", "nvswitch", "fabric", "arch", "nccl_fail_gbps ", "nccl_warn_gbps"])]
+    for t in _TYPES:
+        efa = attached_efa_interfaces(t.name) if t.training else 0
+        fail = "-" if t.nccl_fail_gbps is None else str(t.nccl_fail_gbps)
+        warn = "-" if t.nccl_warn_gbps is None else str(t.nccl_warn_gbps)
+        lines.append(row([t.name, str(t.gpus), str(efa), "yes" if t.nvswitch else "no", t.fabric, t.architecture, fail, warn]))
+    return _NODE_TABLE_HEADER + "\n".join(lines) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -140,3 +141,29 @@ def test_the_catalog_comparison_catches_a_wrong_row() -> None:
     assert catalog_differences({**published, "g6e.48xlarge": broken}) == [
         "g6e.48xlarge: catalog ('L40S', 8, 45, 192, 'x86_64', 4, 4, 400) != EC2 ('L40S', 8, 45, 192, 'x86_64', 1, 4, 400)"
     ]
+
+
+def test_the_node_table_is_rendered_from_the_catalog() -> None:
+    # scripts/node/instance_types.tsv is generated (`make instance-table`); a hand edit, or a catalog
+    # change without regenerating, fails here.
+    table = Path(__file__).resolve().parent.parent / "scripts" / "node" / "instance_types.tsv"
+    assert table.read_text() == catalog.node_table()
+
+
+def test_a_catalog_change_changes_the_node_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    before = catalog.node_table()
+    changed = tuple(dataclasses.replace(t, nccl_fail_gbps=None, nccl_warn_gbps=None) for t in catalog._TYPES)
+    monkeypatch.setattr(catalog, "_TYPES", changed)
+    after = catalog.node_table()
+    assert after != before
+    p5 = next(line for line in after.splitlines() if line.startswith("p5.48xlarge "))
+    assert p5.split() == ["p5.48xlarge", "8", "32", "yes", "fm", "x86_64", "-", "-"]
+
+
+def test_only_measured_types_have_nccl_thresholds() -> None:
+    # docs/facts/instances.md#nccl-allreduce-p5-two-node (measured on 2x p5.48xlarge) and #nccl-allreduce-ci-gate-250:
+    # fail below 250 GB/s, warn below 400.
+    measured = {t.name: (t.nccl_fail_gbps, t.nccl_warn_gbps) for t in catalog.CATALOG.values() if t.nccl_fail_gbps is not None}
+    assert measured == {"p5.48xlarge": (250, 400)}

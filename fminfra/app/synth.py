@@ -71,7 +71,7 @@ def pipeline_name_from_context(app: cdk.App) -> str:
 
 def add_github_oidc_stacks(app: cdk.App, configs: Sequence[EnvironmentConfig]) -> None:
     """`-c github_repository=PREFIX` (the subject prefix GitHub gives for the repository, trusted as
-    given: fminfra/promotion/stack.py `REPOSITORY_RULE`): also the account-level GitHub OIDC
+    given: fminfra/promotion/rules.py `REPOSITORY_RULE`): also the account-level GitHub OIDC
     stacks (one per account)."""
     github_repository = app.node.try_get_context("github_repository")
     if not github_repository:

@@ -3,7 +3,20 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, time, timedelta
+
+from fminfra.core.rules import Pattern
+
+RESERVATION_ID = Pattern(r"^cr-[0-9a-f]{17}$", "'cr-' followed by 17 lowercase hex digits")
+TRAINING_PLAN_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+)
+CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
+HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
+EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
+# A Capacity Block's instances are placed by the block (docs/facts/capacity.md#capacity-block-no-separate-placement-group).
+BLOCK_PLACEMENT = "a Capacity Block brings its own placement; placement cluster is not allowed, use none"
 
 # EC2 begins terminating a Capacity Block's instances 30 minutes before the block ends, after an
 # EventBridge warning 40 minutes before (docs/facts/capacity.md#capacity-block-end-termination).
@@ -87,6 +100,8 @@ def utc_timestamp(value: datetime) -> str:
 
 MAX_INSTANCES_PER_BLOCK = 64
 MAX_DURATION_DAYS = 182
+# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
+MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
 
 
 def duration_problem(days: int) -> str | None:

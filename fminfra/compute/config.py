@@ -6,39 +6,56 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra import catalog
 from fminfra.capacity.rules import (
+    BLOCK_PLACEMENT,
     DEFAULT_DRAIN,
+    EC2_CAPACITY_TYPES,
     EKS_DRAIN_MINUTES_PROBLEM,
+    HYPERPOD_CAPACITY_TYPES,
+    MAX_BLOCK_LENGTH,
     MAX_DRAIN_MINUTES,
     MAX_DURATION_DAYS,
+    RESERVATION_ID,
+    TRAINING_PLAN_ARN_RULE,
     end_time_problem,
     scale_in_time,
 )
+from fminfra.compute.rules import EC2_INSTANCE_TYPE_RULE
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import Finding, error, warning
 from fminfra.core.versions import version
-from fminfra.eks.rules import DEFAULT_TEAM, RESERVED_NAMESPACES
-from fminfra.hyperpod.rules import hyperpod_instance_types
-
-# HyperPod's rule for cluster and instance group names.
-GROUP_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
-TRAINING_PLAN_ARN_RULE = re.compile(
-    r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"
+from fminfra.eks.rules import (
+    ACCEPT_NEEDS_TEAM,
+    DEFAULT_GPU_TAINT,
+    DEFAULT_TEAM,
+    EXTENDED_SUPPORT_USD_PER_HOUR,
+    IAM_PRINCIPAL_ARN_RULE,
+    REPELLING_EFFECTS,
+    RESERVED_NAMESPACES,
+    STANDARD_SUPPORT_USD_PER_HOUR,
+    SUPPORT_END_WARNING_DAYS,
+    k8s_problems,
 )
-IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
+from fminfra.hyperpod.rules import (
+    CONNECTIVITY_MIN_INSTANCES,
+    MAX_INSTANCES,
+    PRIORITY_CLASSES_MAX,
+    PRIORITY_WEIGHT_MAX,
+    QUOTA_MAX_INSTANCE_TYPES,
+    TEAM_NAME,
+    hyperpod_instance_types,
+)
+from fminfra.hyperpod.rules import NAME as HYPERPOD_NAME
+
+GROUP_NAME_RULE = HYPERPOD_NAME.regex  # the public name of earlier releases
 CONTROLLER_GROUP_NAME = "controller"
 LOGIN_GROUP_NAME = "login"
-HYPERPOD_MAX_INSTANCES = 6758
-CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
-HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
-EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
-# An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).
-MAX_BLOCK_LENGTH = timedelta(days=MAX_DURATION_DAYS + 1)
+HYPERPOD_MAX_INSTANCES = MAX_INSTANCES  # the public name of earlier releases
 
 
 class CapacityConfig(Model):
@@ -76,23 +93,25 @@ class CapacityConfig(Model):
         required = {"reservation": {"reservation_ids"}, "capacity-block": {"reservation_ids"}, "training-plan": {"training_plan_arn"}}.get(
             self.type, set()
         )
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         for field in ("end_date", "reservation_ids", "starts_at", "ends_at", "drain_minutes", "training_plan_arn", "upfront_fee_usd"):
             value = getattr(self, field)
             if value is not None and field not in allowed:
-                problems.append((field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})"))
+                problems.append(
+                    error(field, f"not allowed with type {self.type} (it takes: {', '.join(sorted(allowed)) or 'no other field'})")
+                )
             if value is None and field in required:
-                problems.append((field, f"required with type {self.type}"))
+                problems.append(error(field, f"required with type {self.type}"))
         for i, rid in enumerate(self.reservation_ids or []):
-            if not RESERVATION_ID_RULE.match(rid):
-                problems.append((f"reservation_ids[{i}]", f"must be 'cr-' followed by 17 lowercase hex digits, got {rid!r}"))
+            if problem := RESERVATION_ID.problem(rid):
+                problems.append(error(f"reservation_ids[{i}]", problem))
         if self.reservation_ids is not None and not self.reservation_ids:
-            problems.append(("reservation_ids", "must list at least one reservation id"))
+            problems.append(error("reservation_ids", "must list at least one reservation id"))
         if self.reservation_ids and len(set(self.reservation_ids)) != len(self.reservation_ids):
-            problems.append(("reservation_ids", "reservation ids must be unique"))
+            problems.append(error("reservation_ids", "reservation ids must be unique"))
         if self.training_plan_arn is not None and not TRAINING_PLAN_ARN_RULE.match(self.training_plan_arn):
             problems.append(
-                (
+                error(
                     "training_plan_arn",
                     f"must be arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME, got {self.training_plan_arn!r}",
                 )
@@ -100,11 +119,11 @@ class CapacityConfig(Model):
         for field in ("end_date", "starts_at", "ends_at"):
             value = getattr(self, field)
             if value is not None and value.tzinfo is None:
-                problems.append((field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
+                problems.append(error(field, f"must carry a time zone, e.g. 2026-12-01T11:30:00Z, got {value.isoformat()}"))
         problems.extend(self._block_window_problems())
         if (self.starts_at is None) != (self.ends_at is None) and self.type == "capacity-block":
             given, missing = ("starts_at", "ends_at") if self.ends_at is None else ("ends_at", "starts_at")
-            problems.append((missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
+            problems.append(error(missing, f"starts_at and ends_at go together: {given} is given, so {missing} is required (or drop both)"))
         _raise_problems(problems)
         return self
 
@@ -114,27 +133,27 @@ class CapacityConfig(Model):
         SageMaker terminates a training plan's instances (training-plan)."""
         return timedelta(minutes=self.drain_minutes) if self.drain_minutes is not None else DEFAULT_DRAIN
 
-    def _block_window_problems(self) -> list[tuple[str, str]]:
+    def _block_window_problems(self) -> list[Finding]:
         """A Capacity Block's window: blocks end at 11:30 UTC and an offering can be a little
         shorter or longer than the duration asked for (docs/facts/capacity.md#capacity-block-end-time),
         so the window is checked against that, not against whole days."""
         start, end = self.starts_at, self.ends_at
         if not (start and end and start.tzinfo and end.tzinfo):
             if self.drain_minutes is not None and self.type == "capacity-block" and start is None and end is None:
-                return [("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
+                return [error("drain_minutes", "applies only with starts_at and ends_at (the scheduled scale-in)")]
             return []
         if end <= start:
-            return [("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
-        problems: list[tuple[str, str]] = []
+            return [error("ends_at", f"must be after starts_at ({start.isoformat()}), got {end.isoformat()}")]
+        problems: list[Finding] = []
         if problem := end_time_problem(end):
-            problems.append(("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
+            problems.append(error("ends_at", f"{problem}: copy the end from the purchase (capacity-blocks purchase prints it)"))
         if end - start > MAX_BLOCK_LENGTH:
             problems.append(
-                ("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
+                error("ends_at", f"a Capacity Block lasts at most {MAX_DURATION_DAYS} days (and up to a day more), got {end - start}")
             )
         if scale_in_time(end, self.drain) <= start:
             problems.append(
-                (
+                error(
                     "ends_at",
                     f"the block ({end - start}) must outlast EC2's 30-minute reclaim and the {self.drain} drain, "
                     f"or the group scales in before it scales out",
@@ -143,23 +162,54 @@ class CapacityConfig(Model):
         return problems
 
 
-def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> tuple[str, str] | None:
+def _capacity_problems(
+    path: str, group: InstanceGroupConfig | InferenceNodeGroupConfig, kind: str, allowed: tuple[str, ...]
+) -> list[Finding]:
+    """A group's capacity type: one `kind` of group takes (`allowed`), and one AWS sells its instance type through."""
+    problems = []
+    if group.capacity.type not in allowed:
+        problems.append(
+            error(
+                f"{path}.capacity.type",
+                f"group {group.name!r}: {group.capacity.type} is not available to {kind}; allowed: {', '.join(allowed)}",
+            )
+        )
+    if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
+        problems.append(purchase)
+    return problems
+
+
+def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> Finding | None:
     """A group whose capacity type AWS does not sell its instance type through
     (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
     allowed = catalog.capacity_types(instance_type)
     if allowed is None or capacity_type in allowed:
         return None
-    return (
+    return error(
         f"{path}.capacity.type",
         f"group {name!r}: AWS sells {catalog.normalize_instance_type(instance_type)} only through {', '.join(allowed)}, "
         f"not {capacity_type}; allowed: {', '.join(allowed)}",
     )
 
 
-def _check_group_name(value: str) -> str:
-    if not GROUP_NAME_RULE.match(value):
-        raise ValueError(f"must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}")
-    return value
+class _GroupConfig(Model):
+    """What training and inference groups share: a HyperPod-style name and a catalog type (EC2 form)."""
+
+    _training: ClassVar[bool]
+
+    @field_validator("name", check_fields=False)
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if problem := HYPERPOD_NAME.problem(value):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("instance_type", check_fields=False)
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if problem := _instance_type_problem(value, training=cls._training):
+            raise ValueError(problem)
+        return catalog.normalize_instance_type(value)
 
 
 def _instance_type_problem(value: str, *, training: bool) -> str | None:
@@ -173,15 +223,17 @@ def _instance_type_problem(value: str, *, training: bool) -> str | None:
     return None
 
 
-class InstanceGroupConfig(Model):
+class InstanceGroupConfig(_GroupConfig):
     """A training group: a HyperPod instance group (slurm, eks) or an Auto Scaling group (ec2)."""
+
+    _training: ClassVar[bool] = True
 
     name: str = Field(description="1-63 letters, digits and hyphens (HyperPod's rule); unique.")
     instance_type: str = Field(
         description="EFA training type, EC2 or ml. form (p5.48xlarge, ml.p5.48xlarge).",
         json_schema_extra={"enum": [*catalog.TRAINING_TYPES, *(f"ml.{n}" for n in catalog.TRAINING_TYPES)]},
     )
-    count: int = Field(ge=0, le=HYPERPOD_MAX_INSTANCES, description="Number of instances.")
+    count: int = Field(ge=0, le=MAX_INSTANCES, description="Number of instances.")
     placement: Literal["cluster", "none"] | None = Field(
         default=None, description="ec2 groups: cluster (default) or none; capacity-block defaults to none."
     )
@@ -196,50 +248,9 @@ class InstanceGroupConfig(Model):
     )
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_group_name(value)
-
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str) -> str:
-        problem = _instance_type_problem(value, training=True)
-        if problem:
-            raise ValueError(problem)
-        return catalog.normalize_instance_type(value)
-
     @property
     def spec(self) -> catalog.GpuInstanceType:
         return catalog.get(self.instance_type)
-
-
-# Kubernetes label keys: an optional DNS-subdomain prefix (<= 253) and "/", then a name of 1-63
-# alphanumerics, "-", "_", "." beginning and ending alphanumeric; values: the name form or empty
-# (docs/facts/eks.md#kubernetes-label-syntax). Taint keys and values follow the same rules.
-_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
-K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
-K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
-
-
-def _k8s_problems(field: str, key: str, value: str) -> list[tuple[str, str]]:
-    problems = []
-    prefix = key.split("/", 1)[0] if "/" in key else ""
-    if not K8S_KEY_RULE.match(key) or len(prefix) > 253:
-        problems.append(
-            (
-                field,
-                f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
-            )
-        )
-    if not K8S_VALUE_RULE.match(value):
-        problems.append(
-            (
-                field,
-                f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric",
-            )
-        )
-    return problems
 
 
 class Taint(Model):
@@ -250,8 +261,10 @@ class Taint(Model):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
 
 
-class InferenceNodeGroupConfig(Model):
+class InferenceNodeGroupConfig(_GroupConfig):
     """An EKS managed node group of GPU instances for serving."""
+
+    _training: ClassVar[bool] = False
 
     name: str = Field(description="1-63 letters, digits and hyphens; unique across all groups.")
     instance_type: str = Field(
@@ -266,30 +279,17 @@ class InferenceNodeGroupConfig(Model):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_group_name(value)
-
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str) -> str:
-        problem = _instance_type_problem(value, training=False)
-        if problem:
-            raise ValueError(problem)
-        return catalog.normalize_instance_type(value)
-
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
-        k8s = [p for key, value in self.labels.items() for p in _k8s_problems("labels", key, value)]
-        k8s += [p for i, taint in enumerate(self.taints) for p in _k8s_problems(f"taints[{i}]", taint.key, taint.value)]
+        k8s = [error("labels", p) for key, value in self.labels.items() for p in k8s_problems(key, value)]
+        k8s += [error(f"taints[{i}]", p) for i, taint in enumerate(self.taints) for p in k8s_problems(taint.key, taint.value)]
         _raise_problems(k8s)
         if self.capacity.type == "capacity-block" and self.capacity.drain_minutes is not None:
-            raise Problems([("capacity.drain_minutes", EKS_DRAIN_MINUTES_PROBLEM)])
+            raise Problems([error("capacity.drain_minutes", EKS_DRAIN_MINUTES_PROBLEM)])
         if self.capacity.type == "capacity-block" and self.capacity.starts_at is not None and self.desired_size == 0:
             raise Problems(
                 [
-                    (
+                    error(
                         "desired_size",
                         "must be 1 or more with capacity.starts_at: the block's start sets the node group to desired_size, got 0",
                     )
@@ -298,7 +298,7 @@ class InferenceNodeGroupConfig(Model):
         if not self.min_size <= self.desired_size <= self.max_size:
             raise Problems(
                 [
-                    (
+                    error(
                         "desired_size",
                         f"must satisfy min_size <= desired_size <= max_size, got {self.min_size} <= {self.desired_size} <= {self.max_size}",
                     )
@@ -340,9 +340,19 @@ class SlurmConfig(Model):
     login: SlurmLoginConfig = Field(default_factory=SlurmLoginConfig)
 
 
+def _minor_versions(key: str) -> tuple[str, ...]:
+    return tuple(v for v in version(key).split(",") if v)
+
+
 def supported_kubernetes_versions() -> tuple[str, ...]:
     """Kubernetes versions fminfra builds EKS clusters with (the version manifest's list)."""
-    return tuple(v for v in version("EKS_SUPPORTED_KUBERNETES_VERSIONS").split(",") if v)
+    return _minor_versions("EKS_SUPPORTED_KUBERNETES_VERSIONS")
+
+
+def hyperpod_kubernetes_versions() -> tuple[str, ...]:
+    """Those of them on HyperPod's documented list: the versions of a HyperPod EKS cluster
+    (docs/facts/hyperpod.md#hyperpod-eks-kubernetes-versions)."""
+    return tuple(v for v in _minor_versions("HYPERPOD_EKS_KUBERNETES_VERSIONS") if v in supported_kubernetes_versions())
 
 
 def standard_support_end(kubernetes_version: str) -> date:
@@ -351,25 +361,11 @@ def standard_support_end(kubernetes_version: str) -> date:
     return date.fromisoformat(version(f"EKS_KUBERNETES_{kubernetes_version.replace('.', '_')}_STANDARD_SUPPORT_END"))
 
 
-def default_kubernetes_version() -> str:
-    """The newest version of the manifest's list (in EKS standard support and HyperPod's list)."""
-    return max(supported_kubernetes_versions(), key=lambda v: tuple(int(x) for x in v.split(".")))
-
-
-# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
-# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
-SUPPORT_END_WARNING_DAYS = 60
-# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
-DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
-# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
-REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
-# Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
-# us-east-1's (docs/facts/hyperpod.md#hyperpod-health-monitoring-agent-region).
-HEALTH_MONITORING_AGENT_REGIONS = (
-    "us-east-1", "us-west-2", "us-east-2", "us-west-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-south-2",
-    "ap-northeast-1", "ap-south-1", "ap-southeast-1", "ap-southeast-2", "ap-southeast-3", "ap-southeast-4", "ca-central-1", "sa-east-1",
-)  # fmt: skip
-EC2_INSTANCE_TYPE_RULE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$")
+def default_kubernetes_version(hyperpod: bool = False) -> str:
+    """The newest version of the manifest's list (every one was pinned in EKS standard support); for
+    HyperPod EKS the newest on HyperPod's list."""
+    versions = hyperpod_kubernetes_versions() if hyperpod else supported_kubernetes_versions()
+    return max(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
 
 
 class SystemNodesConfig(Model):
@@ -396,18 +392,6 @@ class SystemNodesConfig(Model):
         return value
 
 
-# Team (compute quota) names. Task governance makes the namespace `hyperpod-ns-<team>` and the Kueue
-# LocalQueue `hyperpod-ns-<team>-localqueue`, which jobs name in a label value (at most 63
-# characters): 1-40 lowercase letters, digits and hyphens, starting and ending with a letter or
-# digit (docs/facts/hyperpod.md#hyperpod-task-governance-names, docs/facts/eks.md#kubernetes-label-syntax).
-TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-TEAM_NAME_MAX = 40
-# A compute quota lists at most 15 instance types; a cluster policy at most 10 priority classes,
-# each weighted 0-100 (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
-QUOTA_MAX_INSTANCE_TYPES = 15
-PRIORITY_CLASSES_MAX = 10
-
-
 class TeamConfig(Model):
     """A team: its own namespace and queue, and a quota of training instances."""
 
@@ -420,16 +404,14 @@ class TeamConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not TEAM_NAME_RULE.match(value):
-            raise ValueError(
-                f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
-            )
+        if problem := TEAM_NAME.problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("instances")
     @classmethod
     def _instances(cls, value: dict[str, int]) -> dict[str, int]:
-        _raise_problems([(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
+        _raise_problems([error(f"[{group!r}]", f"must be 0 or more instances, got {n}") for group, n in value.items() if n < 0])
         return value
 
 
@@ -460,11 +442,11 @@ class SchedulingConfig(Model):
     def _teams(cls, value: list[TeamConfig] | None) -> list[TeamConfig] | None:
         if value is None:
             return None
-        problems: list[tuple[str, str]] = [] if value else [("", "list at least one team, or leave teams out for the default team")]
+        problems: list[Finding] = [] if value else [error("", "list at least one team, or leave teams out for the default team")]
         seen: set[str] = set()
         for i, team in enumerate(value):
             if team.name in seen:
-                problems.append((f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
+                problems.append(error(f"[{i}].name", f"{team.name!r} is already a team; team names must be unique"))
             seen.add(team.name)
         _raise_problems(problems)
         return value
@@ -472,26 +454,22 @@ class SchedulingConfig(Model):
     @field_validator("priority_classes")
     @classmethod
     def _priority_classes(cls, value: dict[str, int]) -> dict[str, int]:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         if len(value) > PRIORITY_CLASSES_MAX:
-            problems.append(("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
+            problems.append(error("", f"at most {PRIORITY_CLASSES_MAX} priority classes, got {len(value)}"))
         for name, weight in value.items():
-            if not TEAM_NAME_RULE.match(name):
-                problems.append(
-                    (
-                        f"[{name!r}]",
-                        f"must be 1-{TEAM_NAME_MAX} lowercase letters, digits and hyphens, starting and ending with a letter or digit",
-                    )
-                )
-            if not 0 <= weight <= 100:
-                problems.append((f"[{name!r}]", f"weight must be 0-100, got {weight}"))
+            if problem := TEAM_NAME.problem(name):
+                problems.append(error(f"[{name!r}]", problem))
+            if not 0 <= weight <= PRIORITY_WEIGHT_MAX:
+                problems.append(error(f"[{name!r}]", f"weight must be 0-{PRIORITY_WEIGHT_MAX}, got {weight}"))
         _raise_problems(problems)
         return value
 
 
 class EksConfig(Model):
     kubernetes_version: str = Field(
-        default_factory=default_kubernetes_version, description="EKS Kubernetes version (default: the newest supported)."
+        default_factory=default_kubernetes_version,
+        description="EKS Kubernetes version (default: with orchestrator eks the newest on HyperPod's list, else the newest supported).",
     )
     admin_principal_arns: list[str] = Field(default_factory=list, description="IAM roles/users given cluster admin.")
     public_access_cidrs: list[str] = Field(
@@ -516,7 +494,7 @@ class EksConfig(Model):
         if value not in supported:
             raise ValueError(
                 f"{value!r} is not a supported version; allowed: {', '.join(supported)} "
-                "(in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                "(pinned in EKS standard support with their add-ons; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
             )
         return value
 
@@ -525,7 +503,7 @@ class EksConfig(Model):
     def _arns(cls, value: list[str]) -> list[str]:
         _raise_problems(
             [
-                (f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
+                error(f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
                 for i, arn in enumerate(value)
                 if not IAM_PRINCIPAL_ARN_RULE.match(arn)
             ]
@@ -540,7 +518,7 @@ class EksConfig(Model):
             try:
                 ipaddress.IPv4Network(cidr, strict=True)
             except ValueError as exc:
-                problems.append((f"[{i}]", f"must be an IPv4 CIDR, got {cidr!r} ({exc})"))
+                problems.append(error(f"[{i}]", f"must be an IPv4 CIDR, got {cidr!r} ({exc})"))
         _raise_problems(problems)
         return value
 
@@ -586,7 +564,7 @@ class ComputeConfig(Model):
             return self.eks.system_nodes.count
         return 0 if self.untainted_node_sources() else 2
 
-    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+    def warnings(self, today: date | None = None) -> list[Finding]:
         """(field path, message) for what does not reject the config: a Kubernetes version within
         SUPPORT_END_WARNING_DAYS of the end of its EKS standard support; an inference node group whose
         sizes promise scaling that nothing does."""
@@ -602,19 +580,25 @@ class ComputeConfig(Model):
         when = f"ended on {end.isoformat()}" if left < 0 else f"ends on {end.isoformat()} ({left} days)"
         return [
             *out,
-            (
+            warning(
                 "eks.kubernetes_version",
-                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support per cluster hour. "
-                "Move to a newer version once HyperPod lists one (EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+                f"{self.eks.kubernetes_version}: EKS standard support {when}; after it EKS bills extended support, "
+                f"${EXTENDED_SUPPORT_USD_PER_HOUR:.2f} instead of ${STANDARD_SUPPORT_USD_PER_HOUR:.2f} per cluster hour "
+                "(docs/facts/eks.md#eks-extended-support-price). "
+                + (
+                    "Move to a newer version once HyperPod lists one (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                    if self.orchestrator == "eks"
+                    else f"Move to {default_kubernetes_version()} (the newest supported; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+                ),
             ),
         ]
 
-    def _unscaled_group_warnings(self) -> list[tuple[str, str]]:
+    def _unscaled_group_warnings(self) -> list[Finding]:
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
         Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
         return [
-            (
+            warning(
                 f"inference_node_groups[{i}].max_size",
                 f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
                 f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
@@ -624,7 +608,7 @@ class ComputeConfig(Model):
             if g.min_size < g.max_size
         ]
 
-    def _acceptance_team_warnings(self) -> list[tuple[str, str]]:
+    def _acceptance_team_warnings(self) -> list[Finding]:
         """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one
         team's queue: a team holding fewer waits on borrowed quota, which task governance's default
         sharing may never lend (docs/compute.md, scheduling)."""
@@ -633,7 +617,7 @@ class ComputeConfig(Model):
             return []
         held = next(t for t in self.scheduling_teams() if t.name == team).instances
         return [
-            (
+            warning(
                 "eks.scheduling.teams",
                 f"`fminfra accept` queues in team {team!r}, which holds {held.get(g.name, 0)} of group {g.name!r}'s {g.count} instances: "
                 "its acceptance jobs need them all at once and may never be admitted; give that team the whole group",
@@ -644,28 +628,36 @@ class ComputeConfig(Model):
 
     @model_validator(mode="after")
     def _rules(self) -> ComputeConfig:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
+        if self.orchestrator == "eks" and self.eks is not None and self.eks.kubernetes_version not in hyperpod_kubernetes_versions():
+            problems.append(
+                error(
+                    "eks.kubernetes_version",
+                    f"{self.eks.kubernetes_version!r} is not on SageMaker HyperPod's list of Kubernetes versions; allowed with "
+                    f"orchestrator eks: {', '.join(hyperpod_kubernetes_versions())} (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+                )
+            )
         if self.hyperpod and not self.instance_groups:
-            problems.append(("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
+            problems.append(error("instance_groups", f"orchestrator {self.orchestrator} needs at least one instance group"))
         if self.orchestrator == "none":
             if self.instance_groups:
                 problems.append(
-                    ("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
+                    error("orchestrator", "instance_groups need an orchestrator: slurm or eks (HyperPod) or ec2 (Auto Scaling groups)")
                 )
             elif not self.inference_node_groups:
                 problems.append(
-                    (
+                    error(
                         "",
                         "give instance_groups with an orchestrator (slurm, eks, ec2), or inference_node_groups for an inference-only EKS cluster",
                     )
                 )
         if self.slurm is not None and self.orchestrator != "slurm":
-            problems.append(("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
+            problems.append(error("slurm", f"only with orchestrator slurm, got orchestrator {self.orchestrator}"))
         if self.eks is not None and not self.needs_eks:
-            problems.append(("eks", "only with orchestrator eks or when inference_node_groups exist"))
+            problems.append(error("eks", "only with orchestrator eks or when inference_node_groups exist"))
         if self.eks is not None and self.eks.accept_access and self.orchestrator != "eks":
             problems.append(
-                ("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
+                error("eks.accept_access", f"only with orchestrator eks (HyperPod EKS runs the acceptance jobs), got {self.orchestrator}")
             )
         seen: dict[str, str] = {}
         reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
@@ -675,51 +667,33 @@ class ComputeConfig(Model):
         ]
         for path, group in groups:
             if group.name in reserved:
-                problems.append((f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))
+                problems.append(error(f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))
             elif group.name in seen:
-                problems.append((f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
+                problems.append(error(f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
             seen.setdefault(group.name, path)
         for i, group in enumerate(self.instance_groups):
             problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
         for i, igroup in enumerate(self.inference_node_groups):
             path = f"inference_node_groups[{i}]"
-            if igroup.capacity.type not in EC2_CAPACITY_TYPES:
-                problems.append(
-                    (
-                        f"{path}.capacity.type",
-                        f"group {igroup.name!r}: {igroup.capacity.type} is not available to EKS inference node groups; allowed: {', '.join(EC2_CAPACITY_TYPES)}",
-                    )
-                )
-            if purchase := _purchase_problem(path, igroup.name, igroup.instance_type, igroup.capacity.type):
-                problems.append(purchase)
+            problems.extend(_capacity_problems(path, igroup, "EKS inference node groups", EC2_CAPACITY_TYPES))
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
-                problems.append(
-                    (
-                        f"{path}.placement",
-                        f"group {igroup.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
-                    )
-                )
+                problems.append(error(f"{path}.placement", f"group {igroup.name!r}: {BLOCK_PLACEMENT}"))
         _raise_problems(problems)
-        if self.orchestrator == "slurm" and self.slurm is None:
-            self.slurm = SlurmConfig()
-        if self.needs_eks and self.eks is None:
-            self.eks = EksConfig()
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
         if self.eks is not None and self.eks.accept_access and self.acceptance_team() is None:
             _raise_problems(
                 [
-                    (
+                    error(
                         "eks.accept_access",
-                        "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; "
-                        "keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false",
+                        ACCEPT_NEEDS_TEAM,
                     )
                 ]
             )
         if self.eks is not None and self.system_node_count() == 0 and not self.untainted_node_sources():
             _raise_problems(
                 [
-                    (
+                    error(
                         "eks.system_nodes.count",
                         "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
                         "(default nvidia.com/gpu=true:NoSchedule)"
@@ -782,20 +756,20 @@ class ComputeConfig(Model):
                 by_type[types[group]] = by_type.get(types[group], 0) + count
         return quotas
 
-    def _scheduling_problems(self) -> list[tuple[str, str]]:
+    def _scheduling_problems(self) -> list[Finding]:
         assert self.eks is not None
         scheduling = self.eks.scheduling
         base = "eks.scheduling"
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         if self.orchestrator == "eks":
             if scheduling.kueue:
                 # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
-                problems.append((f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+                problems.append(error(f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
             if scheduling.task_governance is False:
                 for name in ("teams", "priority_classes"):
                     if name in scheduling.model_fields_set:
                         problems.append(
-                            (f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
+                            error(f"{base}.{name}", "needs task_governance: true (teams and priority classes are task governance's)")
                         )
                 return problems
             groups: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in self.instance_groups}
@@ -803,22 +777,24 @@ class ComputeConfig(Model):
         elif not scheduling.kueue:
             if scheduling != SchedulingConfig():
                 return [
-                    (base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}")
+                    error(
+                        base, f"only with orchestrator eks (HyperPod task governance) or kueue: true, got orchestrator {self.orchestrator}"
+                    )
                 ]
             return []
         else:
             if scheduling.task_governance:
                 problems.append(
-                    (f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
+                    error(f"{base}.task_governance", "HyperPod task governance needs orchestrator eks; allowed here: false or unset")
                 )
             if scheduling.priority_classes:
                 problems.append(
-                    (f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
+                    error(f"{base}.priority_classes", "priority classes are task governance's (orchestrator eks); allowed here: none")
                 )
             for i, team in enumerate(self.scheduling_teams()):
                 if team.name in RESERVED_NAMESPACES:
                     problems.append(
-                        (
+                        error(
                             f"{base}.teams[{i}].name",
                             f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
                         )
@@ -829,16 +805,18 @@ class ComputeConfig(Model):
         for i, team in enumerate(self.scheduling_teams()):
             if scheduling.teams is not None and not any(team.instances.values()):
                 # a quota of nothing: the team's queue could never admit a job
-                problems.append((f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
+                problems.append(error(f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
             for group, count in team.instances.items():
                 if group not in groups:
-                    problems.append((f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}"))
+                    problems.append(
+                        error(f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}")
+                    )
                     continue
                 held[group] = held.get(group, 0) + count
             types = {groups[g].spec.name for g in team.instances if g in groups}
             if len(types) > QUOTA_MAX_INSTANCE_TYPES:
                 problems.append(
-                    (
+                    error(
                         f"{base}.teams[{i}].instances",
                         f"a team's quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(types)}",
                     )
@@ -847,38 +825,30 @@ class ComputeConfig(Model):
         for name, total in held.items():
             if total > capacity[name]:
                 problems.append(
-                    (
+                    error(
                         f"{base}.teams",
                         f"the teams hold {total} instances of group {name!r}, whose {most} is {capacity[name]}; allowed: at most {capacity[name]} in all",
                     )
                 )
         return problems
 
-    def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[tuple[str, str]]:
-        problems: list[tuple[str, str]] = []
+    def _training_group_problems(self, path: str, group: InstanceGroupConfig) -> list[Finding]:
+        problems: list[Finding] = []
         kind = "HyperPod groups" if self.hyperpod else "ec2 groups"
         allowed = HYPERPOD_CAPACITY_TYPES if self.hyperpod else EC2_CAPACITY_TYPES
-        if group.capacity.type not in allowed:
-            problems.append(
-                (
-                    f"{path}.capacity.type",
-                    f"group {group.name!r}: {group.capacity.type} is not available to {kind} (orchestrator {self.orchestrator}); allowed: {', '.join(allowed)}",
-                )
-            )
-        if purchase := _purchase_problem(path, group.name, group.instance_type, group.capacity.type):
-            problems.append(purchase)
+        problems.extend(_capacity_problems(path, group, f"{kind} (orchestrator {self.orchestrator})", allowed))
         if self.hyperpod:
             if group.spec.hyperpod_name not in hyperpod_instance_types():
                 problems.append(
-                    (
+                    error(
                         f"{path}.instance_type",
                         f"group {group.name!r}: {group.spec.hyperpod_name} is not an instance type SageMaker HyperPod supports",
                     )
                 )
-            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < 2:
+            if "instance_connectivity" in (group.deep_health_checks or []) and group.count < CONNECTIVITY_MIN_INSTANCES:
                 # docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes
                 problems.append(
-                    (
+                    error(
                         f"{path}.deep_health_checks",
                         f"group {group.name!r}: instance_connectivity runs NCCL tests across nodes and needs count of at least 2, got {group.count}",
                     )
@@ -886,23 +856,20 @@ class ComputeConfig(Model):
             for field in ("placement", "root_volume_gib"):
                 if getattr(group, field) is not None:
                     problems.append(
-                        (f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)")
+                        error(
+                            f"{path}.{field}", f"group {group.name!r}: {kind} do not take {field} (HyperPod places and boots its own nodes)"
+                        )
                     )
         else:
             if group.capacity.type == "odcr" and group.count == 0:
                 problems.append(
-                    (f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
+                    error(f"{path}.count", f"group {group.name!r}: an odcr reserves count instances; count must be at least 1, got 0")
                 )
             for field in ("instance_storage_gib", "deep_health_checks"):
                 if getattr(group, field) is not None:
-                    problems.append((f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
+                    problems.append(error(f"{path}.{field}", f"group {group.name!r}: only HyperPod groups take {field}; ec2 groups do not"))
             if group.capacity.type == "capacity-block" and group.placement == "cluster":
-                problems.append(
-                    (
-                        f"{path}.placement",
-                        f"group {group.name!r}: a Capacity Block brings its own placement; placement cluster is not allowed, use none",
-                    )
-                )
+                problems.append(error(f"{path}.placement", f"group {group.name!r}: {BLOCK_PLACEMENT}"))
         return problems
 
     def placement_of(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> str:

@@ -13,12 +13,10 @@ one reader of YAML: `load_config` turns every problem into one line `FILE: field
 This package imports no CDK.
 """
 
+from fminfra.capacity.rules import CAPACITY_TYPES, EC2_CAPACITY_TYPES, HYPERPOD_CAPACITY_TYPES
 from fminfra.compute.config import (
-    CAPACITY_TYPES,
     CONTROLLER_GROUP_NAME,
-    EC2_CAPACITY_TYPES,
     GROUP_NAME_RULE,
-    HYPERPOD_CAPACITY_TYPES,
     HYPERPOD_MAX_INSTANCES,
     LOGIN_GROUP_NAME,
     CapacityConfig,
@@ -36,7 +34,8 @@ from fminfra.compute.config import (
 )
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import config_files, format_warnings, load_config, parse_config, read_yaml, resolve_config_path
-from fminfra.core.config_base import LOG_RETENTION_DAYS, Model, Problems, check_account, check_region
+from fminfra.core.config_base import Model, Problems, check_account, check_region
+from fminfra.core.rules import LOG_RETENTION_DAYS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import AlertsConfig, GrafanaConfig, ObservabilityConfig
 from fminfra.storage.config import (
@@ -51,9 +50,9 @@ from fminfra.storage.config import (
     RepositoryConfig,
     StorageConfig,
     lustre_capacity_for_throughput,
-    lustre_capacity_valid,
     lustre_throughput_gb_per_s,
 )
+from fminfra.storage.rules import lustre_capacity_valid
 
 __all__ = [
     "CAPACITY_TYPES",

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from datetime import date
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fminfra.compute.config import HEALTH_MONITORING_AGENT_REGIONS, TRAINING_PLAN_ARN_RULE, ComputeConfig
+from fminfra.capacity.rules import TRAINING_PLAN_ARN_RULE
+from fminfra.compute.config import ComputeConfig
+from fminfra.config.defaults import apply_defaults
 from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
+from fminfra.core.findings import Finding, error, warning
 from fminfra.core.regional import (
     SERVICE_NAMES,
     cdk_validate_refuses,
@@ -20,16 +22,12 @@ from fminfra.core.regional import (
     resource_types_in,
 )
 from fminfra.core.regions import az_id_problem
+from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, TAG_KEY_MAX, TAG_VALUE_MAX
+from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
-from fminfra.observability.config import SNS_TOPIC_ARN_RULE, ObservabilityConfig
+from fminfra.observability.config import ObservabilityConfig
+from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE
 from fminfra.storage.config import StorageConfig
-
-NAME_RULE = re.compile(r"^[a-z][a-z0-9-]{0,15}$")
-# docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags
-# need a value), no aws: prefix, the characters every tagging service accepts, 50 tags a resource,
-# less the two fminfra adds (fminfra:environment; SageMaker on the HyperPod cluster).
-TAG_KEY_MAX, TAG_VALUE_MAX, TAG_COUNT_MAX = 128, 256, 48
-TAG_CHARS = re.compile(r"^[\w .:/=+\-@]*$")
 
 
 class EnvironmentConfig(Model):
@@ -49,57 +47,53 @@ class EnvironmentConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not NAME_RULE.match(value) or value.endswith("-"):
-            raise ValueError(f"must be 1-16 lowercase letters, digits and hyphens, starting with a letter, got {value!r}")
+        if problem := ENVIRONMENT_NAME.problem(value):
+            raise ValueError(problem)
         return value
 
     @field_validator("tags")
     @classmethod
     def _tags(cls, value: dict[str, str]) -> dict[str, str]:
         # docs/facts/pipeline.md#aws-tag-restrictions
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         for key, tag_value in value.items():
             if not 1 <= len(key) <= TAG_KEY_MAX:
-                problems.append((f"[{key[:40]!r}]", f"a tag key has 1 to {TAG_KEY_MAX} characters, got {len(key)}"))
+                problems.append(error(f"[{key[:40]!r}]", f"a tag key has 1 to {TAG_KEY_MAX} characters, got {len(key)}"))
             elif key.lower().startswith("aws:"):
-                problems.append((f"[{key!r}]", "tag keys starting with aws: are reserved for AWS"))
-            elif not TAG_CHARS.match(key):
-                problems.append((f"[{key!r}]", "a tag key may hold letters, digits, spaces and _ . : / = + - @"))
+                problems.append(error(f"[{key!r}]", "tag keys starting with aws: are reserved for AWS"))
+            elif not TAG_CHARS_RULE.match(key):
+                problems.append(error(f"[{key!r}]", "a tag key may hold letters, digits, spaces and _ . : / = + - @"))
             if not 1 <= len(tag_value) <= TAG_VALUE_MAX:
-                problems.append((f"[{key[:40]!r}]", f"a tag value has 1 to {TAG_VALUE_MAX} characters, got {len(tag_value)}"))
-            elif not TAG_CHARS.match(tag_value):
-                problems.append((f"[{key[:40]!r}]", "a tag value may hold letters, digits, spaces and _ . : / = + - @"))
+                problems.append(error(f"[{key[:40]!r}]", f"a tag value has 1 to {TAG_VALUE_MAX} characters, got {len(tag_value)}"))
+            elif not TAG_CHARS_RULE.match(tag_value):
+                problems.append(error(f"[{key[:40]!r}]", "a tag value may hold letters, digits, spaces and _ . : / = + - @"))
         if len(value) > TAG_COUNT_MAX:
-            problems.append(("", f"at most {TAG_COUNT_MAX} tags, got {len(value)}"))
+            problems.append(error("", f"at most {TAG_COUNT_MAX} tags, got {len(value)}"))
         _raise_problems(problems)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _defaults(cls, data: Any) -> Any:
+        return apply_defaults(data)
 
     _account = field_validator("account", mode="before")(check_account)
     _region = field_validator("region")(check_region)
 
     @model_validator(mode="after")
     def _cross_section(self) -> EnvironmentConfig:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         for i, az in enumerate(self.network.az_ids):
             if problem := az_id_problem(az, self.region):
-                problems.append((f"network.az_ids[{i}]", problem))
+                problems.append(error(f"network.az_ids[{i}]", problem))
         problems.extend(self._regional_problems())
-        # accept_access needs a team queue; the region may have turned task governance off above
-        if self.compute.eks is not None and self.compute.eks.accept_access and self.compute.acceptance_team() is None:
-            problems.append(
-                (
-                    "compute.eks.accept_access",
-                    f"`fminfra accept` queues its jobs in a task governance team's queue, and task governance is off in {self.region} "
-                    "by default (validate's warning says why); set eks.scheduling.task_governance: true, or accept_access: false",
-                )
-            )
         if self.compute.needs_eks and len(self.network.az_ids) < 2:
-            problems.append(("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
+            problems.append(error("network.az_ids", "EKS needs subnets in at least two AZs; list at least two AZ IDs"))
         for i, group in enumerate(self.compute.instance_groups):
             plan = TRAINING_PLAN_ARN_RULE.match(group.capacity.training_plan_arn or "")
             if plan and (plan["account"], plan["region"]) != (self.account, self.region):
                 problems.append(
-                    (
+                    error(
                         f"compute.instance_groups[{i}].capacity.training_plan_arn",
                         f"the training plan is in {plan['account']}, {plan['region']}; HyperPod uses plans of its own account and "
                         f"region ({self.account}, {self.region})",
@@ -108,7 +102,7 @@ class EnvironmentConfig(Model):
         topic = SNS_TOPIC_ARN_RULE.match(self.observability.alerts.sns_topic_arn or "")
         if topic and (topic["region"], topic["account"]) != (self.region, self.account):
             problems.append(
-                (
+                error(
                     "observability.alerts.sns_topic_arn",
                     f"CloudWatch alarms and the AMP alert manager publish only to a topic in their own account and region "
                     f"({self.account}, {self.region}), got {topic['account']}, {topic['region']}",
@@ -117,9 +111,9 @@ class EnvironmentConfig(Model):
         _raise_problems(problems)
         return self
 
-    def _regional_problems(self) -> list[tuple[str, str]]:
+    def _regional_problems(self) -> list[Finding]:
         """Services and HyperPod instance types the region does not offer (docs/facts/network.md#regional-availability)."""
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         available = resource_types_in(self.region)
         if available is not None:
             needed = {"AWS::EC2::CapacityReservation": any(g.capacity.type == "odcr" for g in self.compute.instance_groups)}
@@ -131,19 +125,10 @@ class EnvironmentConfig(Model):
             needed["AWS::Grafana::Workspace"] = self.observability.grafana.enabled
             # Task governance's resources. Two sources on compute quotas disagree by region (cfn-lint's per-region
             # resource types and the resource schema's description; docs/facts/hyperpod.md#hyperpod-compute-quota-schema):
-            # left at its default, task governance is on only where both offer them (off elsewhere, a warning); asked
+            # left at its default (fminfra/config/defaults.py), task governance is on only where both offer them (off elsewhere, a warning); asked
             # for (task_governance, teams or priority_classes named), each type is refused where cfn-lint's list, the
             # gate's, lacks it (a warning where only the description does). Cluster policies go with the quotas.
             scheduling = self.compute.eks.scheduling if self.compute.eks is not None else None
-            quotas = compute_quota_sources(self.region)
-            assert quotas is not None  # the region has a list of resource types
-            if (
-                scheduling is not None
-                and self.compute.orchestrator == "eks"
-                and scheduling.task_governance is None
-                and not {"teams", "priority_classes"} & scheduling.model_fields_set
-            ):
-                scheduling.task_governance = quotas.both
             governed = {
                 "AWS::SageMaker::ComputeQuota": ("compute.eks.scheduling.task_governance", bool(self.compute.team_quotas())),
                 "AWS::SageMaker::ClusterSchedulerConfig": (
@@ -155,7 +140,7 @@ class EnvironmentConfig(Model):
                 # cfn-lint's list for the region is the gate's (E3006): a type it lacks fails `fminfra gate` there
                 if used and resource_type not in available:
                     problems.append(
-                        (
+                        error(
                             path,
                             f"{SERVICE_NAMES[resource_type]} ({resource_type}) are not in cfn-lint's CloudFormation resource "
                             f"types for {self.region} (`fminfra gate` fails on E3006 there); regions that offer them: "
@@ -167,7 +152,7 @@ class EnvironmentConfig(Model):
             for resource_type, used in needed.items():
                 if used and resource_type not in available:
                     problems.append(
-                        (
+                        error(
                             "region",
                             f"{SERVICE_NAMES[resource_type]} ({resource_type}) is not offered in {self.region}; choose another region",
                         )
@@ -186,13 +171,15 @@ class EnvironmentConfig(Model):
                 name = instance_type if instance_type.startswith("ml.") else f"ml.{instance_type}"
                 if name not in offered and name in hyperpod_types_anywhere():
                     problems.append(
-                        (path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}")
+                        error(
+                            path, f"{name} is not offered by HyperPod in {self.region}; GPU types offered there: {', '.join(gpu_offered)}"
+                        )
                     )
                 elif name not in offered and cdk_validate_refuses(self.region, name):
                     # in no region's list, and refused by the CDK's own validation in this one: synth would fail
                     # (docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types)
                     problems.append(
-                        (
+                        error(
                             path,
                             f"{name} is in no region's HyperPod list and the CDK's own template validation (run by cdk synth) "
                             f"refuses it in {self.region}; GPU types offered there: {', '.join(gpu_offered)}",
@@ -200,7 +187,7 @@ class EnvironmentConfig(Model):
                     )
         return problems
 
-    def _task_governance_warnings(self) -> list[tuple[str, str]]:
+    def _task_governance_warnings(self) -> list[Finding]:
         """Where task governance is off for want of compute quotas, or asked for where the two sources on them
         disagree (docs/facts/hyperpod.md#hyperpod-compute-quota-schema); a type cfn-lint's list for the region
         lacks is refused instead (_regional_problems), as the gate would."""
@@ -208,12 +195,12 @@ class EnvironmentConfig(Model):
         quotas = compute_quota_sources(self.region)
         if self.compute.orchestrator != "eks" or scheduling is None or quotas is None:
             return []
-        out: list[tuple[str, str]] = []
+        out: list[Finding] = []
         path = "compute.eks.scheduling.task_governance"
         used = bool(self.compute.team_quotas())
         if not used and not quotas.either:
             out.append(
-                (
+                warning(
                     path,
                     f"HyperPod task governance compute quotas (AWS::SageMaker::ComputeQuota) are not offered in {self.region}: "
                     "no team queues and no all-or-nothing admission on this cluster",
@@ -221,7 +208,7 @@ class EnvironmentConfig(Model):
             )
         elif not used and not quotas.both:
             out.append(
-                (
+                warning(
                     path,
                     f"task governance is off ({quotas.disagreement(self.region)}; it is on by default only where both list "
                     "it): no team queues and no all-or-nothing admission on this cluster"
@@ -234,7 +221,7 @@ class EnvironmentConfig(Model):
             )
         elif used and not quotas.both:
             out.append(
-                (
+                warning(
                     path,
                     f"{quotas.disagreement(self.region)}; the compute quotas may fail to deploy here (set task_governance: false "
                     "if they do)",
@@ -246,17 +233,17 @@ class EnvironmentConfig(Model):
     def physical_name(self, *parts: str) -> str:
         return "-".join(("fminfra", self.name, *parts))
 
-    def warnings(self, today: date | None = None) -> list[tuple[str, str]]:
+    def warnings(self, today: date | None = None) -> list[Finding]:
         """Problems that do not reject the config: (field path, message); validate and plan print them.
         `today` (default: the current UTC date) dates the Kubernetes support warning."""
-        out = [(f"compute.{path}", msg) for path, msg in self.compute.warnings(today)]
+        out = [f.under("compute") for f in self.compute.warnings(today)]
         if self.compute.orchestrator == "eks" and self.region not in HEALTH_MONITORING_AGENT_REGIONS:
             out.append(
-                (
+                warning(
                     "region",
                     f"HyperPod's dependency chart has no health-monitoring agent image in {self.region}; it pulls us-east-1's "
                     f"(regions with one: {', '.join(HEALTH_MONITORING_AGENT_REGIONS)})",
                 )
             )
         out.extend(self._task_governance_warnings())
-        return out + [(f"storage.{path}", msg) for path, msg in (self.storage.warnings() if self.storage else [])]
+        return out + [f.under("storage") for f in (self.storage.warnings() if self.storage else [])]

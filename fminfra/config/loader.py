@@ -14,13 +14,8 @@ from pydantic import ValidationError as PydanticValidationError
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.core.config_base import Problems
 from fminfra.core.errors import ConfigError
+from fminfra.core.rules import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 
-# Limits on what the one YAML reader accepts: an environment file is a few KB, nests about six
-# levels and holds small numbers; anything far past these is a mistake or an attack, and gets one
-# line instead of a MemoryError, a RecursionError or Python's integer-digits ValueError.
-MAX_CONFIG_BYTES = 1024 * 1024
-MAX_NESTING = 64
-MAX_INT_DIGITS = 64
 _NO_REUSE = "anchors, aliases and merge keys (&name, *name, <<) are not supported: write the values out"
 
 
@@ -130,7 +125,8 @@ def _format_pydantic_errors(file: str, exc: PydanticValidationError) -> list[str
         loc = tuple(err["loc"])
         error = (err.get("ctx") or {}).get("error")
         if isinstance(error, Problems):
-            for rel, msg in error.problems:
+            for finding in error.findings:
+                rel, msg = finding.path, finding.message
                 rel_loc: tuple[int | str, ...] = tuple(p for p in re.split(r"\.(?![^\[]*\])", rel) if p) if rel else ()
                 lines.append(f"{file}: {_loc_to_path(loc + rel_loc) or '(top level)'}: {msg}")
             continue
@@ -198,7 +194,7 @@ def read_yaml(path: str | Path) -> Any:
 
 def format_warnings(file: str | Path, cfg: EnvironmentConfig) -> list[str]:
     """The config's warnings, one line each: `FILE: field.path: warning: message`."""
-    return [f"{file}: {path}: warning: {msg}" for path, msg in cfg.warnings()]
+    return [f.line(str(file)) for f in cfg.warnings()]
 
 
 def config_files(config_dir: Path) -> list[Path]:

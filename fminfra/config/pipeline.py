@@ -3,7 +3,6 @@ since it names several of them). Read by `load_pipeline`; the stack is `fminfra.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -13,12 +12,9 @@ from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import load_config, read_yaml
 from fminfra.core.config_base import check_account, check_region
 from fminfra.core.errors import ConfigError
+from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
-CONNECTION_ARN_RULE = re.compile(
-    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):connection/[0-9a-f-]{36}$"
-)
-REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 class _Model(BaseModel):
@@ -42,7 +38,7 @@ class SourceConfig(_Model):
     @field_validator("repository")
     @classmethod
     def _repo(cls, value: str) -> str:
-        if not REPOSITORY_RULE.match(value):
+        if not CONNECTION_REPOSITORY_RULE.match(value):
             raise ValueError(f"must be owner/name, got {value!r}")
         return value
 

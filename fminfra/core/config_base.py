@@ -8,22 +8,21 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from fminfra.core.findings import Finding
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
-
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
 
 class Problems(ValueError):
-    """Raised by validators: problems each with a path relative to the model that found them."""
+    """Raised by validators: error findings, each with a path relative to the model that found them."""
 
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in problems))
-        self.problems = problems
+    def __init__(self, findings: list[Finding]) -> None:
+        super().__init__("; ".join(f"{f.path}: {f.message}" if f.path else f.message for f in findings))
+        self.findings = findings
 
 
-def _raise_problems(problems: list[tuple[str, str]]) -> None:
-    if problems:
-        raise Problems(problems)
+def _raise_problems(findings: list[Finding]) -> None:
+    if findings:
+        raise Problems(findings)
 
 
 class Model(BaseModel):

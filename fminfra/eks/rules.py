@@ -12,14 +12,67 @@ On EKS without HyperPod fminfra's own Kueue queues use the team's name as the na
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+from fminfra.core.rules import Pattern
 
 DEFAULT_TEAM = "training"  # the one team of the default config: a queue holding all training GPUs
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Namespaces a team of fminfra's own Kueue (EKS without HyperPod, namespace = team name) may not take:
 # Kubernetes' own, Kueue's, and the one fminfra's exporters use.
 RESERVED_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "kueue-system", "monitoring")
+# The label every node carries with its EC2 instance type (docs/facts/eks.md#k8s-instance-type-label).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Kubernetes names: a DNS-1123 label (namespaces, jobs) of at most 63 characters; a label value of at most 63.
+DNS_LABEL_MAX = 63
+DNS_LABEL = Pattern(
+    rf"^[a-z0-9]([-a-z0-9]{{0,{DNS_LABEL_MAX - 2}}}[a-z0-9])?$",
+    f"a DNS label: 1-{DNS_LABEL_MAX} lowercase letters, digits and '-', starting and ending with a letter or digit",
+)
+LABEL_VALUE_MAX = 63
+# Kubernetes label keys: an optional DNS-subdomain prefix (<= 253) and "/", then a name of 1-63
+# alphanumerics, "-", "_", "." beginning and ending alphanumeric; values: the name form or empty
+# (docs/facts/eks.md#kubernetes-label-syntax). Taint keys and values follow the same rules.
+_K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
+K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
+K8S_PREFIX_MAX = 253
+# An IAM role or user (or an assumed-role session) that may administer a cluster (EKS access entries).
+IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
+# `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
+# announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
+SUPPORT_END_WARNING_DAYS = 60
+# The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
+DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
+# Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
+REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+def k8s_problems(key: str, value: str) -> list[str]:
+    """What is wrong with a label or taint key and value (docs/facts/eks.md#kubernetes-label-syntax)."""
+    problems = []
+    prefix = key.split("/", 1)[0] if "/" in key else ""
+    if not K8S_KEY_RULE.match(key) or len(prefix) > K8S_PREFIX_MAX:
+        problems.append(
+            f"key {key!r} is not a Kubernetes key: [prefix/]name, name 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric"
+        )
+    if not K8S_VALUE_RULE.match(value):
+        problems.append(
+            f"value {value!r} of {key!r} is not a Kubernetes value: empty, or 1-63 letters, digits, '-', '_', '.' starting and ending alphanumeric"
+        )
+    return problems
+
+
+# Kueue's and task governance's constructs take one queue or quota a team.
+TEAMS_REQUIRED = "teams must list at least one team, got none"
+# `fminfra accept` on HyperPod EKS needs a team queue (compute.eks.accept_access).
+ACCEPT_NEEDS_TEAM = (
+    "`fminfra accept` queues its jobs in a task governance team's queue, and this cluster has none; turn task governance "
+    "on (eks.scheduling.task_governance: true, with the default team or eks.scheduling.teams; where it is off by default, "
+    "validate's warning says why), or set accept_access: false"
+)
 
 
 @dataclass(frozen=True)
@@ -41,3 +94,19 @@ def team_queue(cluster: Literal["hyperpod-eks", "eks"], team: str = DEFAULT_TEAM
     if cluster == "eks":
         return TeamQueue(team, team, f"{team}-localqueue")
     raise ValueError(f"cluster must be 'hyperpod-eks' or 'eks', got {cluster!r}")
+
+
+# The add-ons a node needs before it can become Ready: the cluster is created without EKS's
+# self-managed networking add-ons (bootstrapSelfManagedAddons false), so a node group that starts
+# before the VPC CNI fails with NodeCreationFailure (docs/facts/eks.md#eks-nodegroup-after-cni).
+NODE_NETWORKING_ADDONS = ("vpc-cni", "kube-proxy")
+# Add-ons whose resources the HyperPod dependency chart (or another installer) may already have
+# created: AWS's references create them with ResolveConflicts OVERWRITE
+# (docs/facts/iam.md#hyperpod-training-operator-role-reference, docs/facts/hyperpod.md#hyperpod-training-operator-namespace).
+ADDON_RESOLVE_CONFLICTS = {
+    "amazon-sagemaker-hyperpod-training-operator": "OVERWRITE",
+    "amazon-sagemaker-hyperpod-taskgovernance": "OVERWRITE",
+}
+# What EKS bills per cluster hour in standard and in extended support (docs/facts/eks.md#eks-extended-support-price).
+STANDARD_SUPPORT_USD_PER_HOUR = 0.10
+EXTENDED_SUPPORT_USD_PER_HOUR = 0.60

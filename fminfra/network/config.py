@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from fminfra.core.config_base import LOG_RETENTION_DAYS, Model, Problems, _raise_problems
+from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.errors import ValidationError
+from fminfra.core.findings import error
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
-from fminfra.network.rules import SubnetPlan, plan_subnets
+from fminfra.core.rules import LOG_RETENTION_DAYS, one_of_problem
+from fminfra.network.rules import AZ_NAME_RULE, SubnetPlan, plan_subnets
 
 RFC1918_NETWORKS = tuple(ipaddress.IPv4Network(n) for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"))
 # The AZ ID form (usw2-az4) for editors; the validator also checks the region's prefix.
 AZ_ID_PATTERN = r"^[a-z]+[0-9]+-az[0-9]+$"
-AZ_NAME_RULE = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-[0-9])[a-z]$")
 
 
 def az_form_problem(value: str) -> str:
@@ -72,7 +72,7 @@ class NetworkConfig(Model):
     @field_validator("az_ids")
     @classmethod
     def _az_ids(cls, value: list[str]) -> list[str]:
-        problems = [(f"[{i}]", az_form_problem(az)) for i, az in enumerate(value) if not is_az_id(az)]
+        problems = [error(f"[{i}]", az_form_problem(az)) for i, az in enumerate(value) if not is_az_id(az)]
         _raise_problems(problems)
         duplicates = sorted({az for az in value if value.count(az) > 1})
         if duplicates:
@@ -82,20 +82,20 @@ class NetworkConfig(Model):
     @field_validator("flow_log_retention_days")
     @classmethod
     def _retention(cls, value: int) -> int:
-        if value not in LOG_RETENTION_DAYS:
-            raise ValueError(f"must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}, got {value}")
+        if problem := one_of_problem(LOG_RETENTION_DAYS, value):
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
     def _compute_az(self) -> NetworkConfig:
         if not is_az_id(self.compute_az_id):
-            raise Problems([("compute_az_id", az_form_problem(self.compute_az_id))])
+            raise Problems([error("compute_az_id", az_form_problem(self.compute_az_id))])
         if self.compute_az_id not in self.az_ids:
-            raise Problems([("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
+            raise Problems([error("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
         try:
             self.subnets()
         except ValidationError as exc:
-            raise Problems([("cidr", str(exc))]) from None
+            raise Problems([error("cidr", str(exc))]) from None
         return self
 
     def subnets(self) -> list[SubnetPlan]:

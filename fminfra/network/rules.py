@@ -8,9 +8,13 @@ gateways. Blocks are handed out largest first, so each one stays aligned to its 
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 from fminfra.core.errors import ValidationError
+
+# An AZ *name* (us-west-2a), which fminfra refuses in favour of AZ IDs (names map to different zones per account).
+AZ_NAME_RULE = re.compile(r"^(?P<region>[a-z]{2}(-gov)?-[a-z]+-[0-9])[a-z]$")
 
 
 @dataclass(frozen=True, kw_only=True)

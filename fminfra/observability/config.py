@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import error
+from fminfra.observability.rules.inputs import (
+    EMAIL,
+    IDENTITY_STORE_GROUP_ID,
+    SCRAPE_INTERVAL_MAX_SECONDS,
+    SCRAPE_INTERVAL_MIN_SECONDS,
+    SNS_TOPIC_ARN_RULE,
+    scrape_interval_problem,
+)
 
 # Identity Center (identitystore) group ids, as botocore's ResourceId pattern has them.
-IDENTITY_STORE_GROUP_ID_RULE = re.compile(r"^([0-9a-f]{10}-|)[A-Fa-f0-9]{8}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{4}-[A-Fa-f0-9]{12}$")
-EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-SNS_TOPIC_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:sns:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):[A-Za-z0-9_-]{1,256}$")
 
 
 class GrafanaConfig(Model):
@@ -26,14 +31,7 @@ class GrafanaConfig(Model):
     @field_validator("admin_group_ids")
     @classmethod
     def _group_ids(cls, value: list[str]) -> list[str]:
-        problems = [
-            (
-                f"[{i}]",
-                f"must be an Identity Center group id such as 1234567890-0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d or 0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d, got {gid!r}",
-            )
-            for i, gid in enumerate(value)
-            if not IDENTITY_STORE_GROUP_ID_RULE.match(gid)
-        ]
+        problems = [error(f"[{i}]", problem) for i, gid in enumerate(value) if (problem := IDENTITY_STORE_GROUP_ID.problem(gid))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("group ids must be unique")
@@ -42,7 +40,7 @@ class GrafanaConfig(Model):
     @model_validator(mode="after")
     def _groups_need_grafana(self) -> GrafanaConfig:
         if self.admin_group_ids and not self.enabled:
-            raise Problems([("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
+            raise Problems([error("admin_group_ids", "only used with enabled: true; set enabled: true or remove the group ids")])
         return self
 
 
@@ -57,11 +55,7 @@ class AlertsConfig(Model):
     @field_validator("emails")
     @classmethod
     def _emails(cls, value: list[str]) -> list[str]:
-        problems = [
-            (f"[{i}]", f"must be an email address such as oncall@example.com, got {e!r}")
-            for i, e in enumerate(value)
-            if not EMAIL_RULE.match(e)
-        ]
+        problems = [error(f"[{i}]", problem) for i, e in enumerate(value) if (problem := EMAIL.problem(e))]
         _raise_problems(problems)
         if len(set(value)) != len(value):
             raise ValueError("email addresses must be unique")
@@ -81,12 +75,21 @@ class ObservabilityConfig(Model):
     prometheus: bool = Field(default=True, description="true: AMP workspace, alert rules, alert manager and metrics collection.")
     grafana: GrafanaConfig = Field(default_factory=GrafanaConfig)
     alerts: AlertsConfig = Field(default_factory=AlertsConfig)
-    scrape_interval_seconds: int = Field(default=30, ge=5, le=300, description="How often exporters are scraped.")
+    scrape_interval_seconds: int = Field(
+        default=30, description=f"How often exporters are scraped: {SCRAPE_INTERVAL_MIN_SECONDS} to {SCRAPE_INTERVAL_MAX_SECONDS} seconds."
+    )
+
+    @field_validator("scrape_interval_seconds")
+    @classmethod
+    def _scrape_interval(cls, value: int) -> int:
+        if problem := scrape_interval_problem(value):
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _grafana_needs_prometheus(self) -> ObservabilityConfig:
         if self.grafana.enabled and not self.prometheus:
             raise Problems(
-                [("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
+                [error("grafana.enabled", "Grafana's dashboards query the AMP workspace; set prometheus: true or grafana.enabled: false")]
             )
         return self

@@ -46,13 +46,17 @@ def make_session(*, region: str, profile: str | None = None) -> boto3.Session:
     except TokenRetrievalError as exc:
         raise AwsAccessError(f"AWS credentials: {exc} (run `aws sso login`)") from None
     except CredentialRetrievalError as exc:  # e.g. a container credentials endpoint that does not answer
-        raise AwsAccessError(f"AWS credentials could not be retrieved: {exc}") from None
+        raise credentials_unavailable(exc) from None
     if credentials is None:
         raise AwsAccessError(
             "no AWS credentials found (environment variables, --profile, SSO or an instance role); "
             "this command needs read access to the account in the config"
         )
     return session
+
+
+def credentials_unavailable(exc: Exception) -> AwsAccessError:
+    return AwsAccessError(f"AWS credentials could not be retrieved: {exc}")
 
 
 def client(session: boto3.Session, service: str) -> Any:
@@ -66,7 +70,7 @@ def error_code(exc: ClientError) -> str:
 def access_problem(exc: Exception) -> AwsAccessError | None:
     """The AwsAccessError for exceptions that mean "cannot talk to AWS at all", else None."""
     if isinstance(exc, CredentialRetrievalError):
-        return AwsAccessError(f"AWS credentials could not be retrieved: {exc}")
+        return credentials_unavailable(exc)
     if isinstance(exc, NoCredentialsError):
         return AwsAccessError("no AWS credentials found (environment variables, --profile, SSO or an instance role)")
     if isinstance(exc, EndpointConnectionError):

@@ -4,7 +4,6 @@ DescribeCapacityBlockOfferings / PurchaseCapacityBlock; API only: docs/facts/cap
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -13,6 +12,7 @@ from typing import Any
 from fminfra import catalog
 from fminfra.capacity.rules import MAX_INSTANCES_PER_BLOCK, duration_problem, duration_text, utc_timestamp
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
+from fminfra.core.rules import TAG_ARGUMENT_RULE
 from fminfra.core.table import format_table
 from fminfra.ops.aws import access_problem, client, error_code, make_session
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
@@ -27,8 +27,6 @@ GB200_SUPPORT = (
     "fminfra lists GB200 UltraServer offerings (find --ultraserver-type) but does not deploy onto them: "
     "they are in a Local Zone, not an AZ ID, and the GB200 network layout is unverified"
 )
-# Tag keys and values as EC2 takes them: key 1-128 characters, value up to 256; "aws:" is reserved.
-TAG_RULE = re.compile(r"^(?P<key>[^=]{1,128})=(?P<value>.{0,256})$")
 
 
 @dataclass(frozen=True)
@@ -199,7 +197,7 @@ def _client(ns: argparse.Namespace) -> object:
 def _tags(values: list[str]) -> dict[str, str]:
     tags: dict[str, str] = {}
     for value in values:
-        match = TAG_RULE.match(value)
+        match = TAG_ARGUMENT_RULE.match(value)
         if not match or match["key"].lower().startswith("aws:"):
             raise UsageError(f"--tag must be KEY=VALUE (key 1-128 characters, not starting with aws:, value up to 256), got {value!r}")
         tags[match["key"]] = match["value"]

@@ -49,6 +49,11 @@ class SyncReport:
 ClientFactory = Callable[[str], Any]
 
 
+# Grafana's name for "the credentials of the machine Grafana runs on": on Amazon Managed Grafana the
+# workspace's IAM role (grafana-aws-sdk's auth types: docs/facts/observability.md#grafana-aws-auth-types).
+WORKSPACE_ROLE_AUTH = "ec2_iam_role"
+
+
 def _stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
     stacks = cloudformation.describe_stacks(StackName=stack_name)["Stacks"]
     return {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
@@ -91,7 +96,7 @@ def desired_data_sources(region: str, prometheus_url: str) -> list[dict[str, Any
             "access": "proxy",
             "url": prometheus_url,
             "isDefault": True,
-            "jsonData": {"httpMethod": "POST", "sigV4Auth": True, "sigV4AuthType": "ec2_iam", "sigV4Region": region},
+            "jsonData": {"httpMethod": "POST", "sigV4Auth": True, "sigV4AuthType": WORKSPACE_ROLE_AUTH, "sigV4Region": region},
         },
         {
             "uid": CLOUDWATCH_UID,
@@ -99,7 +104,7 @@ def desired_data_sources(region: str, prometheus_url: str) -> list[dict[str, Any
             "type": "cloudwatch",
             "access": "proxy",
             "isDefault": False,
-            "jsonData": {"authType": "ec2_iam", "defaultRegion": region},
+            "jsonData": {"authType": WORKSPACE_ROLE_AUTH, "defaultRegion": region},
         },
     ]
 

@@ -18,7 +18,6 @@ from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.ops.common import EXIT_OK, UsageError
 
 ORCHESTRATORS = ("slurm", "eks", "ec2", "none")
-CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
 # Flag -> the capacity field it writes, and the capacity types that take it (CapacityConfig's rules).
 CAPACITY_FLAGS = {
     "reservation_id": ("reservation_ids", ("reservation", "capacity-block")),

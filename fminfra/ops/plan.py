@@ -181,7 +181,7 @@ def plan_warnings(cfg: EnvironmentConfig, now: datetime | None = None) -> list[s
     each group's notes, what a deploy now does to Capacity Block groups, the config's warnings."""
     out = [f"WARN {r.name}: {note}" for r in group_plans(cfg) for note in r.notes]
     out.extend(f"WARN deploy: {note}" for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)))
-    out.extend(f"WARN {path}: {msg}" for path, msg in cfg.warnings())
+    out.extend(f"WARN {f.path}: {f.message}" for f in cfg.warnings())
     return out
 
 

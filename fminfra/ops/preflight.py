@@ -22,6 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from fminfra import catalog
 from fminfra.capacity.rules import scale_in_time, utc_timestamp
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.core.findings import Finding, Level
 from fminfra.core.table import format_table
 from fminfra.ops.aws import AwsAccessError, access_problem, error_code
 
@@ -53,14 +54,11 @@ HYPERPOD_TOTAL_QUOTA = "Total number of instances allowed across SageMaker Hyper
 LIVE_STATES = ("pending", "running", "stopping", "stopped")
 
 
-@dataclass(frozen=True)
-class Row:
-    """One preflight result."""
-
-    status: Status
-    subject: str
-    check: str
-    reason: str
+# A preflight row is a Finding: path = what was checked (a reservation, a quota), check = which check,
+# message = the reason; its level prints as the row's status.
+Row = Finding
+LEVEL_OF: dict[Status, Level] = {"PASS": "info", "WARN": "warning", "FAIL": "error"}
+STATUS_OF: dict[Level, Status] = {level: status for status, level in LEVEL_OF.items()}
 
 
 @dataclass(frozen=True)
@@ -113,8 +111,11 @@ class Preflight:
         self._sagemaker_defaults: dict[str, float] | None = None
         self._own_cluster_counts: dict[str, int] = {}  # ml type -> instances this env's cluster runs now
 
+    def _missing(self, what: str, exc: ClientError) -> str:
+        return f"{what} does not exist in {self.cfg.region} for this account ({error_code(exc)})"
+
     def add(self, status: Status, subject: str, check: str, reason: str) -> None:
-        self.rows.append(Row(status, subject, check, reason))
+        self.rows.append(Finding(subject, LEVEL_OF[status], reason, check))
 
     def run(self) -> list[Row]:
         for step in (
@@ -271,7 +272,7 @@ class Preflight:
                     "FAIL",
                     f"reservation {rid}",
                     "exists",
-                    f"{rid} does not exist in {self.cfg.region} for this account ({error_code(exc)})",
+                    self._missing(rid, exc),
                 )
                 return None
             raise
@@ -452,7 +453,7 @@ class Preflight:
                 plan = self.c.sagemaker.describe_training_plan(TrainingPlanName=name)
             except ClientError as exc:
                 if error_code(exc) in ("ResourceNotFound", "ValidationException"):
-                    self.add("FAIL", subject, "exists", f"{arn} does not exist in {self.cfg.region} for this account ({error_code(exc)})")
+                    self.add("FAIL", subject, "exists", self._missing(arn, exc))
                     continue
                 raise
             self._check_training_plan(group, subject, plan)
@@ -791,9 +792,9 @@ def run_preflight(cfg: EnvironmentConfig, clients: Clients, now: datetime | None
 
 def render(cfg: EnvironmentConfig, rows: Iterable[Row]) -> str:
     rows = list(rows)
-    counts = {s: sum(1 for r in rows if r.status == s) for s in ("PASS", "WARN", "FAIL")}
+    counts = {s: sum(1 for r in rows if STATUS_OF[r.level] == s) for s in ("PASS", "WARN", "FAIL")}
     head = f"preflight {cfg.name} ({cfg.account}, {cfg.region}, compute AZ {cfg.network.compute_az_id})"
-    table = format_table(["status", "subject", "check", "reason"], [[r.status, r.subject, r.check, r.reason] for r in rows])
+    table = format_table(["status", "subject", "check", "reason"], [[STATUS_OF[r.level], r.path, r.check, r.message] for r in rows])
     return f"{head}\n{table}\n{counts['PASS']} PASS, {counts['WARN']} WARN, {counts['FAIL']} FAIL"
 
 
@@ -810,7 +811,7 @@ def clients_for(cfg: EnvironmentConfig, profile: str | None) -> Clients:
     )
 
 
-__all__ = ["AwsAccessError", "Clients", "Row", "clients_for", "render", "run_preflight"]
+__all__ = ["STATUS_OF", "AwsAccessError", "Clients", "Row", "clients_for", "render", "run_preflight"]
 
 
 def command(ns: argparse.Namespace) -> int:
@@ -822,5 +823,5 @@ def command(ns: argparse.Namespace) -> int:
             print()
         rows = run_preflight(cfg, clients_for(cfg, ns.profile))
         print(render(cfg, rows))
-        failed = failed or any(r.status == "FAIL" for r in rows)
+        failed = failed or any(r.level == "error" for r in rows)
     return EXIT_CHECK_FAILED if failed else EXIT_OK

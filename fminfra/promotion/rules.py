@@ -1,7 +1,43 @@
-"""The names of the roles promotion creates in each account, which other stacks, the workflows and
-the pipeline need (the GitHub OIDC stacks in `stack` create the roles)."""
+"""Promotion's rules: the repositories and connections the pipelines name, and the names of the roles
+promotion creates in each account, which other stacks, the workflows and the pipeline need (the GitHub
+OIDC stacks in `stack` create the roles)."""
 
 from __future__ import annotations
+
+import re
+
+from fminfra.core.errors import ValidationError
+
+# pipeline.yaml's source: a CodeConnections (or CodeStar Connections) connection and the owner/name of its repository.
+CONNECTION_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):connection/[0-9a-f-]{36}$"
+)
+CONNECTION_REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+# The repository as the `sub` claim of its tokens names it, trusted exactly as given: the prefix
+# GitHub gives for the repository (`gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq
+# .sub_claim_prefix`, or the start of a real token's `sub`), with or without its leading `repo:`.
+# GitHub's sources show `OWNER/NAME`, and for immutable subject claims `OWNER@OWNER_ID/NAME@REPO_ID`
+# (its OIDC reference) or `OWNER-OWNER_ID/NAME-REPO_ID` (its 2026-04-23 changelog): they conflict
+# (docs/facts/pipeline.md#github-oidc-subject-claims, docs/facts/pipeline.md#github-oidc-subject-prefix-endpoint),
+# so nothing here builds or rewrites the prefix. The `-` form is a name form to this rule.
+REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+(@[0-9]+)?/[A-Za-z0-9_.-]+(@[0-9]+)?$")
+PREFIX_COMMAND = "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix"
+REPOSITORY_FORMS = (
+    "the subject prefix GitHub gives for the repository, as `" + PREFIX_COMMAND + "` prints it "
+    "(OWNER/NAME, OWNER@OWNER_ID/NAME@REPO_ID with both ids, digits only, or OWNER-OWNER_ID/NAME-REPO_ID; "
+    "a leading repo: is allowed)"
+)
+
+
+def subject_repository(repository: str) -> str:
+    """The repository part of the subjects the roles trust, exactly as given (less a leading
+    `repo:`); ValidationError (one line) on anything GitHub's subjects cannot hold."""
+    value = repository.removeprefix("repo:")
+    match = REPOSITORY_RULE.match(value)
+    if not match or (match.group(1) is None) != (match.group(2) is None):
+        raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}: allowed: {REPOSITORY_FORMS}")
+    return value
 
 
 def deploy_role_name(env: str) -> str:

@@ -17,7 +17,6 @@ pipeline's acceptance step reach the environment's cluster for the promotion gat
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import aws_cdk as cdk
@@ -27,34 +26,15 @@ from constructs import Construct
 from fminfra.config import EnvironmentConfig
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
-from fminfra.promotion.rules import accept_role_name, accept_step_role_name, deploy_role_name
+from fminfra.promotion.rules import (
+    accept_role_name,
+    accept_step_role_name,
+    deploy_role_name,
+    subject_repository,
+)
 
 GITHUB_OIDC_URL = "https://token.actions.githubusercontent.com"
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
-# The repository as the `sub` claim of its tokens names it, trusted exactly as given: the prefix
-# GitHub gives for the repository (`gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq
-# .sub_claim_prefix`, or the start of a real token's `sub`), with or without its leading `repo:`.
-# GitHub's sources show `OWNER/NAME`, and for immutable subject claims `OWNER@OWNER_ID/NAME@REPO_ID`
-# (its OIDC reference) or `OWNER-OWNER_ID/NAME-REPO_ID` (its 2026-04-23 changelog): they conflict
-# (docs/facts/pipeline.md#github-oidc-subject-claims, docs/facts/pipeline.md#github-oidc-subject-prefix-endpoint),
-# so nothing here builds or rewrites the prefix. The `-` form is a name form to this rule.
-REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+(@[0-9]+)?/[A-Za-z0-9_.-]+(@[0-9]+)?$")
-PREFIX_COMMAND = "gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq .sub_claim_prefix"
-REPOSITORY_FORMS = (
-    "the subject prefix GitHub gives for the repository, as `" + PREFIX_COMMAND + "` prints it "
-    "(OWNER/NAME, OWNER@OWNER_ID/NAME@REPO_ID with both ids, digits only, or OWNER-OWNER_ID/NAME-REPO_ID; "
-    "a leading repo: is allowed)"
-)
-
-
-def subject_repository(repository: str) -> str:
-    """The repository part of the subjects the roles trust, exactly as given (less a leading
-    `repo:`); ValidationError (one line) on anything GitHub's subjects cannot hold."""
-    value = repository.removeprefix("repo:")
-    match = REPOSITORY_RULE.match(value)
-    if not match or (match.group(1) is None) != (match.group(2) is None):
-        raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}: allowed: {REPOSITORY_FORMS}")
-    return value
 
 
 def github_subject(repository: str, context: str) -> str:

@@ -3,41 +3,29 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
+from fminfra.core.findings import Finding, error, warning
+from fminfra.storage.rules import (
+    BUCKET_NAME,
+    FILE_SYSTEM_PATH_RULE,
+    LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_EFA_CAPACITY_STEP_GIB,
+    LUSTRE_MAX_CAPACITY_GIB,
+    LUSTRE_MAX_REPOSITORIES,
+    LUSTRE_METADATA_IOPS_ALLOWED,
+    LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB,
+    LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
+    S3_PREFIX_RULE,
+    lustre_capacity_problem,
+    lustre_metadata_iops_problem,
+)
 
 if TYPE_CHECKING:
     from fminfra.config.environment import EnvironmentConfig
-
-# FSx for Lustre rules: docs/facts/storage.md#fsx-lustre-ssd-capacity, #fsx-lustre-persistent2-throughput-tiers,
-# #fsx-lustre-metadata-iops, #fsx-dra-limits. SSD capacity: 1200, 2400 or a multiple of 2400 GiB.
-LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
-# PERSISTENT_2 tier used when neither throughput_mb_per_tib is given: 500 MB/s/TiB gives about
-# 0.5 GB/s per TiB, a middle ground between the 125/250 tiers that starve GPU fleets and 1000.
-LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB = 500
-# SCRATCH_2 has a fixed baseline of 200 MB/s/TiB (bursting higher): FSx performance table.
-LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
-# EFA-enabled file systems grow in these steps (FSx "increase storage capacity" page); documented
-# for increases only, so a capacity off the step is a warning, not a rejection (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
-LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
-LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
-LUSTRE_METADATA_IOPS_MAX = 192000
-# The largest StorageCapacity CreateFileSystem accepts (docs/facts/storage.md#fsx-storage-capacity-api-maximum);
-# the account's Lustre storage quota, which preflight cannot read offline, is far lower.
-LUSTRE_MAX_CAPACITY_GIB = 2147483647
-LUSTRE_MAX_REPOSITORIES = 8
-BUCKET_NAME_RULE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-S3_PREFIX_RULE = re.compile(r"^[A-Za-z0-9!_.*'()=+,@ -][A-Za-z0-9!_.*'()=+,@ /-]*/$")
-FILE_SYSTEM_PATH_RULE = re.compile(r"^/[A-Za-z0-9!_.*'()=+,@ /-]*$")
-
-
-def lustre_capacity_valid(gib: int) -> bool:
-    """1200, 2400 or a multiple of 2400 GiB (SSD SCRATCH_2 and PERSISTENT_2)."""
-    return gib in (1200, 2400) or (gib > 0 and gib % 2400 == 0)
 
 
 def lustre_throughput_gb_per_s(capacity_gib: int, mb_per_tib: int) -> float:
@@ -118,14 +106,13 @@ class MetadataConfig(Model):
 
     @model_validator(mode="after")
     def _iops(self) -> MetadataConfig:
-        allowed = "1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000"
         if self.mode == "automatic" and self.iops is not None:
-            raise Problems([("iops", "only with mode user_provisioned; mode automatic sizes metadata IOPS from the capacity")])
+            raise Problems([error("iops", "only with mode user_provisioned; mode automatic sizes metadata IOPS from the capacity")])
         if self.mode == "user_provisioned":
             if self.iops is None:
-                raise Problems([("iops", f"required with mode user_provisioned: {allowed}")])
-            if not (self.iops in LUSTRE_METADATA_IOPS_SMALL or (0 < self.iops <= LUSTRE_METADATA_IOPS_MAX and self.iops % 12000 == 0)):
-                raise Problems([("iops", f"must be {allowed}, got {self.iops}")])
+                raise Problems([error("iops", f"required with mode user_provisioned: {LUSTRE_METADATA_IOPS_ALLOWED}")])
+            if problem := lustre_metadata_iops_problem(self.iops):
+                raise Problems([error("iops", problem)])
         return self
 
 
@@ -161,24 +148,24 @@ class LustreConfig(Model):
 
     @model_validator(mode="after")
     def _rules(self) -> LustreConfig:
-        problems: list[tuple[str, str]] = []
+        problems: list[Finding] = []
         persistent = self.deployment_type == "persistent_2"
         if self.storage_capacity_gib is not None and self.target_throughput_gb_per_s is not None:
             problems.append(
-                ("target_throughput_gb_per_s", "storage_capacity_gib and target_throughput_gb_per_s exclude each other; give one")
+                error("target_throughput_gb_per_s", "storage_capacity_gib and target_throughput_gb_per_s exclude each other; give one")
             )
         elif self.storage_capacity_gib is None and self.target_throughput_gb_per_s is None:
             problems.append(
-                ("storage_capacity_gib", "give storage_capacity_gib (1200, 2400 or a multiple of 2400) or target_throughput_gb_per_s")
+                error("storage_capacity_gib", "give storage_capacity_gib (1200, 2400 or a multiple of 2400) or target_throughput_gb_per_s")
             )
-        if self.storage_capacity_gib is not None and not lustre_capacity_valid(self.storage_capacity_gib):
-            problems.append(("storage_capacity_gib", f"must be 1200, 2400 or a multiple of 2400 GiB, got {self.storage_capacity_gib}"))
+        if self.storage_capacity_gib is not None and (problem := lustre_capacity_problem(self.storage_capacity_gib)):
+            problems.append(error("storage_capacity_gib", problem))
         if self.target_throughput_gb_per_s is not None and self.target_throughput_gb_per_s <= 0:
-            problems.append(("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
+            problems.append(error("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
         elif not problems and self.capacity_gib > LUSTRE_MAX_CAPACITY_GIB:
             field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
             problems.append(
-                (
+                error(
                     field,
                     f"needs {self.capacity_gib} GiB; FSx accepts at most {LUSTRE_MAX_CAPACITY_GIB} GiB per file system "
                     "(CreateFileSystem's StorageCapacity), and the account's Lustre storage quota is lower: ask for less",
@@ -195,40 +182,38 @@ class LustreConfig(Model):
             ):
                 if given:
                     problems.append(
-                        (
+                        error(
                             field,
                             "only with deployment_type persistent_2; scratch_2 takes only storage_capacity_gib, compression and repositories",
                         )
                     )
         if persistent and self.backup_retention_days > 0 and self.repositories:
             problems.append(
-                (
+                error(
                     "backup_retention_days",
                     "must be 0 when repositories are set: FSx backs up only file systems not linked to S3 (the versioned bucket holds the durable copy)",
                 )
             )
         if len(self.repositories) > LUSTRE_MAX_REPOSITORIES:
             problems.append(
-                (
+                error(
                     "repositories",
                     f"at most {LUSTRE_MAX_REPOSITORIES} data repository associations per file system, got {len(self.repositories)}",
                 )
             )
         problems.extend(self._overlaps())
         _raise_problems(problems)
-        if persistent and self.metadata is None:
-            self.metadata = MetadataConfig()
         return self
 
-    def _overlaps(self) -> list[tuple[str, str]]:
-        problems: list[tuple[str, str]] = []
+    def _overlaps(self) -> list[Finding]:
+        problems: list[Finding] = []
         for field, norm in (("file_system_path", lambda p: p.rstrip("/") + "/"), ("s3_prefix", lambda p: p)):
             for j, later in enumerate(self.repositories):
                 for i in range(j):
                     a, b = norm(getattr(self.repositories[i], field)), norm(getattr(later, field))
                     if a.startswith(b) or b.startswith(a):
                         problems.append(
-                            (
+                            error(
                                 f"repositories[{j}].{field}",
                                 f"{getattr(later, field)!r} overlaps repositories[{i}].{field} {getattr(self.repositories[i], field)!r}; "
                                 f"{field} of repositories must not overlap",
@@ -265,15 +250,15 @@ class LustreConfig(Model):
     def throughput_gb_per_s(self) -> float:
         return lustre_throughput_gb_per_s(self.capacity_gib, self.mb_per_tib)
 
-    def warnings(self) -> list[tuple[str, str]]:
+    def warnings(self) -> list[Finding]:
         """Problems that do not reject the config (relative paths, messages)."""
-        out: list[tuple[str, str]] = []
+        out: list[Finding] = []
         if self.efa:
             step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
             if self.capacity_gib % step:
                 field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
                 out.append(
-                    (
+                    warning(
                         field,
                         f"an EFA-enabled file system at {self.mb_per_tib} MB/s/TiB grows in steps of {step} GiB; "
                         f"{self.capacity_gib} GiB is not a multiple (documented for increases only, so creation may still succeed)",
@@ -300,10 +285,8 @@ class BucketConfig(Model):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str | None) -> str | None:
-        if value is not None and (not BUCKET_NAME_RULE.match(value) or ".." in value):
-            raise ValueError(
-                f"must be an S3 bucket name: 3-63 lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit, got {value!r}"
-            )
+        if value is not None and (problem := BUCKET_NAME.problem(value)):
+            raise ValueError(problem)
         return value
 
     @field_validator("read_only_prefixes", "read_write_prefixes")
@@ -311,7 +294,7 @@ class BucketConfig(Model):
     def _prefixes(cls, value: list[str]) -> list[str]:
         bad = [(i, p) for i, p in enumerate(value) if not S3_PREFIX_RULE.match(p)]
         rule = "must be a prefix of the data bucket ending in '/' without a leading '/' or s3://, e.g. datasets/"
-        _raise_problems([(f"[{i}]", f"{rule}, got {p!r}") for i, p in bad])
+        _raise_problems([error(f"[{i}]", f"{rule}, got {p!r}") for i, p in bad])
         return value
 
     @model_validator(mode="after")
@@ -319,7 +302,7 @@ class BucketConfig(Model):
         named = [("read_only_prefixes", i, p) for i, p in enumerate(self.read_only_prefixes)]
         named += [("read_write_prefixes", i, p) for i, p in enumerate(self.read_write_prefixes)]
         problems = [
-            (f"{field}[{i}]", f"{prefix!r} overlaps {other!r} ({other_field}[{j}]): give each part of the bucket one access level")
+            error(f"{field}[{i}]", f"{prefix!r} overlaps {other!r} ({other_field}[{j}]): give each part of the bucket one access level")
             for n, (field, i, prefix) in enumerate(named)
             for other_field, j, other in named[n + 1 :]
             if prefix.startswith(other) or other.startswith(prefix)
@@ -330,7 +313,7 @@ class BucketConfig(Model):
     @model_validator(mode="after")
     def _existing(self) -> BucketConfig:
         if self.existing and self.name is None:
-            raise Problems([("name", "required with existing: true (the name of the bucket to use)")])
+            raise Problems([error("name", "required with existing: true (the name of the bucket to use)")])
         return self
 
 
@@ -349,7 +332,7 @@ class StorageConfig(Model):
         if self.encryption == "kms" and self.bucket.existing and not (self.lustre and self.lustre.persistent):
             raise Problems(
                 [
-                    (
+                    error(
                         "encryption",
                         "kms creates a key for a created bucket or a persistent_2 file system; with an existing bucket "
                         "and no persistent_2 file system it would encrypt nothing: use s3 (the existing bucket keeps its own encryption)",
@@ -362,5 +345,5 @@ class StorageConfig(Model):
         """The bucket's name: given, or fminfra-ENV-data-ACCOUNT-REGION (bucket names are global)."""
         return self.bucket.name or cfg.physical_name("data", cfg.account, cfg.region)
 
-    def warnings(self) -> list[tuple[str, str]]:
-        return [(f"lustre.{path}", msg) for path, msg in (self.lustre.warnings() if self.lustre else [])]
+    def warnings(self) -> list[Finding]:
+        return [f.under("lustre") for f in (self.lustre.warnings() if self.lustre else [])]

@@ -3,11 +3,12 @@
 #   - node exporter on :9100 (job "node"), with EFA counters through its textfile collector
 #     (collect_metrics.sh efa, every scrape interval) when the node has EFA devices;
 #   - DCGM exporter on :9400 (job "dcgm") in a Docker container, on nodes with NVIDIA GPUs. It needs
-#     the NVIDIA container toolkit (its hook injects the driver libraries and refreshes the image's
-#     loader cache; the distroless image has no driver of its own). Docker is installed from the
-#     distribution when the AMI lacks it, as AWS's reference lifecycle scripts install it; without
-#     the toolkit the exporter is not started but its scrape job stays, so ExporterDown reports it;
-#     the rest of the install goes on either way (docs/facts/observability.md#dcgm-exporter-distroless-image,
+#     the NVIDIA container toolkit's hook, nvidia-container-runtime-hook (it injects the driver
+#     libraries and refreshes the image's loader cache; the distroless image has no driver of its
+#     own); a node with only the toolkit's base package gets the full package at the same version.
+#     Docker is installed from the distribution when the AMI lacks it, as AWS's reference lifecycle
+#     scripts install it; without the hook the exporter is not started but its scrape job stays, so
+#     ExporterDown reports it; the rest of the install goes on either way (docs/facts/observability.md#dcgm-exporter-distroless-image,
 #     docs/facts/observability.md#reference-lifecycle-installs-docker);
 #   - on the Slurm controller, the Slurm exporter on :8080 (job "slurm"): a node exporter that
 #     serves only the textfile collect_metrics.sh slurm writes from sinfo and squeue;
@@ -143,9 +144,50 @@ ensure_docker() {
   command -v docker >/dev/null
 }
 
-# The NVIDIA container toolkit's hook, which docker run --gpus calls to inject the driver.
+# Docker registers its NVIDIA GPU driver, which `docker run --gpus` needs, only when
+# nvidia-container-runtime-hook is on dockerd's PATH when dockerd starts; the hook is in NVIDIA's
+# package nvidia-container-toolkit, not in nvidia-container-toolkit-base, which carries nvidia-ctk
+# (docs/facts/observability.md#docker-nvidia-gpu-driver-hook, #nvidia-container-toolkit-packages).
 has_container_toolkit() {
-  command -v nvidia-container-runtime-hook >/dev/null || command -v nvidia-ctk >/dev/null
+  command -v nvidia-container-runtime-hook >/dev/null
+}
+
+# The installed version of nvidia-container-toolkit-base, empty when the package is absent.
+toolkit_base_version() {
+  if command -v dpkg-query >/dev/null; then
+    dpkg-query -W -f='${Status} ${Version}\n' nvidia-container-toolkit-base 2>/dev/null | awk '$3 == "installed" {print $4}'
+  elif command -v rpm >/dev/null; then
+    rpm -q --qf '%{VERSION}-%{RELEASE}\n' nvidia-container-toolkit-base 2>/dev/null | grep -v 'not installed' || true
+  fi
+}
+
+# The hook for Docker: present, or, on a node with the toolkit's base package only (as AWS's
+# reference lifecycle finds HyperPod nodes), the full package at the base package's version from
+# the repositories the node has, as the reference installs it
+# (docs/facts/observability.md#reference-lifecycle-installs-docker). No version of our own and no
+# repository are added. Sets TOOLKIT_INSTALLED=1 when it installed the package; returns 1 when the
+# hook is still missing.
+TOOLKIT_INSTALLED=0
+ensure_container_toolkit() {
+  has_container_toolkit && return 0
+  local base
+  base=$(toolkit_base_version)
+  if [[ -z $base ]]; then
+    log "no nvidia-container-runtime-hook and no nvidia-container-toolkit-base package"
+    return 1
+  fi
+  log "nvidia-container-toolkit-base $base has no nvidia-container-runtime-hook: installing nvidia-container-toolkit $base"
+  if command -v apt-get >/dev/null; then
+    retry apt-get -y -o DPkg::Lock::Timeout=120 update >/dev/null || return 1
+    DEBIAN_FRONTEND=noninteractive retry apt-get -y -o DPkg::Lock::Timeout=120 install "nvidia-container-toolkit=$base" >/dev/null || return 1
+  elif command -v dnf >/dev/null; then
+    retry dnf -y install "nvidia-container-toolkit-$base" >/dev/null || return 1
+  else
+    log "no apt-get or dnf to install nvidia-container-toolkit with"
+    return 1
+  fi
+  TOOLKIT_INSTALLED=1
+  has_container_toolkit
 }
 
 # The PATH of the metrics timers: Slurm's commands are in /opt/slurm/bin on HyperPod, which
@@ -229,13 +271,17 @@ main() {
   if command -v nvidia-smi >/dev/null && nvidia-smi --list-gpus >/dev/null 2>&1; then
     # The scrape job stays even when the exporter cannot start: up{job="dcgm"} == 0 raises ExporterDown.
     scrape_configs+=$'\n'$(scrape_job dcgm 9400 "$host")
-    if ! has_container_toolkit; then
-      log "WARNING: NVIDIA GPUs found but the NVIDIA container toolkit is missing (no nvidia-container-runtime-hook or nvidia-ctk): the DCGM exporter is not started; install the toolkit and rerun this script"
+    if ! ensure_container_toolkit; then
+      log "WARNING: NVIDIA GPUs found but Docker's GPU support needs nvidia-container-runtime-hook (package nvidia-container-toolkit), which is missing and could not be installed: the DCGM exporter is not started; install nvidia-container-toolkit and rerun this script"
     elif ! ensure_docker; then
       log "WARNING: NVIDIA GPUs found but docker is missing and could not be installed: the DCGM exporter is not started; install docker and rerun this script"
     else
       local image="nvcr.io/nvidia/k8s/dcgm-exporter:$dcgm_tag" docker_bin
       docker_bin=$(command -v docker)
+      if ((TOOLKIT_INSTALLED)); then
+        # dockerd looks for the hook only when it starts.
+        systemctl restart docker.service
+      fi
       retry docker pull --quiet "$image" >/dev/null
       write_unit fminfra-dcgm-exporter.service "$(service_unit "fminfra: DCGM exporter (:9400)" \
         "$docker_bin run --rm --name fminfra-dcgm-exporter --gpus all --cap-add SYS_ADMIN --network host -v $CONFIG_DIR/dcgm-counters.csv:/etc/dcgm-exporter/fminfra-counters.csv:ro $image -f /etc/dcgm-exporter/fminfra-counters.csv -a :9400" \

@@ -27,7 +27,7 @@ import yaml
 from aws_cdk.assertions import Template
 
 from fminfra import catalog
-from fminfra.compute.config import CAPACITY_TYPES
+from fminfra.capacity.rules import CAPACITY_TYPES
 from fminfra.compute.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.config import parse_config
 from fminfra.core.errors import ConfigError

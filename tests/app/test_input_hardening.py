@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from fminfra.cli.main import main
 from fminfra.config import format_warnings, load_config, parse_config
-from fminfra.config.loader import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 from fminfra.core.errors import ConfigError
+from fminfra.core.rules import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 from tests.conftest import ROOT
 
 DEV_TEXT = (ROOT / "config" / "dev.yaml").read_text()

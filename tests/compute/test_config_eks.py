@@ -108,17 +108,17 @@ def test_support_end_of_the_default_version() -> None:
 )
 def test_warning_within_60_days_of_the_end(today: date, warned: bool) -> None:
     cfg = parse_config(STAGING, "f.yaml")
-    warnings = [w for w in cfg.warnings(today) if w[0] == "compute.eks.kubernetes_version"]
+    warnings = [w for w in cfg.warnings(today) if w.path == "compute.eks.kubernetes_version"]
     assert bool(warnings) is warned
     if today == date(2026, 11, 30):
-        assert warnings[0][1].startswith("1.34: EKS standard support ends on 2026-12-02 (2 days)")
+        assert warnings[0].message.startswith("1.34: EKS standard support ends on 2026-12-02 (2 days)")
     if today == date(2026, 12, 3):
-        assert warnings[0][1].startswith("1.34: EKS standard support ended on 2026-12-02")
+        assert warnings[0].message.startswith("1.34: EKS standard support ended on 2026-12-02")
 
 
 def test_no_kubernetes_warning_without_eks() -> None:
     dev = parse_config(read_yaml(ROOT / "config" / "dev.yaml"), "f.yaml")
-    assert [w for w in dev.warnings(date(2026, 11, 30)) if w[0].startswith("compute.")] == []
+    assert [w for w in dev.warnings(date(2026, 11, 30)) if w.path.startswith("compute.")] == []
 
 
 def test_validate_prints_the_warning_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
@@ -130,11 +130,11 @@ def test_warning_where_the_health_monitoring_agent_has_no_image() -> None:
     data = copy.deepcopy(STAGING)
     data["region"], data["network"]["az_ids"], data["network"]["compute_az_id"] = "ap-northeast-2", ["apne2-az1", "apne2-az2"], "apne2-az1"
     data["compute"]["eks"].pop("accept_access")  # needs task governance, off in ap-northeast-2 (tests/eks/constructs/test_accept_access.py)
-    warnings = dict(parse_config(data, "f.yaml").warnings(date(2026, 1, 1)))
+    warnings = {f.path: f.message for f in parse_config(data, "f.yaml").warnings(date(2026, 1, 1))}
     assert warnings["region"].startswith(
         "HyperPod's dependency chart has no health-monitoring agent image in ap-northeast-2; it pulls us-east-1's"
     )
-    assert "region" not in dict(parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1)))
+    assert "region" not in {f.path: f.message for f in parse_config(STAGING, "f.yaml").warnings(date(2026, 1, 1))}
 
 
 def test_default_system_node_type_is_an_ec2_instance_type() -> None:
@@ -185,7 +185,7 @@ def test_kubernetes_labels_and_taints_follow_kubernetes_syntax(labels: dict[str,
 
 
 def _unscaled(data: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(path, message) for path, message in parse_config(data, "f.yaml").warnings() if "nothing scales" in message]
+    return [(w.path, w.message) for w in parse_config(data, "f.yaml").warnings() if "nothing scales" in w.message]
 
 
 def test_an_inference_group_whose_sizes_promise_scaling_warns() -> None:
@@ -212,3 +212,55 @@ def test_init_writes_a_fixed_size_inference_group(tmp_path: Path) -> None:
     (group,) = read_yaml(out)["compute"]["inference_node_groups"]
     assert (group["min_size"], group["desired_size"], group["max_size"]) == (3, 3, 3)
     assert _unscaled(read_yaml(out)) == []
+
+
+# --- a Kubernetes version per cluster kind -------------------------------------------------------------
+
+
+def _without_version(data: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    data["compute"]["eks"].pop("kubernetes_version", None)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (STAGING, "1.34"),  # HyperPod EKS: the newest on HyperPod's list
+        (INFERENCE, "1.35"),  # EKS beside Slurm: the newest fminfra pins, in EKS standard support until 2027-03-27
+        (read_yaml(ROOT / "tests" / "configs" / "eks-inference-only.yaml"), "1.35"),  # inference only, no eks section
+    ],
+)
+def test_the_default_version_follows_the_cluster_kind(data: dict[str, Any], expected: str) -> None:
+    data = _without_version(data) if "eks" in data["compute"] else data
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.eks is not None and cfg.compute.eks.kubernetes_version == expected
+
+
+def test_hyperpod_eks_without_an_eks_section_takes_hyperpod_s_version() -> None:
+    data = copy.deepcopy(STAGING)
+    del data["compute"]["eks"]
+    data["compute"].pop("inference_node_groups")
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.eks is not None and cfg.compute.eks.kubernetes_version == "1.34"
+
+
+def test_hyperpod_eks_refuses_a_version_hyperpod_does_not_list() -> None:
+    data = copy.deepcopy(STAGING)
+    data["compute"]["eks"]["kubernetes_version"] = "1.35"
+    assert _error(data) == (
+        "f.yaml: compute.eks.kubernetes_version: '1.35' is not on SageMaker HyperPod's list of Kubernetes versions; "
+        "allowed with orchestrator eks: 1.34 (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)"
+    )
+
+
+def test_the_support_warning_says_what_extended_support_costs() -> None:
+    (hyperpod,) = [
+        w.message for w in parse_config(STAGING, "f.yaml").warnings(date(2026, 12, 3)) if w.path == "compute.eks.kubernetes_version"
+    ]
+    assert "$0.60 instead of $0.10 per cluster hour" in hyperpod and "once HyperPod lists one" in hyperpod
+    pinned = copy.deepcopy(INFERENCE)  # an inference-only cluster pinned to 1.34 is told to move to 1.35
+    (inference,) = [
+        w.message for w in parse_config(pinned, "f.yaml").warnings(date(2026, 12, 3)) if w.path == "compute.eks.kubernetes_version"
+    ]
+    assert "Move to 1.35 (the newest supported" in inference

@@ -121,7 +121,8 @@ EKS_ADDON_BUILD = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$")
 
 def eks_version_problems(versions: dict[str, str]) -> list[str]:
     """The EKS part of the manifest: each supported Kubernetes version has a standard-support end
-    date, each add-on key an add-on build, and kube-proxy the default version's minor."""
+    date and its own kube-proxy build (of its minor), HyperPod's versions are supported ones, and
+    each add-on key holds an add-on build."""
     problems = []
     supported = [v for v in versions.get("EKS_SUPPORTED_KUBERNETES_VERSIONS", "").split(",") if v]
     if not supported:
@@ -132,35 +133,40 @@ def eks_version_problems(versions: dict[str, str]) -> list[str]:
             date.fromisoformat(versions.get(key, ""))
         except ValueError:
             problems.append(f"{key}: must be the YYYY-MM-DD day EKS standard support of {minor} ends, got {versions.get(key)!r}")
+        proxy = f"EKS_ADDON_KUBE_PROXY_{minor.replace('.', '_')}_VERSION"
+        if not versions.get(proxy, "").startswith(f"v{minor}."):
+            problems.append(f"{proxy}: must be a build for Kubernetes {minor} (v{minor}.x), got {versions.get(proxy)!r}")
+    hyperpod = [v for v in versions.get("HYPERPOD_EKS_KUBERNETES_VERSIONS", "").split(",") if v]
+    if not hyperpod or not set(hyperpod) <= set(supported):
+        problems.append(f"HYPERPOD_EKS_KUBERNETES_VERSIONS: must be some of {', '.join(supported)}, got {hyperpod}")
     for key, value in sorted(versions.items()):
         if key.startswith("EKS_ADDON_") and not EKS_ADDON_BUILD.match(value):
             problems.append(f"{key}: must be an EKS add-on build such as v1.12.4-eksbuild.1, got {value!r}")
-    if supported:
-        default = max(supported, key=lambda v: tuple(int(x) for x in v.split(".")))
-        if not versions.get("EKS_ADDON_KUBE_PROXY_VERSION", "").startswith(f"v{default}."):
-            problems.append(
-                f"EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes {default} (v{default}.x), got {versions.get('EKS_ADDON_KUBE_PROXY_VERSION')!r}"
-            )
     return problems
 
 
 def test_eks_part_of_the_manifest() -> None:
     versions = load_versions()
     assert eks_version_problems(versions) == []
-    assert default_kubernetes_version() == "1.34"  # docs/facts/hyperpod.md#hyperpod-eks-kubernetes-versions
+    assert default_kubernetes_version(hyperpod=True) == "1.34"  # docs/facts/hyperpod.md#hyperpod-eks-kubernetes-versions
+    assert default_kubernetes_version() == "1.35"  # docs/facts/eks.md#eks-kubernetes-version
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"EKS_SUPPORTED_KUBERNETES_VERSIONS": "1.34,1.35"}, "EKS_KUBERNETES_1_35_STANDARD_SUPPORT_END: must be the YYYY-MM-DD day"),
+        ({"EKS_SUPPORTED_KUBERNETES_VERSIONS": "1.34,1.35,1.36"}, "EKS_KUBERNETES_1_36_STANDARD_SUPPORT_END: must be the YYYY-MM-DD day"),
         ({"EKS_KUBERNETES_1_34_STANDARD_SUPPORT_END": "December 2, 2026"}, "EKS_KUBERNETES_1_34_STANDARD_SUPPORT_END: must be"),
-        ({"EKS_ADDON_COREDNS_VERSION": "1.12.4"}, "EKS_ADDON_COREDNS_VERSION: must be an EKS add-on build"),
-        ({"EKS_ADDON_KUBE_PROXY_VERSION": "v1.33.10-eksbuild.2"}, "EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes 1.34"),
+        ({"EKS_ADDON_COREDNS_1_34_VERSION": "1.12.4"}, "EKS_ADDON_COREDNS_1_34_VERSION: must be an EKS add-on build"),
         (
-            {"EKS_SUPPORTED_KUBERNETES_VERSIONS": "1.34,1.35", "EKS_KUBERNETES_1_35_STANDARD_SUPPORT_END": "2027-03-27"},
-            "EKS_ADDON_KUBE_PROXY_VERSION: must be a build for Kubernetes 1.35",
+            {"EKS_ADDON_KUBE_PROXY_1_34_VERSION": "v1.33.10-eksbuild.2"},
+            "EKS_ADDON_KUBE_PROXY_1_34_VERSION: must be a build for Kubernetes 1.34",
         ),
+        (
+            {"EKS_ADDON_KUBE_PROXY_1_35_VERSION": "v1.34.6-eksbuild.13"},
+            "EKS_ADDON_KUBE_PROXY_1_35_VERSION: must be a build for Kubernetes 1.35",
+        ),
+        ({"HYPERPOD_EKS_KUBERNETES_VERSIONS": "1.36"}, "HYPERPOD_EKS_KUBERNETES_VERSIONS: must be some of 1.34, 1.35"),
     ],
 )
 def test_eks_part_broken(change: dict[str, str], message: str) -> None:

@@ -58,7 +58,22 @@ BAD: list[tuple[str, Any, str]] = [
     (
         "observability.scrape_interval_seconds",
         1,
-        "f.yaml: observability.scrape_interval_seconds: Input should be greater than or equal to 5, got 1",
+        "f.yaml: observability.scrape_interval_seconds: must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got 1",
+    ),
+    (
+        "observability.scrape_interval_seconds",
+        5,
+        "f.yaml: observability.scrape_interval_seconds: must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got 5",
+    ),
+    (
+        "observability.scrape_interval_seconds",
+        29,
+        "f.yaml: observability.scrape_interval_seconds: must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got 29",
+    ),
+    (
+        "observability.scrape_interval_seconds",
+        301,
+        "f.yaml: observability.scrape_interval_seconds: must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got 301",
     ),
     (
         "observability.alerts",
@@ -85,7 +100,7 @@ def test_good_values_are_kept() -> None:
     section = {
         "grafana": {"enabled": True, "admin_group_ids": [GROUP, f"1234567890-{GROUP}"]},
         "alerts": {"emails": ["oncall@example.com"], "sns_topic_arn": TOPIC},
-        "scrape_interval_seconds": 15,
+        "scrape_interval_seconds": 300,
     }
     cfg = parse_config(_with(DEV, "observability", section))
     assert cfg.observability.grafana.admin_group_ids == [GROUP, f"1234567890-{GROUP}"]

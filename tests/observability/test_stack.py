@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -84,9 +85,15 @@ def test_alert_topic_key_and_topic_policies_let_aps_and_cloudwatch_in(synth: Syn
     topic_lid, topic = next(iter(synth.resources("dev", "Observability", "AWS::SNS::Topic").items()))
     key_lid = topic["Properties"]["KmsMasterKeyId"]["Fn::GetAtt"][0]
     key = synth.resources("dev", "Observability", "AWS::KMS::Key")[key_lid]["Properties"]
-    publishers = {"Service": ["aps.amazonaws.com", "cloudwatch.amazonaws.com"]}
-    key_statement = next(s for s in key["KeyPolicy"]["Statement"] if s.get("Sid") == "AlertPublishersUseTheKey")
-    assert key_statement["Principal"] == publishers and set(key_statement["Action"]) == {"kms:GenerateDataKey*", "kms:Decrypt"}
+    key_statements = {s.get("Sid"): s for s in key["KeyPolicy"]["Statement"]}
+    # AMP's documented key statement has no condition: a condition AMP's requests may not carry
+    # would refuse every alert (docs/facts/observability.md#amp-alert-manager-sns-key-policy).
+    aps = key_statements["PrometheusAlertManagerUsesTheKey"]
+    assert aps["Principal"] == {"Service": "aps.amazonaws.com"} and "Condition" not in aps
+    cloudwatch = key_statements["CloudWatchAlarmsUseTheKey"]
+    assert cloudwatch["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    for statement in (aps, cloudwatch):
+        assert set(statement["Action"]) == {"kms:GenerateDataKey*", "kms:Decrypt"}
     policy = _only(synth.resources("dev", "Observability", "AWS::SNS::TopicPolicy"))["Properties"]
     assert policy["Topics"] == [{"Ref": topic_lid}]
     statements = {s.get("Sid"): s for s in policy["PolicyDocument"]["Statement"]}
@@ -133,7 +140,8 @@ def test_node_role_only_amp_right_is_remote_write_on_this_workspace(synth: Synth
             if r["Type"] == "AWS::IAM::Policy"
             for s in r["Properties"]["PolicyDocument"]["Statement"]
         ]
-        aps = [(lid, s) for lid, s in statements if any(a.startswith("aps:") for a in _actions(s))]
+        # The AMP scraper's target role (AmpScraper...) has the same right; its own test covers it.
+        aps = [(lid, s) for lid, s in statements if any(a.startswith("aps:") for a in _actions(s)) and not lid.startswith("AmpScraper")]
         assert len(aps) == 1, aps
         lid, statement = aps[0]
         assert statement["Action"] == "aps:RemoteWrite" and statement["Effect"] == "Allow"
@@ -310,7 +318,7 @@ def test_scraper_for_an_eks_cluster() -> None:
             subnets=_vpc_subnets(stack, ["us-west-2a", "us-west-2b"]),
             security_groups=[group],
             workspace=workspace,
-            scrape_interval_seconds=15,
+            scrape_interval_seconds=60,
         ),
     )
     template = Template.from_stack(stack)
@@ -330,8 +338,98 @@ def test_scraper_for_an_eks_cluster() -> None:
         },
     )
     config = yaml.safe_load(scraper.configuration)
-    assert config["global"]["scrape_interval"] == "15s"
+    assert config["global"]["scrape_interval"] == "60s"
+    blob = next(iter(template.find_resources("AWS::APS::Scraper").values()))["Properties"]["ScrapeConfiguration"]["ConfigurationBlob"]
+    assert base64.b64decode(blob).decode() == scraper.configuration, "CloudFormation takes the YAML base64-encoded"
     assert {c["job_name"]: c["relabel_configs"][0]["regex"] for c in config["scrape_configs"]} == {"dcgm": "9400", "node": "9100"}
+
+
+def _scraper_template() -> tuple[Template, AmpScraper]:
+    stack = _stack()
+    workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="fminfra-t-metrics"))
+    subnets = _vpc_subnets(stack, ["us-west-2a", "us-west-2b"])
+    scraper = AmpScraper(
+        stack, "Scraper", AmpScraperProps(cluster_arn="arn:aws:eks:us-west-2:111111111111:cluster/t", subnets=subnets, workspace=workspace)
+    )
+    return Template.from_stack(stack), scraper
+
+
+def _role_of(template: Template, logical_prefix: str) -> dict:
+    (role,) = [r for lid, r in template.find_resources("AWS::IAM::Role").items() if lid.startswith(logical_prefix)]
+    return role["Properties"]
+
+
+def test_scraper_writes_to_the_encrypted_workspace_through_a_source_and_a_target_role() -> None:
+    """AMP's guide: a workspace with a customer managed key takes a scraper with a role
+    configuration, source and target in the same account (docs/facts/observability.md#amp-scraper-role-configuration)."""
+    template, _ = _scraper_template()
+    props = next(iter(template.find_resources("AWS::APS::Scraper").values()))["Properties"]
+    assert set(props["RoleConfiguration"]) == {"SourceRoleArn", "TargetRoleArn"}
+    source_arn = json.dumps(props["RoleConfiguration"]["SourceRoleArn"])
+    target_arn = json.dumps(props["RoleConfiguration"]["TargetRoleArn"])
+    assert "ScraperSourceRole" in source_arn and "ScraperTargetRole" in target_arn
+    scrapers = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":aps:us-west-2:111111111111:scraper/*"]]}
+    (source_trust,) = _role_of(template, "ScraperSourceRole")["AssumeRolePolicyDocument"]["Statement"]
+    assert source_trust["Principal"] == {"Service": "scraper.aps.amazonaws.com"}
+    assert source_trust["Condition"] == {"ArnLike": {"aws:SourceArn": scrapers}, "StringEquals": {"aws:SourceAccount": "111111111111"}}
+    (target_trust,) = _role_of(template, "ScraperTargetRole")["AssumeRolePolicyDocument"]["Statement"]
+    assert "ScraperSourceRole" in json.dumps(target_trust["Principal"])
+    assert target_trust["Condition"] == {"StringLike": {"sts:ExternalId": scrapers}}
+    statements = [
+        st
+        for lid, p in template.find_resources("AWS::IAM::Policy").items()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "ScraperTargetRole" in json.dumps(p["Properties"]["Roles"])
+    ]
+    assert {json.dumps(st["Action"]) for st in statements} == {'"aps:RemoteWrite"', '["kms:GenerateDataKey", "kms:Decrypt"]'}
+    key_use = next(st for st in statements if st["Action"] != "aps:RemoteWrite")
+    assert key_use["Condition"] == {"StringEquals": {"kms:ViaService": {"Fn::Join": ["", ["aps.us-west-2.", {"Ref": "AWS::URLSuffix"}]]}}}
+    source_policy = [
+        st
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+        if "ScraperSourceRole" in json.dumps(p["Properties"]["Roles"])
+    ]
+    assert [st["Action"] for st in source_policy] == ["sts:AssumeRole"]
+    depends = next(iter(template.find_resources("AWS::APS::Scraper").values()))["DependsOn"]
+    assert any(d.startswith("ScraperTargetRolePrometheusRemoteWrite") for d in depends)
+    assert any(d.startswith("ScraperSourceRoleDefaultPolicy") for d in depends)
+
+
+@pytest.mark.parametrize("seconds", [5, 15, 29, 301])
+def test_scraper_refuses_an_interval_the_collector_refuses(seconds: int) -> None:
+    stack = _stack()
+    workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="a"))
+    message = f"scrape_interval_seconds must be 30 to 300 seconds (the AMP managed collector refuses intervals below 30 s), got {seconds}"
+    with pytest.raises(ValidationError, match=f"^{re.escape(message)}$"):
+        AmpScraper(
+            stack,
+            "Scraper",
+            AmpScraperProps(
+                cluster_arn="arn", subnets=_vpc_subnets(stack, ["a", "b"]), workspace=workspace, scrape_interval_seconds=seconds
+            ),
+        )
+
+
+def test_grafana_may_decrypt_the_workspace_through_amp() -> None:
+    """AMP's encryption page: another service reads a CMK workspace only with access to the key
+    (docs/facts/observability.md#amp-workspace-cmk-key-access)."""
+    stack = _stack()
+    workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="a"))
+    GrafanaWorkspace(stack, "Grafana", GrafanaWorkspaceProps(name="g", prometheus=workspace))
+    template = Template.from_stack(stack)
+    statements = [
+        st
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if "GrafanaRole" in json.dumps(p["Properties"]["Roles"])
+        for st in p["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    decrypt = [st for st in statements if st["Action"] == "kms:Decrypt"]
+    assert len(decrypt) == 1
+    assert decrypt[0]["Resource"]["Fn::GetAtt"][0].startswith("PrometheusKey")
+    assert decrypt[0]["Condition"] == {
+        "StringEquals": {"kms:ViaService": {"Fn::Join": ["", ["aps.us-west-2.", {"Ref": "AWS::URLSuffix"}]]}}
+    }
 
 
 @pytest.mark.parametrize(
@@ -363,7 +461,15 @@ def test_grant_remote_write_is_an_inline_policy_in_the_roles_stack() -> None:
         "AWS::IAM::Policy",
         {
             "PolicyDocument": {
-                "Statement": [{"Action": "aps:RemoteWrite", "Effect": "Allow", "Resource": {"Fn::ImportValue": Match.any_value()}}]
+                "Statement": [
+                    {"Action": "aps:RemoteWrite", "Effect": "Allow", "Resource": {"Fn::ImportValue": Match.any_value()}},
+                    {
+                        "Action": ["kms:GenerateDataKey", "kms:Decrypt"],
+                        "Effect": "Allow",
+                        "Resource": {"Fn::ImportValue": Match.any_value()},
+                        "Condition": {"StringEquals": {"kms:ViaService": Match.any_value()}},
+                    },
+                ]
             }
         },
     )
@@ -416,7 +522,7 @@ def test_eks_dcgm_chart_collects_the_same_counters_file() -> None:
     from fminfra.compute.stack.clusters import exporter_charts
     from fminfra.observability.rules import dcgm_counters_file
 
-    dcgm = next(c for c in exporter_charts() if c.chart == "dcgm-exporter")
+    dcgm = next(c for c in exporter_charts(["ml.p5.48xlarge"]) if c.chart == "dcgm-exporter")
     assert dcgm.values["customMetrics"] == dcgm_counters_file().read_text(encoding="utf-8")
     assert "arguments" not in dcgm.values, "the chart's default -f /etc/dcgm-exporter/default-counters.csv reads the ConfigMap"
 
@@ -428,7 +534,7 @@ def test_eks_node_exporter_runs_the_efa_collector_beside_it() -> None:
     from fminfra.compute.stack.clusters import exporter_charts
     from fminfra.core.resources import scripts_root
 
-    node = next(c for c in exporter_charts() if c.chart == "prometheus-node-exporter")
+    node = next(c for c in exporter_charts(["ml.p5.48xlarge"]) if c.chart == "prometheus-node-exporter")
     values = node.values
     (configmap_text,) = values["extraManifests"]
     configmap = yaml.safe_load(configmap_text)
@@ -473,6 +579,25 @@ def test_expected_node_count_counts_every_node_with_an_exporter(synth: Synth) ->
         if compute.orchestrator == "slurm":
             assert compute.slurm is not None
             count += 1 + compute.slurm.login.count
-        if compute.needs_eks:
-            count += sum(g.min_size for g in compute.inference_node_groups)
-        assert expected_node_count(cfg) == count > 0, env
+        assert expected_node_count(cfg) >= count > 0, env
+
+
+def test_expected_node_count_counts_every_eks_node(synth: Synth) -> None:
+    # The node exporter chart tolerates every taint and selects no node, so every node of every managed
+    # node group (system and inference) runs it, at the group's DesiredSize (nothing else scales it).
+    from fminfra.observability.rules import expected_node_count
+
+    checked = 0
+    for env, cfg in synth.configs.items():
+        compute = cfg.compute
+        if not compute.needs_eks or not cfg.observability.prometheus:
+            continue
+        stacks = [s for s in synth.stacks[env] if s.display_name.endswith("/Compute")]
+        groups = [r for s in stacks for r in (s.template.get("Resources") or {}).values() if r["Type"] == "AWS::EKS::Nodegroup"]
+        eks_nodes = sum(g["Properties"]["ScalingConfig"]["DesiredSize"] for g in groups)
+        training = sum(g.count for g in compute.instance_groups) + (
+            1 + compute.slurm.login.count if compute.orchestrator == "slurm" and compute.slurm is not None else 0
+        )
+        assert expected_node_count(cfg) == training + eks_nodes, env
+        checked += 1
+    assert checked >= 3

@@ -18,6 +18,9 @@ from fminfra.observability.rules import load_dashboards, partition_dns_suffix, w
 from fminfra.ops.grafana import CLOUDWATCH_UID, PROMETHEUS_UID, SERVICE_ACCOUNT, run, sync
 from tests.conftest import ROOT
 
+# grafana/grafana-aws-sdk pkg/awsds/settings.go, ToAuthType (docs/facts/observability.md#grafana-aws-auth-types).
+GRAFANA_AUTH_TYPES = {"default", "credentials", "sharedCreds", "keys", "ec2_iam_role", "grafana_assume_role", "arn"}
+
 CONFIG = ROOT / "tests" / "configs" / "obs-grafana.yaml"
 GROUP = "0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d"
 WORKSPACE = "g-0123456789"
@@ -208,8 +211,12 @@ def test_first_run_creates_everything_and_second_run_changes_nothing(grafana_ser
     assert fake.auth == {f"Bearer {TOKEN}"}
     amp = fake.data_sources[PROMETHEUS_UID]
     assert amp["url"] == f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{AMP_WORKSPACE}"
-    assert amp["jsonData"] == {"httpMethod": "POST", "sigV4Auth": True, "sigV4AuthType": "ec2_iam", "sigV4Region": "us-west-2"}
-    assert fake.data_sources[CLOUDWATCH_UID]["type"] == "cloudwatch"
+    assert amp["jsonData"] == {"httpMethod": "POST", "sigV4Auth": True, "sigV4AuthType": "ec2_iam_role", "sigV4Region": "us-west-2"}
+    cloudwatch = fake.data_sources[CLOUDWATCH_UID]
+    assert cloudwatch["type"] == "cloudwatch"
+    # The auth types Grafana's AWS SDK knows (docs/facts/observability.md#grafana-aws-auth-types): any other
+    # value fails every signed AMP query or falls back to `default`.
+    assert {amp["jsonData"]["sigV4AuthType"], cloudwatch["jsonData"]["authType"]} <= GRAFANA_AUTH_TYPES
     assert set(fake.dashboards) == {d["uid"] for d in dashboards}
     assert report.changes == 2 + len(dashboards) + 1
     assert f"granted: admin group {GROUP}" in report.lines

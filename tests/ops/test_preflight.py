@@ -19,7 +19,7 @@ from moto import mock_aws
 from fminfra.cli.main import main
 from fminfra.config import EnvironmentConfig, parse_config
 from fminfra.ops import preflight
-from fminfra.ops.preflight import Clients, Row, run_preflight
+from fminfra.ops.preflight import STATUS_OF, Clients, Row, run_preflight
 from tests.conftest import ROOT
 
 NOW = datetime(2027, 1, 12, 8, 0, tzinfo=UTC)
@@ -176,7 +176,7 @@ def aws(moto_aws: None) -> Aws:
 
 
 def _rows(rows: list[Row], status: str) -> list[tuple[str, str, str]]:
-    return [(r.subject, r.check, r.reason) for r in rows if r.status == status]
+    return [(r.path, r.check, r.message) for r in rows if STATUS_OF[r.level] == status]
 
 
 # ------------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_missing_reservation_fails(aws: Aws) -> None:
 def test_capacity_block_timing(aws: Aws, changes: dict[str, Any], status: str, reason: str) -> None:
     aws.reservation(_reservation(**changes))
     rows = [r for r in aws.run(_cfg()) if r.check == "covers now or starts soon"]
-    assert [(r.status, r.reason) for r in rows] == [(status, reason)]
+    assert [(STATUS_OF[r.level], r.message) for r in rows] == [(status, reason)]
 
 
 BLOCK1 = {"type": "capacity-block", "reservation_ids": [RID], "starts_at": "2027-01-10T11:30:00Z", "ends_at": "2027-01-17T11:30:00Z"}
@@ -310,7 +310,7 @@ BLOCK2_RESERVATION = {
 
 
 def _schedule_rows(rows: list[Row]) -> list[tuple[str, str]]:
-    return [(r.status, r.reason) for r in rows if r.check == "block schedule on deploy"]
+    return [(STATUS_OF[r.level], r.message) for r in rows if r.check == "block schedule on deploy"]
 
 
 class _DeployedGroup:
@@ -506,7 +506,7 @@ def test_ec2_vcpu_quota_per_family(aws: Aws, count: int, status: str) -> None:
     quota = [r for r in rows if r.check == "EC2 vCPU quota"]
     need = 192 * count
     tail = "" if status == "PASS" else ": request an increase in Service Quotas"
-    assert [(r.status, r.reason) for r in quota] == [(status, f"block need {need} vCPUs; the quota (L-417A185B) is 384{tail}")]
+    assert [(STATUS_OF[r.level], r.message) for r in quota] == [(status, f"block need {need} vCPUs; the quota (L-417A185B) is 384{tail}")]
 
 
 def _compute_subnet(aws: Aws) -> tuple[str, str]:
@@ -525,7 +525,7 @@ def test_subnet_free_addresses(aws: Aws) -> None:
     aws.ec2_quota("L-417A185B", 10000)
     cfg = _cfg(count=2, capacity={"type": "on-demand"})
     planned = [r for r in aws.run(cfg) if r.check == "free IP addresses"]
-    assert [(r.status, r.reason) for r in planned] == [
+    assert [(STATUS_OF[r.level], r.message) for r in planned] == [
         ("PASS", "the nodes need up to 2 addresses; not deployed yet; the planned 10.9.0.0/18 will have 16379")
     ]
     vpc, subnet = _compute_subnet(aws)
@@ -535,8 +535,8 @@ def test_subnet_free_addresses(aws: Aws) -> None:
     finally:
         aws.ec2.delete_subnet(SubnetId=subnet)
         aws.ec2.delete_vpc(VpcId=vpc)
-    assert [r.status for r in deployed] == ["FAIL"]
-    assert deployed[0].reason.startswith("the nodes need up to 20 addresses; subnet-") and deployed[0].reason.endswith(
+    assert [STATUS_OF[r.level] for r in deployed] == ["FAIL"]
+    assert deployed[0].message.startswith("the nodes need up to 20 addresses; subnet-") and deployed[0].message.endswith(
         "has 11 free addresses"
     )
 
@@ -746,7 +746,7 @@ def test_bad_config_exits_2_before_any_aws_call(tmp_path: Path, capsys: pytest.C
 def test_odcr_end_date_must_lie_ahead(aws: Aws, end_date: str, status: str, reason: str) -> None:
     aws.ec2_quota("L-417A185B", 10000)
     rows = [r for r in aws.run(_cfg(capacity={"type": "odcr", "end_date": end_date})) if r.check == "odcr end_date ahead"]
-    assert [(r.status, r.reason) for r in rows] == [(status, reason)]
+    assert [(STATUS_OF[r.level], r.message) for r in rows] == [(status, reason)]
 
 
 # ------------------------------------------------------------------------------------------
@@ -801,7 +801,7 @@ def test_network_interface_quota_counts_every_efa_interface(aws: Aws) -> None:
             aws.ec2.delete_network_interface(NetworkInterfaceId=eni)
         aws.ec2.delete_subnet(SubnetId=subnet)
         aws.ec2.delete_vpc(VpcId=vpc)
-    assert [(r.status, r.subject, r.reason) for r in rows] == [
+    assert [(STATUS_OF[r.level], r.path, r.message) for r in rows] == [
         (
             "FAIL",
             "quota Network interfaces per Region",
@@ -809,7 +809,7 @@ def test_network_interface_quota_counts_every_efa_interface(aws: Aws) -> None:
             "the quota (L-DF5E4CA3) is 5000: request an increase in Service Quotas",
         )
     ]
-    assert [r.status for r in small] == ["PASS"]
+    assert [STATUS_OF[r.level] for r in small] == ["PASS"]
 
 
 def test_vcpu_quota_counts_what_already_runs_but_not_this_environment(aws: Aws) -> None:
@@ -824,8 +824,8 @@ def test_vcpu_quota_counts_what_already_runs_but_not_this_environment(aws: Aws) 
         crowded = [r for r in aws.run(_cfg(count=2, capacity={"type": "on-demand"})) if r.check == "EC2 vCPU quota"]
     finally:
         _cleanup(aws)
-    assert [(r.status, r.reason) for r in rerun] == [("PASS", "block need 384 vCPUs; the quota (L-417A185B) is 384")]
-    assert [(r.status, r.reason) for r in crowded] == [
+    assert [(STATUS_OF[r.level], r.message) for r in rerun] == [("PASS", "block need 384 vCPUs; the quota (L-417A185B) is 384")]
+    assert [(STATUS_OF[r.level], r.message) for r in crowded] == [
         (
             "FAIL",
             "block need 384 vCPUs; 192 vCPUs already run outside this environment; the quota (L-417A185B) is 384: "
@@ -848,7 +848,7 @@ def test_subnet_check_gives_back_the_addresses_this_environment_holds(aws: Aws) 
             aws.ec2.delete_network_interface(NetworkInterfaceId=eni["NetworkInterfaceId"])
         aws.ec2.delete_subnet(SubnetId=subnet)
         aws.ec2.delete_vpc(VpcId=vpc)
-    assert [(r.status, r.reason) for r in rows] == [
+    assert [(STATUS_OF[r.level], r.message) for r in rows] == [
         ("PASS", f"the nodes need up to 11 addresses; {subnet} has 9 free addresses and 2 held by this environment's nodes")
     ]
 
@@ -897,7 +897,7 @@ def test_hyperpod_account_quotas_count_the_other_clusters(aws: Aws) -> None:
     aws.stubs["sm"].add_response("describe_cluster", other_detail, {"ClusterName": "team-b"})
     aws.stubs["sm"].add_response("describe_cluster", own_detail, {"ClusterName": "fminfra-prod-hyperpod"})
     rows = aws.run(_hyperpod())
-    hyperpod = [(r.status, r.subject, r.reason) for r in rows if r.check == "HyperPod account quota"]
+    hyperpod = [(STATUS_OF[r.level], r.path, r.message) for r in rows if r.check == "HyperPod account quota"]
     need = 16 + 1 + 2  # workers, the Slurm controller, two login nodes (config/prod.yaml)
     assert hyperpod == [
         ("PASS", "quota Maximum number instances allowed per SageMaker HyperPod cluster", f"this cluster needs {need}; the quota is 20"),
@@ -909,5 +909,5 @@ def test_hyperpod_account_quotas_count_the_other_clusters(aws: Aws) -> None:
     ]
     # HyperPod nodes take interfaces in the VPC too: 17 per p5en node (1 ENA + 16 EFA).
     eni = next(r for r in rows if r.check == "network interface quota")
-    assert eni.status == "PASS"
-    assert eni.reason.startswith("the nodes take up to 275 (workers 16 x 17, Slurm controller and login 3 x 1);")
+    assert STATUS_OF[eni.level] == "PASS"
+    assert eni.message.startswith("the nodes take up to 275 (workers 16 x 17, Slurm controller and login 3 x 1);")

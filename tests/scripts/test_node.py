@@ -89,21 +89,6 @@ def _table() -> dict[str, list[str]]:
     return rows
 
 
-def test_instance_table_matches_the_catalog() -> None:
-    table = _table()
-    assert set(table) == set(catalog.CATALOG)
-    for name, (gpus, efa, nvswitch, _fabric, arch, _fail, _warn) in table.items():
-        spec = catalog.get(name)
-        attached = catalog.attached_efa_interfaces(name) if spec.training else 0
-        assert (int(gpus), int(efa), nvswitch == "yes", arch) == (spec.gpus, attached, spec.nvswitch, spec.architecture), name
-
-
-def test_only_measured_types_have_nccl_thresholds() -> None:
-    # docs/facts/instances.md#nccl-allreduce-p5-two-node (measured on 2x p5.48xlarge) and #nccl-allreduce-ci-gate-250: fail below 250 GB/s, warn below 400.
-    thresholds = {name: (cols[5], cols[6]) for name, cols in _table().items() if cols[5] != "-"}
-    assert thresholds == {"p5.48xlarge": ("250", "400")}
-
-
 def _manifest_values_outside(root: Path) -> list[str]:
     """Each source file of root (tests/source_files.py: git's list, or the walk that leaves out what
     .gitignore ignores, such as the *.egg-info/ a wheel build writes) that quotes a pin of the manifest."""

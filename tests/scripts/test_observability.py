@@ -227,6 +227,117 @@ def test_without_docker_or_the_toolkit_the_rest_installs_and_the_gap_is_visible(
     assert not (root / "etc/systemd/system/fminfra-dcgm-exporter.service").exists()
 
 
+# The NVIDIA container runtime as each image ships it. Docker registers its GPU driver only when
+# nvidia-container-runtime-hook is on its PATH at start (moby/moby daemon/nvidia_linux.go, init:
+# exec.LookPath("nvidia-container-runtime-hook")); NVIDIA's packaging puts the hook in
+# nvidia-container-toolkit alone and nvidia-ctk, nvidia-container-runtime and nvidia-cdi-hook in
+# nvidia-container-toolkit-base (NVIDIA/nvidia-container-toolkit packaging/debian/*.install and
+# packaging/rpm/SPECS/nvidia-container-toolkit.spec): docs/facts/observability.md#docker-nvidia-gpu-driver-hook,
+# #nvidia-container-toolkit-packages, #container-runtime-as-images-ship.
+BASE_PACKAGE = ("nvidia-ctk", "nvidia-container-runtime", "nvidia-cdi-hook")
+# The base package's version on the modelled HyperPod node: no release note publishes one; the
+# version AWS's reference install_docker.sh pins when it finds none.
+BASE_VERSION = "1.18.1-1"
+
+
+def _runtime(node: dict[str, str], shipped: str) -> Path:
+    """Dress the fake node's container runtime as an image ships it:
+    - "base": the HyperPod Slurm AMI as AWS's reference install_docker.sh finds it: the package
+      nvidia-container-toolkit-base (its programs and its dpkg record) and no Docker (the reference
+      installs Docker there; it exits early where docker exists);
+    - "full": a node after the reference's install_docker.sh: docker and nvidia-container-toolkit
+      (the hook) beside the base package;
+    - "none": Canonical's Ubuntu, Amazon Linux 2023, and the DLAMI as its release notes list it:
+      no toolkit package and no Docker.
+    Returns the bin folder."""
+    bin_dir = Path(node["BIN_DIR"])
+    for name in ("docker", "nvidia-container-runtime-hook"):
+        (bin_dir / name).unlink(missing_ok=True)
+    if shipped in ("base", "full"):
+        for name in BASE_PACKAGE:
+            _executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> {node["CALLS"]}\n')
+        _executable(
+            bin_dir / "dpkg-query",
+            f"#!/bin/sh\ncase \"$*\" in *nvidia-container-toolkit-base*) echo 'install ok installed {BASE_VERSION}' ;; *) exit 1 ;; esac\n",
+        )
+    if shipped == "full":
+        for name in ("docker", "nvidia-container-runtime-hook"):
+            _executable(bin_dir / name, f'#!/bin/sh\necho "{name} $*" >> {node["CALLS"]}\n')
+    return bin_dir
+
+
+def _apt_get(node: dict[str, str], *, offers_toolkit: bool) -> None:
+    """apt-get that installs docker.io and, when the node's repositories offer it,
+    nvidia-container-toolkit at the base package's version (which puts the hook on PATH)."""
+    bin_dir, calls = Path(node["BIN_DIR"]), node["CALLS"]
+    toolkit = (
+        f'*" install nvidia-container-toolkit={BASE_VERSION} "*) printf \'#!/bin/sh\\necho "nvidia-container-runtime-hook $*" >> {calls}\\n\' > {bin_dir}/nvidia-container-runtime-hook; chmod +x {bin_dir}/nvidia-container-runtime-hook ;;'
+        if offers_toolkit
+        else "*\" install nvidia-container-toolkit\"*) echo \"E: Version '1.18.1-1' for 'nvidia-container-toolkit' was not found\" >&2; exit 100 ;;"
+    )
+    _executable(
+        bin_dir / "apt-get",
+        f"""#!/usr/bin/env bash
+echo "apt-get $*" >> {calls}
+case " $* " in
+  *" install docker.io "*) printf '#!/bin/sh\\necho "docker $*" >> {calls}\\n' > {bin_dir}/docker; chmod +x {bin_dir}/docker ;;
+  {toolkit}
+esac
+""",
+    )
+
+
+def _started(node: dict[str, str]) -> set[str]:
+    return {c.split()[-1] for c in Path(node["CALLS"]).read_text().splitlines() if c.startswith("systemctl restart")}
+
+
+def test_the_toolkits_base_package_alone_never_starts_the_exporter(node: dict[str, str]) -> None:
+    """nvidia-ctk is no proof: without the hook Docker has no GPU driver and `docker run --gpus`
+    fails. With no repository offering the full package, the exporter is not started."""
+    _runtime(node, "base")
+    _apt_get(node, offers_toolkit=False)
+    result = _run(node)
+    assert result.returncode == 0, result.stderr
+    assert "needs nvidia-container-runtime-hook (package nvidia-container-toolkit)" in result.stderr
+    assert "fminfra-dcgm-exporter.service" not in _started(node)
+    assert not (Path(node["FMINFRA_ROOT"]) / "etc/systemd/system/fminfra-dcgm-exporter.service").exists()
+
+
+def test_the_base_package_gets_the_full_toolkit_at_its_version_and_docker_restarts(node: dict[str, str]) -> None:
+    """As AWS's reference does on HyperPod nodes: nvidia-container-toolkit at the installed base
+    package's version; Docker (installed here) restarts afterwards, since dockerd looks for the hook
+    only when it starts; a second run does nothing."""
+    _runtime(node, "base")
+    _apt_get(node, offers_toolkit=True)
+    result = _run(node)
+    assert result.returncode == 0, result.stderr
+    calls = Path(node["CALLS"]).read_text().splitlines()
+    installs = [c for c in calls if c.startswith("apt-get") and " install " in c]
+    assert any(f"install nvidia-container-toolkit={BASE_VERSION}" in c for c in installs)
+    restart_docker = calls.index("systemctl restart docker.service")
+    assert restart_docker < calls.index("systemctl restart fminfra-dcgm-exporter.service")
+    assert calls.index(next(c for c in installs if "nvidia-container-toolkit" in c)) < restart_docker
+    Path(node["CALLS"]).write_text("")
+    assert _run(node).returncode == 0
+    assert not any(c.startswith(("apt-get", "systemctl restart")) for c in Path(node["CALLS"]).read_text().splitlines())
+
+
+@pytest.mark.parametrize(("shipped", "starts"), [("full", True), ("none", False)])
+def test_the_exporter_starts_where_the_image_ships_the_hook(node: dict[str, str], shipped: str, starts: bool) -> None:
+    """The full toolkit: the exporter starts and Docker is left alone. None at all: nothing to
+    install it at (no base package, no version of our own): a WARNING and no exporter."""
+    _runtime(node, shipped)
+    _apt_get(node, offers_toolkit=True)
+    result = _run(node)
+    assert result.returncode == 0, result.stderr
+    calls = Path(node["CALLS"]).read_text().splitlines()
+    assert ("fminfra-dcgm-exporter.service" in _started(node)) is starts
+    assert not any("nvidia-container-toolkit" in c for c in calls if c.startswith("apt-get"))
+    assert "systemctl restart docker.service" not in calls
+    if not starts:
+        assert "WARNING: NVIDIA GPUs found but Docker's GPU support needs nvidia-container-runtime-hook" in result.stderr
+
+
 def test_worker_has_no_slurm_exporter_and_a_changed_url_reinstalls_config_only(node: dict[str, str]) -> None:
     assert _run(node).returncode == 0
     root = Path(node["FMINFRA_ROOT"])

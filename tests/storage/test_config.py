@@ -302,7 +302,7 @@ def test_fsx_capacity_has_the_services_upper_bound() -> None:
     """A throughput target that derives more than CreateFileSystem accepts is one line (the bound is botocore's)."""
     import botocore.session
 
-    from fminfra.storage.config import LUSTRE_MAX_CAPACITY_GIB
+    from fminfra.storage.rules import LUSTRE_MAX_CAPACITY_GIB
 
     shape = botocore.session.get_session().get_service_model("fsx").shape_for("StorageCapacity")
     assert shape.metadata["max"] == LUSTRE_MAX_CAPACITY_GIB

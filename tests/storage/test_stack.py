@@ -375,7 +375,7 @@ def _fs(scope: tuple[cdk.Stack, ec2.IVpc, ec2.ISubnet], **kwargs: Any) -> Lustre
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"storage_capacity_gib": 3000}, "storage_capacity_gib must be 1200, 2400 or a multiple of 2400 for PERSISTENT_2, got 3000"),
+        ({"storage_capacity_gib": 3000}, "storage_capacity_gib must be 1200, 2400 or a multiple of 2400 GiB, got 3000"),
         ({"throughput_mb_per_tib": 300}, "throughput_mb_per_tib must be 125, 250, 500 or 1000 for PERSISTENT_2, got 300"),
         ({"deployment_type": "SCRATCH_1"}, "deployment_type must be PERSISTENT_2 or SCRATCH_2, got 'SCRATCH_1'"),
         ({"deployment_type": "SCRATCH_2", "efa_enabled": True}, "efa_enabled requires PERSISTENT_2, got SCRATCH_2"),

@@ -14,11 +14,10 @@ from aws_cdk import aws_resourcegroups as resourcegroups
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.capacity.rules import utc_timestamp
+from fminfra.capacity.rules import RESERVATION_ID, utc_timestamp
 from fminfra.core.errors import ValidationError
 from fminfra.core.regions import is_az_id
 
-RESERVATION_ID_RULE = re.compile(r"^cr-[0-9a-f]{17}$")
 INSTANCE_PLATFORMS = ("Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Ubuntu Pro", "Windows")
 
 
@@ -129,8 +128,8 @@ class CapacityReservationGroup(Construct):
         if not ids:
             raise ValidationError("reservation_ids must list at least one reservation")
         for rid in ids:
-            if not cdk.Token.is_unresolved(rid) and not RESERVATION_ID_RULE.match(rid):
-                raise ValidationError(f"reservation_ids: {rid!r} is not a reservation id ('cr-' followed by 17 lowercase hex digits)")
+            if not cdk.Token.is_unresolved(rid) and (problem := RESERVATION_ID.problem(rid)):
+                raise ValidationError(f"reservation_ids {problem}")
         literal = [r for r in ids if not cdk.Token.is_unresolved(r)]
         if len(set(literal)) != len(literal):
             raise ValidationError(f"reservation_ids must be unique, got {', '.join(literal)}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fminfra.cli.help import ENV_HELP
 from fminfra.ops import accept
 
 HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment; --dry-run prints them"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="ENV", help="environment name (config/ENV.yaml) or config file")
+    p.add_argument("config", metavar="ENV", help=ENV_HELP)
     p.add_argument("--dry-run", action="store_true", help="print what would be submitted and the thresholds; offline")
     p.add_argument(
         "--pipeline", type=Path, help="pipeline.yaml with per-environment accept thresholds (default: ./pipeline.yaml if present)"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from fminfra.cli.help import ENV_HELP
 from fminfra.ops.accept import remote as accept_remote_ops
 
 HELP = "run `fminfra accept ENV` from CI: on a HyperPod Slurm login node through SSM, on EKS from here"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="ENV", help="environment name (config/ENV.yaml) or config file")
+    p.add_argument("config", metavar="ENV", help=ENV_HELP)
     p.add_argument("--dry-run", action="store_true", help="print the session, the command and what accept would submit; offline")
     p.add_argument("--pipeline", type=Path, help="pipeline.yaml (default: ./pipeline.yaml if present): thresholds and accept.gate")
     p.add_argument("--if-gated", action="store_true", help="do nothing (exit 0) when pipeline.yaml turns the gate off for ENV")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fminfra.cli.help import PROFILE_HELP
 from fminfra.ops import capacity_blocks
 from fminfra.ops.capacity_blocks import ULTRASERVER_TYPES
 from fminfra.ops.common import Parser
@@ -27,7 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--platform", default="Linux/UNIX", help="instance platform of the block (default Linux/UNIX)")
     for q in (f, u):
         q.add_argument("--region", required=True)
-        q.add_argument("--profile", help="AWS profile (default: normal credential resolution)")
+        q.add_argument("--profile", help=PROFILE_HELP)
 
 
 def main(ns: argparse.Namespace) -> int:

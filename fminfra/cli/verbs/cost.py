@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fminfra.cli.help import CONFIG_HELP, OUTDIR_HELP
 from fminfra.ops import cost
 from fminfra.ops.cost import HOURS_PER_MONTH
 
@@ -11,8 +12,8 @@ HELP = "what an environment costs per hour, per month and per GPU-hour, from its
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
-    p.add_argument("--outdir", default="cdk.out", help="the synthesized cloud assembly (default cdk.out, from `make synth`)")
+    p.add_argument("config", metavar="CONFIG", help=CONFIG_HELP)
+    p.add_argument("--outdir", default="cdk.out", help=OUTDIR_HELP)
     p.add_argument("--live", action="store_true", help="prices from the AWS Price List API (needs credentials)")
     p.add_argument("--hours-per-month", type=float, default=HOURS_PER_MONTH)
     p.add_argument("--grafana-editors", type=int, default=1, help="assumption: Grafana editor users (default 1)")

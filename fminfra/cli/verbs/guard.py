@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fminfra.cli.help import CONFIG_HELP
 from fminfra.ops import guard
 
 HELP = "fail when a stateful resource (bucket, key, FSx, cluster, VPC, ...) would be deleted or replaced"
 
 
 def add_arguments(p: Any) -> None:
-    p.add_argument("config", nargs="?", metavar="CONFIG", help="file path, or environment name for config/NAME.yaml")
+    p.add_argument("config", nargs="?", metavar="CONFIG", help=CONFIG_HELP)
     p.add_argument("--baseline", metavar="DIR", help="templates before the change (default: baselines/<env>/)")
     p.add_argument("--templates", metavar="DIR", help="templates after the change (default: synthesize CONFIG)")
     p.add_argument("--allow", action="append", default=[], metavar="LOGICAL_ID", help="let this resource's change through")

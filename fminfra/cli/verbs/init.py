@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from fminfra.capacity.rules import CAPACITY_TYPES
 from fminfra.ops import init
-from fminfra.ops.init import CAPACITY_TYPES, ORCHESTRATORS
+from fminfra.ops.init import ORCHESTRATORS
 
 HELP = "write a commented starter config (region, orchestrator, instance type, count, capacity)"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from fminfra.cli.help import PROFILE_HELP
 from fminfra.ops import preflight
 
 HELP = "read-only AWS checks of capacity, quotas and subnets before a deploy"
@@ -11,7 +12,7 @@ HELP = "read-only AWS checks of capacity, quotas and subnets before a deploy"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("configs", nargs="+", metavar="CONFIG")
-    p.add_argument("--profile", help="AWS profile (default: normal credential resolution)")
+    p.add_argument("--profile", help=PROFILE_HELP)
 
 
 def main(ns: argparse.Namespace) -> int:

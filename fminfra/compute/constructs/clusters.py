@@ -20,11 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -36,68 +35,23 @@ from fminfra.eks.constructs.accept_access import add_accept_access
 from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
+from fminfra.eks.rules import REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
 from fminfra.hyperpod.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
+from fminfra.hyperpod.rules import (
+    EKS_NODE_ENI_ACTIONS,
+    EKS_NODE_READ_ACTIONS,
+    ENI_TAG_ACTION,
+    POD_IDENTITY_ACTION,
+    VPC_CONFIG_ENI_ACTIONS,
+    VPC_CONFIG_READ_ACTIONS,
+)
 from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
-
-# The AMP managed scraper's Kubernetes identity (bound by an access entry to its role) and what
-# it may read: the pods, nodes and endpoints it discovers exporters through.
-SCRAPER_USERNAME = "aps-collector-user"
-SCRAPER_RBAC: tuple[dict[str, Any], ...] = (
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "aps-collector-role"},
-        "rules": [
-            {
-                "apiGroups": [""],
-                "resources": ["nodes", "nodes/metrics", "services", "endpoints", "pods"],
-                "verbs": ["get", "list", "watch"],
-            },
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
-            {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
-        ],
-    },
-    {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "aps-collector-user-role-binding"},
-        "subjects": [{"kind": "User", "name": SCRAPER_USERNAME, "apiGroup": "rbac.authorization.k8s.io"}],
-        "roleRef": {"kind": "ClusterRole", "name": "aps-collector-role", "apiGroup": "rbac.authorization.k8s.io"},
-    },
-)
-
-
-# What HyperPod nodes of an EKS cluster do beyond the managed policy: the VPC CNI manages their
-# ENIs and IPs, the kubelet pulls images, and pods get credentials from the Pod Identity agent.
-EKS_NODE_ACTIONS = (
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:AttachNetworkInterface",
-    "ec2:CreateNetworkInterface",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
-    "ec2:DescribeInstances",
-    "ec2:DescribeInstanceTypes",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeTags",
-    "ec2:DescribeVpcs",
-    "ec2:DetachNetworkInterface",
-    "ec2:ModifyNetworkInterfaceAttribute",
-    "ec2:UnassignPrivateIpAddresses",
-    "ecr:BatchCheckLayerAvailability",
-    "ecr:BatchGetImage",
-    "ecr:GetAuthorizationToken",
-    "ecr:GetDownloadUrlForLayer",
-    "eks-auth:AssumeRoleForPodIdentity",
-)
-
 
 # The HyperPod training operator add-on's controller and the AWS managed policy it documents.
 TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
@@ -122,7 +76,7 @@ class KueueSpec:
 @dataclass(frozen=True, kw_only=True)
 class ScraperSpec:
     """An AMP managed scraper of the EKS cluster's exporters (`AmpScraperProps` less the cluster's
-    ARN and security group), with its access entry and RBAC in the cluster."""
+    ARN and security group); AMP gives it its access to the cluster itself."""
 
     workspace: PrometheusWorkspace
     subnets: Sequence[ec2.ISubnet]
@@ -148,6 +102,8 @@ class HyperPodSpec:
 
     security_groups: of the nodes (the EFA group); on EKS the cluster security group is added.
     data_access: the nodes' access to the data bucket. Default: none.
+    vpc: the VPC of the subnets, which the role's network-interface permissions name. Default: on
+      EKS the EKS cluster's VPC; else any VPC of the account in the region (`vpc/*`).
     """
 
     cluster_name: str
@@ -156,6 +112,7 @@ class HyperPodSpec:
     security_groups: Sequence[ec2.ISecurityGroup]
     lifecycle: LifecycleScriptsProps
     data_access: DataAccess | None = None
+    vpc: ec2.IVpc | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,7 +257,7 @@ class Clusters(Construct):
             launch_template = None
             if group.launch_template is not None:
                 launch_template = _inference_launch_template(stack, group.name, group.launch_template, self.eks)
-            self.inference_node_groups[group.name] = InferenceNodeGroup(
+            inference_group = InferenceNodeGroup(
                 stack,
                 f"Inference-{group.name}",
                 InferenceNodeGroupProps(
@@ -319,6 +276,14 @@ class Clusters(Construct):
                     block_starts_at=group.block_starts_at,
                 ),
             )
+            self.eks.add_node_group_dependencies(inference_group.nodegroup)
+            self.inference_node_groups[group.name] = inference_group
+            runs_controllers = group.desired_size > 0 and not any(
+                e in REPELLING_EFFECTS for _, _, e in group.taints or [("", "", "NoSchedule")]
+            )
+            if self.kueue is not None and runs_controllers:
+                # Kueue's controller can run here (no system node group needed): its chart waits for the nodes.
+                self.kueue.chart.node.add_dependency(inference_group.nodegroup)
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role
@@ -357,11 +322,15 @@ class Clusters(Construct):
             _grant_data_bucket(
                 cdk.Stack.of(stack), role, access.bucket, access.bucket_name, access.read_only_prefixes, access.read_write_prefixes
             )
-        if on_eks is not None:
-            _grant_eks_node_permissions(role)
         security_groups: list[ec2.ISecurityGroup] = list(spec.security_groups)
+        vpc = spec.vpc
+        eks_cluster_name = None
         if on_eks is not None and self.eks is not None:
             security_groups.append(self.eks.cluster.cluster_security_group)
+            vpc = vpc or self.eks.cluster.vpc
+            assert props.eks is not None
+            eks_cluster_name = props.eks.cluster_name
+        _grant_vpc_config_permissions(role, spec.subnets, security_groups, vpc, eks_cluster_name)
         self.hyperpod = HyperPodCluster(
             stack,
             "HyperPod",
@@ -437,7 +406,9 @@ def _kueue(stack: Construct, spec: KueueSpec, eks_cluster: EksCluster) -> Kueue:
 
 
 def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -> AmpScraper:
-    """An AMP managed scraper of the cluster's exporters, with the access it needs in the cluster."""
+    """An AMP managed scraper of the cluster's exporters. AMP creates its access entry and
+    permissions in the cluster (authentication mode API), so none is declared here
+    (docs/facts/observability.md#amp-scraper-creates-its-access-entry)."""
     scraper = AmpScraper(
         stack,
         "AmpScraper",
@@ -450,16 +421,6 @@ def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -
             alias=spec.alias,
         ),
     )
-    access = eks_l1.CfnAccessEntry(
-        stack,
-        "AmpScraperAccessEntry",
-        cluster_name=eks_cluster.cluster_name,
-        principal_arn=scraper.role_arn,
-        username=SCRAPER_USERNAME,
-        type="STANDARD",
-    )
-    rbac = eks_cluster.cluster.add_manifest("AmpScraperRbac", *SCRAPER_RBAC)
-    rbac.node.add_dependency(access)
     cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")
     return scraper
 
@@ -535,48 +496,71 @@ def _grant_data_bucket(
         acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects(f'{prefix}*'))}]", reason)
 
 
-def _grant_eks_node_permissions(role: iam.IRole) -> None:
-    """The VPC CNI's, image pulls' and Pod Identity's permissions on HyperPod EKS nodes, as narrow as
-    EC2 allows: reads and ecr:GetAuthorizationToken take no resource (docs/facts/iam.md#eks-cni-policy-actions);
-    ENI changes are limited to the stack's region; ENI tags to the keys the VPC CNI writes
-    (docs/facts/eks.md#vpc-cni-eni-tag-keys)."""
+def _grant_vpc_config_permissions(
+    role: iam.IRole,
+    subnets: Sequence[ec2.ISubnet],
+    security_groups: Sequence[ec2.ISecurityGroup],
+    vpc: ec2.IVpc | None,
+    eks_cluster_name: str | None,
+) -> None:
+    """What the execution role needs for the cluster's VpcConfig, scoped as AWS's reference roles do
+    or narrower (docs/facts/iam.md#hyperpod-vpc-config-permissions): reads on `*` (they take no
+    resource); network-interface changes on this account's and region's interfaces and on the
+    cluster's own subnets, security groups and VPC; tags on network interfaces, with no key
+    condition (no source names the keys HyperPod writes: docs/facts/eks.md#vpc-cni-eni-tag-keys).
+    On EKS (`eks_cluster_name`) also the VPC CNI's, image pulls' and Pod Identity's permissions
+    (docs/facts/iam.md#hyperpod-eks-execution-role-permissions), the latter on this cluster only."""
     stack = cdk.Stack.of(role)
-    cni_tag_keys = [
-        "node.k8s.amazonaws.com/instance_id",
-        "node.k8s.amazonaws.com/createdAt",
-        "cluster.k8s.amazonaws.com/name",
-        "eks:eni:owner",
+    on_eks = eks_cluster_name is not None
+
+    def ec2_arn(resource: str, name: str) -> str:
+        return stack.format_arn(service="ec2", resource=resource, resource_name=name)
+
+    reads = [*VPC_CONFIG_READ_ACTIONS, *(EKS_NODE_READ_ACTIONS if on_eks else ())]
+    # Attaching takes an instance and an interface only (AWS's EKS role grants it on those alone).
+    attach = "ec2:AttachNetworkInterface"
+    enis = sorted([*VPC_CONFIG_ENI_ACTIONS, *(a for a in EKS_NODE_ENI_ACTIONS if a != attach and on_eks)])
+    interfaces = ec2_arn("network-interface", "*")
+    eni_resources = [
+        interfaces,
+        *([ec2_arn("instance", "*")] if on_eks else []),
+        *(ec2_arn("subnet", s.subnet_id) for s in subnets),
+        *(ec2_arn("security-group", g.security_group_id) for g in security_groups),
+        ec2_arn("vpc", vpc.vpc_id if vpc is not None else "*"),
     ]
-    mutating = tuple(a for a in EKS_NODE_ACTIONS if a.startswith("ec2:") and not a.startswith("ec2:Describe"))
-    reads = tuple(a for a in EKS_NODE_ACTIONS if a not in mutating)
-    role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodesRead", actions=list(reads), resources=["*"]))
-    role.add_to_principal_policy(
-        iam.PolicyStatement(
-            sid="EksNodeEnis",
-            actions=list(mutating),
-            resources=["*"],
-            conditions={"StringEquals": {"aws:RequestedRegion": stack.region}},
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigRead", actions=sorted(reads), resources=["*"]))
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEnis", actions=enis, resources=eni_resources))
+    role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEniTags", actions=[ENI_TAG_ACTION], resources=[interfaces]))
+    if on_eks:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(sid="EksNodeAttachEnis", actions=[attach], resources=[ec2_arn("instance", "*"), interfaces])
         )
-    )
-    role.add_to_principal_policy(
-        iam.PolicyStatement(
-            sid="EksNodeEniTags",
-            actions=["ec2:CreateTags"],
-            resources=[stack.format_arn(service="ec2", resource="network-interface", resource_name="*")],
-            conditions={"ForAllValues:StringEquals": {"aws:TagKeys": cni_tag_keys}},
-        )
-    )
+    if eks_cluster_name is not None:
+        cluster = stack.format_arn(service="eks", resource="cluster", resource_name=eks_cluster_name)
+        role.add_to_principal_policy(iam.PolicyStatement(sid="EksPodIdentity", actions=[POD_IDENTITY_ACTION], resources=[cluster]))
     policy = role.node.try_find_child("DefaultPolicy")
     assert policy is not None
     acknowledge(
         policy,
         "IAM5[Resource::*]",
-        "EC2 Describe* and ecr:GetAuthorizationToken take no resource, eks-auth:AssumeRoleForPodIdentity is scoped by the cluster's pod "
-        "identity associations, and the VPC CNI creates and attaches ENIs whose ids do not exist yet (AmazonEKS_CNI_Policy grants them on *): "
-        "ENI changes are limited to this region by aws:RequestedRegion",
+        "EC2 Describe*, cloudwatch:DescribeAlarms and ecr:GetAuthorizationToken take no resource; the image-pull actions are what "
+        "AWS's HyperPod EKS execution role grants on *",
     )
     acknowledge(
         policy,
-        "IAM5[Resource::arn:aws:ec2:" + f"{stack.region}:{stack.account}:network-interface/*]",
-        "The VPC CNI tags the ENIs it creates; their ids are not known in advance, so the resource type is fixed and aws:TagKeys allows only the CNI's keys",
+        f"IAM5[Resource::{literal(stack, interfaces)}]",
+        "SageMaker and the VPC CNI create, tag and delete the nodes' network interfaces, whose ids do not exist yet: the "
+        "resource type, account and region are fixed, and creation also needs the cluster's own subnets and security groups",
     )
+    if vpc is None:
+        acknowledge(
+            policy,
+            f"IAM5[Resource::{literal(stack, ec2_arn('vpc', '*'))}]",
+            "no VPC was given: network interfaces in any VPC of this account and region, as AWS's Slurm execution role allows",
+        )
+    if on_eks:
+        acknowledge(
+            policy,
+            f"IAM5[Resource::{literal(stack, ec2_arn('instance', '*'))}]",
+            "the VPC CNI attaches interfaces to and assigns IPs on HyperPod nodes, whose instance ids are not known in advance",
+        )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -14,11 +13,10 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from fminfra import catalog
+from fminfra.compute.rules import INSTALL_DIR_RULE, NODE_ENV_NAME_RULE
 from fminfra.core.errors import ValidationError
 from fminfra.core.resources import scripts_root
 
-_INSTALL_DIR = re.compile(r"^/[A-Za-z0-9._/-]+$")
-_ENV_NAME = re.compile(r"^FMINFRA_[A-Z0-9_]+$")
 # Names user data may not override: they choose what the scripts trust or where they write.
 _ENV_RESERVED = {"FMINFRA_ROOT", "FMINFRA_VERSIONS", "FMINFRA_INSTANCE_TABLE", "FMINFRA_ALLOW_UNVERIFIED"}
 _MAX_BACKOFF_S = 30
@@ -55,14 +53,14 @@ def _validate(props: NodeBootstrapProps, scripts: Path) -> None:
         raise ValidationError(f"mode must be install or verify, got {props.mode!r}")
     if not (scripts / "node" / "bootstrap.sh").is_file():
         raise ValidationError(f"scripts_dir must contain node/bootstrap.sh, got {str(scripts)!r}")
-    if not _INSTALL_DIR.match(props.install_dir) or props.install_dir.rstrip("/") in ("", "/tmp"):  # noqa: S108 (refused, not used)
+    if not INSTALL_DIR_RULE.match(props.install_dir) or props.install_dir.rstrip("/") in ("", "/tmp"):  # noqa: S108 (refused, not used)
         raise ValidationError(
             f"install_dir must be an absolute path of letters, digits, '.', '_', '-' and '/' other than / and /tmp, got {props.install_dir!r}"
         )
     if not 1 <= props.download_attempts <= 20:
         raise ValidationError(f"download_attempts must be 1-20, got {props.download_attempts}")
     for name, value in props.environment.items():
-        if not _ENV_NAME.match(name) or name in _ENV_RESERVED:
+        if not NODE_ENV_NAME_RULE.match(name) or name in _ENV_RESERVED:
             raise ValidationError(
                 f"environment: names must match FMINFRA_[A-Z0-9_]+ and not be one of {', '.join(sorted(_ENV_RESERVED))}, got {name!r}"
             )

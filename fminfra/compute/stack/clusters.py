@@ -7,6 +7,7 @@ separate stack would turn every reference between them into a CloudFormation exp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import yaml
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
 from fminfra import catalog
 from fminfra.compute.config import DEFAULT_GPU_TAINT, CapacityConfig
@@ -48,7 +50,7 @@ from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
 from fminfra.eks.constructs.kueue import GpuFlavor
-from fminfra.eks.rules import team_queue
+from fminfra.eks.rules import INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
@@ -57,22 +59,31 @@ from fminfra.hyperpod.constructs.task_governance import TeamQuota
 from fminfra.network.stack import NetworkStack, removal_policy
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
+from fminfra.storage.rules import FSX_MOUNT
 
-# EKS add-on name -> manifest key of its pinned version.
+# EKS add-on name -> the name part of its manifest keys, EKS_ADDON_<NAME>_<major>_<minor>_VERSION
+# (one build per Kubernetes version: `addon_version`).
 ADDONS = {
-    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
-    "coredns": "EKS_ADDON_COREDNS_VERSION",
-    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
-    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+    "vpc-cni": "VPC_CNI",
+    "coredns": "COREDNS",
+    "kube-proxy": "KUBE_PROXY",
+    "eks-pod-identity-agent": "POD_IDENTITY_AGENT",
 }
 # Added when HyperPod runs on the cluster: the training operator and the cert-manager it needs.
 HYPERPOD_ADDONS = {
-    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
-    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    "cert-manager": "CERT_MANAGER",
+    "amazon-sagemaker-hyperpod-training-operator": "HYPERPOD_TRAINING_OPERATOR",
 }
 # Kubectl/helm Lambda layers by Kubernetes version (one per supported version; the layer's kubectl
-# minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34).
-KUBECTL_LAYERS = {"1.34": KubectlV34Layer}
+# minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34, #eks-kubectl-layer-v35).
+KUBECTL_LAYERS = {"1.34": KubectlV34Layer, "1.35": KubectlV35Layer}
+
+
+def addon_version(name: str, kubernetes_version: str) -> str:
+    """The pinned build of an add-on (its `ADDONS` name part) for a Kubernetes version."""
+    return version(f"EKS_ADDON_{name}_{kubernetes_version.replace('.', '_')}_VERSION")
+
+
 # Instance types on the Slurm controller and login groups are CPU types: no deep health checks.
 SLURM_CONTROLLER_DEEP_HEALTH_CHECKS: tuple[str, ...] = ()
 
@@ -83,7 +94,7 @@ class FsxMount:
 
     dns_name: str
     mount_name: str
-    mount_path: str = "/fsx"
+    mount_path: str = FSX_MOUNT
 
 
 # The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
@@ -122,27 +133,44 @@ def _efa_collector_values(script: str) -> dict[str, Any]:
     }
 
 
-def exporter_charts() -> list[HelmChartSpec]:
-    """GPU and node exporters on every node, for the AMP scraper (ports of `AmpScraper`'s jobs).
+def exporter_charts(gpu_node_types: Sequence[str]) -> list[HelmChartSpec]:
+    """The node exporter on every node and the GPU exporter on the GPU nodes, for the AMP scraper
+    (ports of `AmpScraper`'s jobs).
 
-    The DCGM exporter collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm
-    and ec2 nodes do (the chart's `customMetrics` replaces its default list, which lacks the ECC,
-    violation, NVLink error and Xid-count fields the rules use:
+    The DCGM exporter runs only on nodes of `gpu_node_types` (the `node.kubernetes.io/instance-type`
+    values of the cluster's GPU nodes: `gpu_node_types(cfg)`), as the chart's `affinity` value
+    places it (docs/facts/observability.md#dcgm-exporter-chart-node-placement): on a CPU system
+    node it finds no GPU and `ExporterDown` would fire for ever. None without GPU nodes. It
+    collects the fields of scripts/observability/dcgm-counters.csv, as the Slurm and ec2 nodes do
+    (the chart's `customMetrics` replaces its default list, which lacks the ECC, violation, NVLink
+    error and Xid-count fields the rules use:
     docs/facts/observability.md#dcgm-exporter-chart-custom-metrics). The node exporter also serves
     the EFA counters (see `_efa_collector_values`).
     """
     observability = scripts_root() / "observability"
     counters = (observability / "dcgm-counters.csv").read_text(encoding="utf-8")
     efa_script = (observability / "collect_efa.sh").read_text(encoding="utf-8")
+    charts = (
+        []
+        if not gpu_node_types
+        else [
+            HelmChartSpec(
+                name="dcgm-exporter",
+                chart="dcgm-exporter",
+                repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
+                version=version("CHART_DCGM_EXPORTER_VERSION"),
+                namespace="monitoring",
+                values={
+                    "affinity": node_type_affinity(gpu_node_types),
+                    "tolerations": [{"operator": "Exists"}],
+                    "serviceMonitor": {"enabled": False},
+                    "customMetrics": counters,
+                },
+            )
+        ]
+    )
     return [
-        HelmChartSpec(
-            name="dcgm-exporter",
-            chart="dcgm-exporter",
-            repository="https://nvidia.github.io/dcgm-exporter/helm-charts",
-            version=version("CHART_DCGM_EXPORTER_VERSION"),
-            namespace="monitoring",
-            values={"tolerations": [{"operator": "Exists"}], "serviceMonitor": {"enabled": False}, "customMetrics": counters},
-        ),
+        *charts,
         HelmChartSpec(
             name="prometheus-node-exporter",
             chart="prometheus-node-exporter",
@@ -158,15 +186,30 @@ def exporter_charts() -> list[HelmChartSpec]:
     ]
 
 
-# The node label every EKS node carries with its EC2 instance type (HyperPod nodes carry the ml.
-# name), selected instead of node-feature-discovery's labels (docs/facts/eks.md#k8s-instance-type-label).
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# The device plugins select nodes by INSTANCE_TYPE_LABEL, which every EKS node carries with its EC2 instance
+# type (HyperPod nodes carry the ml. name), instead of node-feature-discovery's labels.
 # The values keys fminfra sets, each referenced as .Values.<key> by the chart's templates at the
 # pinned version (docs/facts/eks.md#chart-nvidia-device-plugin-values, #chart-aws-efa-k8s-device-plugin-values).
 DEVICE_PLUGIN_VALUE_KEYS = {
     "nvidia-device-plugin": ("affinity", "tolerations"),
     "aws-efa-k8s-device-plugin": ("supportedInstanceLabels", "tolerations"),
 }
+
+
+def node_type_affinity(instance_types: Sequence[str]) -> dict[str, Any]:
+    """A pod affinity requiring a node of one of `instance_types` (by INSTANCE_TYPE_LABEL)."""
+    terms = [{"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": sorted(instance_types)}]}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def gpu_node_types(cfg: EnvironmentConfig) -> list[str]:
+    """The instance-type label values of the EKS cluster's GPU nodes: the HyperPod EKS groups'
+    `ml.` names and the inference node groups' EC2 types (every catalog type has GPUs)."""
+    compute = cfg.compute
+    types = {g.spec.name for g in compute.inference_node_groups}
+    if compute.orchestrator == "eks":
+        types |= {g.spec.hyperpod_name for g in compute.instance_groups}
+    return sorted(types)
 
 
 def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
@@ -197,15 +240,7 @@ def device_plugin_charts(cfg: EnvironmentConfig) -> list[HelmChartSpec]:
             version=version("CHART_NVIDIA_DEVICE_PLUGIN_VERSION"),
             values={
                 # Replaces the default affinity on node-feature-discovery labels, which nothing sets.
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": gpu_types}]}
-                            ]
-                        }
-                    }
-                },
+                "affinity": node_type_affinity(gpu_types),
                 "tolerations": tolerations,
             },
         )
@@ -328,11 +363,12 @@ def add_clusters(
     kueue = scraper = None
     if compute.needs_eks:
         assert compute.eks is not None
-        addons = {name: version(key) for name, key in ADDONS.items()}
+        k8s = compute.eks.kubernetes_version
+        addons = {name: addon_version(key, k8s) for name, key in ADDONS.items()}
         if compute.orchestrator == "eks":
-            addons.update({name: version(key) for name, key in HYPERPOD_ADDONS.items()})
+            addons.update({name: addon_version(key, k8s) for name, key in HYPERPOD_ADDONS.items()})
         if compute.team_quotas():
-            addons[TASK_GOVERNANCE_ADDON] = version(TASK_GOVERNANCE_VERSION_KEY)
+            addons[TASK_GOVERNANCE_ADDON] = addon_version(TASK_GOVERNANCE_VERSION_KEY, k8s)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         eks_props = EksClusterProps(
             cluster_name=cfg.physical_name("eks"),
@@ -343,7 +379,7 @@ def add_clusters(
             addon_versions=addons,
             admin_principal_arns=compute.eks.admin_principal_arns,
             public_access_cidrs=compute.eks.public_access_cidrs,
-            helm_charts=[*device_plugin_charts(cfg), *(exporter_charts() if prometheus is not None else [])],
+            helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
@@ -365,6 +401,7 @@ def add_clusters(
             instance_groups=hyperpod_instance_groups(cfg),
             subnets=[network.compute_subnet],
             security_groups=[network.efa_security_group],
+            vpc=network.vpc,
             lifecycle=LifecycleScriptsProps(
                 bucket_name=lifecycle_bucket_name(cfg.name, cfg.account, cfg.region),
                 folders=lifecycle_folders(),

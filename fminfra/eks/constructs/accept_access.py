@@ -17,12 +17,16 @@ authorize it too. This module gives it (`Clusters` calls it, in the environment'
 EKS stores the role's unique id when the entry is created, so the role must exist first: deploy
 the GitHub OIDC stack before the environment (docs/facts/iam.md#eks-access-entry-existing-principal).
 
-The manifest carries the Namespace object too: task governance creates `hyperpod-ns-<team>` when
-the team's compute quota is created, but whether it exists the moment CloudFormation reports the
-quota created is not documented; applying an existing namespace again only annotates it, while
-applying a Role into a namespace that does not exist yet fails the deploy. Hence also
-`overwrite`: the provider then creates with `kubectl apply`, which accepts an existing namespace.
-Deleting the stack deletes the namespace (the provider's `kubectl delete -f`).
+The namespace is task governance's: it creates `hyperpod-ns-<team>` when the team's compute quota
+is created, but whether it exists the moment CloudFormation reports the quota created is not
+documented, and applying a Role into a namespace that does not exist yet fails the deploy. So a
+manifest of its own, `AcceptNamespaces`, applies the Namespace first (`overwrite`: the provider
+then creates with `kubectl apply`, which accepts an existing namespace), and that manifest never
+deletes it: it is not pruned, and it is retained (DeletionPolicy and UpdateReplacePolicy Retain), so
+neither turning accept_access off, nor another acceptance team, nor deleting the stack makes the
+provider run `kubectl delete` on the team's namespace, its queue and its running jobs
+(docs/facts/eks.md#cdk-kubernetes-manifest-overwrite, #cdk-kubernetes-manifest-retained). The Role and RoleBinding are in `AcceptRbac`,
+which is deleted with the access.
 """
 
 from __future__ import annotations
@@ -59,12 +63,16 @@ ACCEPT_RULES: tuple[dict[str, list[str]], ...] = (
 )
 
 
+def accept_namespaces(namespaces: Sequence[str]) -> list[dict[str, Any]]:
+    """The Namespace objects (task governance's), applied so that the Roles have somewhere to go."""
+    return [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in namespaces]
+
+
 def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """Per namespace: the Namespace, the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP."""
+    """Per namespace: the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP."""
     objects: list[dict[str, Any]] = []
     for ns in namespaces:
         objects += [
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "Role",
@@ -98,10 +106,15 @@ def add_accept_access(
         type="STANDARD",
         kubernetes_groups=[ACCEPT_GROUP],
     )
+    cluster = cast(eks.ICluster, eks_cluster.cluster)
     # overwrite: the kubectl provider creates with `kubectl apply`, not `kubectl create`, which would
-    # fail on a namespace task governance has already created (docs/facts/eks.md#cdk-kubernetes-manifest-overwrite).
-    rbac = eks.KubernetesManifest(
-        stack, "AcceptRbac", cluster=cast(eks.ICluster, eks_cluster.cluster), manifest=accept_rbac(namespaces), overwrite=True
+    # fail on a namespace task governance has already created (docs/facts/eks.md#cdk-kubernetes-manifest-overwrite);
+    # no prune and Retain: the provider never deletes the namespace (the module's docstring).
+    spaces = eks.KubernetesManifest(
+        stack, "AcceptNamespaces", cluster=cluster, manifest=accept_namespaces(namespaces), overwrite=True, prune=False
     )
-    rbac.node.add_dependency(entry, *after)
+    cast(cdk.CustomResource, spaces.node.find_child("Resource")).apply_removal_policy(cdk.RemovalPolicy.RETAIN)
+    spaces.node.add_dependency(*after)
+    rbac = eks.KubernetesManifest(stack, "AcceptRbac", cluster=cluster, manifest=accept_rbac(namespaces), overwrite=True)
+    rbac.node.add_dependency(entry, spaces)
     return entry

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -15,15 +14,16 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from fminfra.compute.rules import GRAVITON_TYPE_RULE
 from fminfra.core.errors import ValidationError
+from fminfra.eks.constructs.inference_node_group import NODE_POLICIES, acknowledge_node_policies
+from fminfra.eks.rules import ADDON_RESOLVE_CONFLICTS, NODE_NETWORKING_ADDONS
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
 
 # EKS add-on names HyperPod needs (VPC CNI >= 1.18.3, CoreDNS, kube-proxy, Pod Identity agent).
 REQUIRED_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 # The system node group's role (docs/facts/iam.md#iam-eks-node-role-policies).
-SYSTEM_NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
-# Graviton (arm64) instance families carry a "g" after the generation digit: m7g, c8g, t4g, r8gd.
-GRAVITON_TYPE = re.compile(r"^[a-z]+[0-9]+g[a-z]*\.")
+SYSTEM_NODE_POLICIES = NODE_POLICIES
 LOGGING = (
     eks.ClusterLoggingTypes.API,
     eks.ClusterLoggingTypes.AUDIT,
@@ -163,6 +163,11 @@ class EksCluster(Construct):
                 addon_version=addon_version,
                 preserve_on_delete=False,
             )
+            if name in ADDON_RESOLVE_CONFLICTS:
+                # Its resources may already exist (created by the HyperPod dependency chart): take them over.
+                cfn_addon = self.addons[name].node.default_child
+                assert isinstance(cfn_addon, cdk.CfnResource)
+                cfn_addon.add_property_override("ResolveConflicts", ADDON_RESOLVE_CONFLICTS[name])
         self.system_nodegroup: eks.Nodegroup | None = None
         if props.system_node_count > 0:
             self.system_nodegroup = self._system_nodegroup(props)
@@ -196,13 +201,8 @@ class EksCluster(Construct):
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in SYSTEM_NODE_POLICIES],
         )
-        for name in SYSTEM_NODE_POLICIES:
-            acknowledge(
-                role,
-                f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
-                "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
-            )
-        graviton = GRAVITON_TYPE.match(props.system_node_instance_type) is not None
+        acknowledge_node_policies(role)
+        graviton = GRAVITON_TYPE_RULE.match(props.system_node_instance_type) is not None
         nodegroup = eks.Nodegroup(
             self,
             "SystemNodes",
@@ -217,10 +217,16 @@ class EksCluster(Construct):
             node_role=role,
             labels={"fminfra/role": "system"},
         )
-        for name in ("vpc-cni", "kube-proxy"):
-            nodegroup.node.add_dependency(self.addons[name])
+        self.add_node_group_dependencies(nodegroup)
         self.addons["coredns"].node.add_dependency(nodegroup)
         return nodegroup
+
+    def add_node_group_dependencies(self, node_group: Construct) -> None:
+        """Create `node_group` (a managed node group of this cluster) after the add-ons its nodes need
+        to become Ready, the VPC CNI and kube-proxy: the cluster installs no networking add-ons of its
+        own (docs/facts/eks.md#eks-nodegroup-after-cni)."""
+        for name in NODE_NETWORKING_ADDONS:
+            node_group.node.add_dependency(self.addons[name])
 
     def _acknowledge_kubectl_provider(self) -> None:
         """The kubectl provider (a CDK Lambda and its custom-resource framework) installs the charts."""

@@ -17,6 +17,20 @@ from fminfra import catalog
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
 
+# The AWS managed policies EKS documents as a node role's minimum.
+NODE_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+
+
+def acknowledge_node_policies(role: iam.IRole) -> None:
+    """cdk-nag's IAM4 on a node role's managed policies, with the reason."""
+    for name in NODE_POLICIES:
+        acknowledge(
+            role,
+            f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
+            "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
+        )
+
+
 _EFFECTS = {
     "NoSchedule": eks.TaintEffect.NO_SCHEDULE,
     "PreferNoSchedule": eks.TaintEffect.PREFER_NO_SCHEDULE,
@@ -115,18 +129,10 @@ class InferenceNodeGroup(Construct):
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name(n)
-                for n in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
-            ],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(n) for n in NODE_POLICIES],
         )
         if props.node_role is None:
-            for name in ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"):
-                acknowledge(
-                    self.node_role,
-                    f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]",
-                    "EKS documents these AWS managed policies as the node role minimum: join the cluster, run the VPC CNI, pull images",
-                )
+            acknowledge_node_policies(self.node_role)
         ami = eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA if spec.architecture == "arm64" else eks.NodegroupAmiType.AL2023_X86_64_NVIDIA
         self.nodegroup = eks.Nodegroup(
             self,

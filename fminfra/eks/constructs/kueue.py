@@ -10,28 +10,27 @@ queue names are `fminfra.eks.rules.team_queue("eks", team)`'s.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import aws_cdk as cdk
 import yaml
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
-from fminfra.eks.rules import RESERVED_NAMESPACES, team_queue
+from fminfra.eks.rules import DNS_LABEL, INSTANCE_TYPE_LABEL, LABEL_VALUE_MAX, RESERVED_NAMESPACES, TEAMS_REQUIRED, team_queue
 
 CHART = "kueue"
 REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
+# How long helm waits for the controller and its webhooks (CDK allows at most 15 minutes).
+CHART_TIMEOUT_MINUTES = 15
 NAMESPACE = "kueue-system"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # The values keys fminfra sets (each read by the chart's templates at the pinned version).
 VALUE_KEYS = ("managerConfig",)
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-LABEL_VALUE_MAX = 63
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +131,9 @@ class Kueue(Construct):
             release="kueue",
             create_namespace=True,
             wait=True,  # the webhooks must answer before the queue objects are applied
+            # CDK's maximum (default 5 minutes): the controller's nodes may still be joining
+            # (docs/facts/eks.md#cdk-helm-chart-timeout).
+            timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
             values={"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(kueue_configuration(props), sort_keys=False)}},
         )
         self.queues = props.cluster.add_manifest(f"{construct_id}Queues", *kueue_objects(props))
@@ -142,7 +144,7 @@ def _validate(props: KueueProps) -> None:
     if not props.flavors:
         raise ValidationError("flavors must list at least one GPU instance type, got none")
     if not props.teams:
-        raise ValidationError("teams must list at least one team, got none")
+        raise ValidationError(TEAMS_REQUIRED)
     types = {f.instance_type for f in props.flavors}
     for team, gpus in props.teams.items():
         if not DNS_LABEL.match(team) or team in RESERVED_NAMESPACES:

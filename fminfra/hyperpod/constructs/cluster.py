@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,15 +14,10 @@ from constructs import Construct
 from fminfra import catalog
 from fminfra.core.errors import ValidationError
 from fminfra.core.regional import CDK_VALIDATE_RULE, cdk_validate_acknowledged
-from fminfra.hyperpod.rules import hyperpod_instance_types
+from fminfra.hyperpod.rules import CONNECTIVITY_MIN_INSTANCES, MAX_INSTANCES, NAME, hyperpod_instance_types
 
-NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-MAX_INSTANCES = 6758
 # The deep health checks the CloudFormation schema (cfn-lint 1.58) accepts.
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
-# InstanceConnectivity runs NCCL tests across nodes and needs at least 2
-# (docs/facts/hyperpod.md#hyperpod-instance-connectivity-min-nodes).
-CONNECTIVITY_MIN_INSTANCES = 2
 NODE_RECOVERY = ("Automatic", "None")
 
 
@@ -89,10 +83,8 @@ class HyperPodClusterProps:
 
 
 def _check_name(field: str, value: str) -> None:
-    if not NAME_RULE.match(value):
-        raise ValidationError(
-            f"{field} must be 1-63 letters, digits and hyphens, starting and ending with a letter or digit, got {value!r}"
-        )
+    if problem := NAME.problem(value):
+        raise ValidationError(f"{field} {problem}")
 
 
 def _check_group(index: int, group: HyperPodInstanceGroup) -> None:

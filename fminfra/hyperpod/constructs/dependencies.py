@@ -10,7 +10,6 @@ health-monitoring agent's region). The handler is `dependencies_handler/index.py
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.hyperpod.rules import COMMIT
 from fminfra.policy.constructs.acknowledge import acknowledge, drop_redundant_role_dependency
 
 HANDLER_DIR = Path(__file__).parent / "dependencies_handler"
@@ -31,7 +31,6 @@ REPOSITORY = "aws/sagemaker-hyperpod-cli"
 CHART_PATH = "helm_chart/HyperPodHelmChart"
 RELEASE = "hyperpod-dependencies"
 NAMESPACE = "kube-system"
-COMMIT_RULE = re.compile(r"^[0-9a-f]{40}$")
 RESOURCE_TYPE = "Custom::HyperPodDependencies"
 
 
@@ -65,8 +64,8 @@ class HyperPodDependencies(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: HyperPodDependenciesProps) -> None:
         super().__init__(scope, construct_id)
-        if not COMMIT_RULE.match(props.commit):
-            raise ValidationError(f"commit must be a full 40-character lowercase hex commit, got {props.commit!r}")
+        if problem := COMMIT.problem(props.commit):
+            raise ValidationError(f"commit {problem}")
         if not props.subnets:
             raise ValidationError("subnets must list at least one private subnet with a route to a NAT gateway, got none")
         cluster = props.cluster

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -20,9 +19,9 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
+from fminfra.storage.rules import BUCKET_NAME
 
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
-_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 PARAMETERS_FILE = "provisioning_parameters.json"
 
 
@@ -77,8 +76,8 @@ class LifecycleScripts(Construct):
                 raise ValidationError(
                     f"bucket_name must start with 'sagemaker-' (the HyperPod managed policy covers only those), got {props.bucket_name!r}"
                 )
-            if not _BUCKET_NAME.match(props.bucket_name):
-                raise ValidationError(f"bucket_name must be 3-63 lowercase letters, digits, dots and hyphens, got {props.bucket_name!r}")
+            if problem := BUCKET_NAME.problem(props.bucket_name):
+                raise ValidationError(f"bucket_name {problem}")
         if "" not in props.folders:
             raise ValidationError("folders must map '' (the top of the published tree) to the folder holding the entry script")
         for prefix, folder in props.folders.items():

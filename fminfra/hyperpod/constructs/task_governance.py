@@ -13,7 +13,6 @@ it is a `CfnResource`.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,16 +21,12 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.eks.rules import TEAMS_REQUIRED
+from fminfra.hyperpod.rules import NAME, PRIORITY_CLASSES_MAX, PRIORITY_WEIGHT_MAX, QUOTA_MAX_INSTANCE_TYPES, TEAM_NAME
 
 ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
-ADDON_VERSION_KEY = "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION"
+ADDON_VERSION_KEY = "HYPERPOD_TASK_GOVERNANCE"  # EKS_ADDON_<this>_<major>_<minor>_VERSION in the manifest
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
-# Team and priority class names (the schemas' pattern, bounded so that hyperpod-ns-<team>-localqueue
-# stays a Kubernetes label value of at most 63 characters); quota and policy names.
-TEAM_NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,38}[a-z0-9])?$")
-ENTITY_NAME_RULE = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
-MAX_INSTANCE_TYPES = 15
-MAX_PRIORITY_CLASSES = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,30 +109,30 @@ class TaskGovernance(Construct):
 def _validate(props: TaskGovernanceProps) -> None:
     """One check per rule of the schemas (docs/facts/hyperpod.md#hyperpod-compute-quota-schema)."""
     if not props.teams:
-        raise ValidationError("teams must list at least one team, got none")
+        raise ValidationError(TEAMS_REQUIRED)
     seen: set[str] = set()
     for quota in props.teams:
-        if not TEAM_NAME_RULE.match(quota.team):
-            raise ValidationError(f"team names must be 1-40 lowercase letters, digits and hyphens, got {quota.team!r}")
+        if problem := TEAM_NAME.problem(quota.team):
+            raise ValidationError(f"team names {problem}")
         if quota.team in seen:
             raise ValidationError(f"team names must be unique, got {quota.team!r} twice")
         seen.add(quota.team)
         name = f"{props.name_prefix}-{quota.team}"
-        if not cdk.Token.is_unresolved(props.name_prefix) and not ENTITY_NAME_RULE.match(name):
-            raise ValidationError(f"quota names must be 1-63 letters, digits and hyphens, got {name!r}")
-        if len(quota.instances) > MAX_INSTANCE_TYPES:
+        if not cdk.Token.is_unresolved(props.name_prefix) and (problem := NAME.problem(name)):
+            raise ValidationError(f"quota names {problem}")
+        if len(quota.instances) > QUOTA_MAX_INSTANCE_TYPES:
             raise ValidationError(
-                f"a quota names at most {MAX_INSTANCE_TYPES} instance types, got {len(quota.instances)} for {quota.team!r}"
+                f"a quota names at most {QUOTA_MAX_INSTANCE_TYPES} instance types, got {len(quota.instances)} for {quota.team!r}"
             )
         for instance_type, count in quota.instances.items():
             if not instance_type.startswith("ml."):
                 raise ValidationError(f"quota instance types are HyperPod (ml.) types, got {instance_type!r}")
             if count < 0:
                 raise ValidationError(f"quota instance counts must be 0 or more, got {count} for {quota.team!r}")
-    if len(props.priority_classes) > MAX_PRIORITY_CLASSES:
-        raise ValidationError(f"priority_classes allows at most {MAX_PRIORITY_CLASSES} classes, got {len(props.priority_classes)}")
+    if len(props.priority_classes) > PRIORITY_CLASSES_MAX:
+        raise ValidationError(f"priority_classes allows at most {PRIORITY_CLASSES_MAX} classes, got {len(props.priority_classes)}")
     for name, weight in props.priority_classes.items():
-        if not TEAM_NAME_RULE.match(name) or not 0 <= weight <= 100:
-            raise ValidationError(
-                f"priority classes are 1-40 lowercase letters, digits and hyphens with a weight 0-100, got {name!r}: {weight}"
-            )
+        if problem := TEAM_NAME.problem(name):
+            raise ValidationError(f"priority class names {problem}")
+        if not 0 <= weight <= PRIORITY_WEIGHT_MAX:
+            raise ValidationError(f"priority class {name!r}: weight must be 0-{PRIORITY_WEIGHT_MAX}, got {weight}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,11 +16,7 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
-
-# The services that publish alerts: the AMP alert manager and CloudWatch alarms.
-PUBLISHERS = ("aps.amazonaws.com", "cloudwatch.amazonaws.com")
-EMAIL_RULE = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-NAMESPACE_NAME_RULE = re.compile(r"^[0-9A-Za-z][-.0-9A-Z_a-z]*$")
+from fminfra.observability.rules.inputs import EMAIL, NAMESPACE_NAME
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,8 +51,8 @@ class AlertTopic(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: AlertTopicProps) -> None:
         super().__init__(scope, construct_id)
         for i, email in enumerate(props.emails):
-            if not EMAIL_RULE.match(email):
-                raise ValidationError(f"emails[{i}] must be an email address such as oncall@example.com, got {email!r}")
+            if problem := EMAIL.problem(email):
+                raise ValidationError(f"emails[{i}] {problem}")
         account = cdk.Stack.of(self).account
         self.key: kms.Key | None = None
         if props.existing_topic_arn:
@@ -70,15 +65,25 @@ class AlertTopic(Construct):
                 enable_key_rotation=True,
                 removal_policy=props.removal_policy,
             )
-            self.key.add_to_resource_policy(
-                iam.PolicyStatement(
-                    sid="AlertPublishersUseTheKey",
-                    principals=[iam.ServicePrincipal(p) for p in PUBLISHERS],
-                    actions=["kms:GenerateDataKey*", "kms:Decrypt"],
-                    resources=["*"],
-                    conditions={"StringEquals": {"aws:SourceAccount": account}},
+            # AMP's documented key statement for its alert manager has no condition: whether its
+            # requests to KMS (made through SNS) carry aws:SourceAccount is not documented, so a
+            # condition on it could refuse every alert. Publishing stays limited to this
+            # workspace and account by the topic policy
+            # (docs/facts/observability.md#amp-alert-manager-sns-key-policy).
+            publishers = {
+                "PrometheusAlertManagerUsesTheKey": ("aps.amazonaws.com", None),
+                "CloudWatchAlarmsUseTheKey": ("cloudwatch.amazonaws.com", {"StringEquals": {"aws:SourceAccount": account}}),
+            }
+            for sid, (service, conditions) in publishers.items():
+                self.key.add_to_resource_policy(
+                    iam.PolicyStatement(
+                        sid=sid,
+                        principals=[iam.ServicePrincipal(service)],
+                        actions=["kms:GenerateDataKey*", "kms:Decrypt"],
+                        resources=["*"],
+                        conditions=conditions,
+                    )
                 )
-            )
             topic = sns.Topic(self, "Topic", topic_name=props.topic_name, master_key=self.key, enforce_ssl=True)
             # CloudWatch alarms of this account and region publish (docs/facts/observability.md#cloudwatch-alarm-sns-topic-policy);
             # the AMP alert manager gets its own statement per workspace (`allow_prometheus_workspace`).
@@ -147,8 +152,8 @@ class PrometheusAlerting(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: PrometheusAlertingProps) -> None:
         super().__init__(scope, construct_id)
-        if not NAMESPACE_NAME_RULE.match(props.namespace_name) or len(props.namespace_name) > 64:
-            raise ValidationError(f"namespace_name must be 1-64 letters, digits, '-', '.', '_', got {props.namespace_name!r}")
+        if problem := NAMESPACE_NAME.problem(props.namespace_name):
+            raise ValidationError(f"namespace_name {problem}")
         if "groups:" not in props.rules:
             raise ValidationError("rules must be a Prometheus rule file starting with groups:")
         region = cdk.Stack.of(self).region

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -9,10 +10,15 @@ import aws_cdk as cdk
 import yaml
 from aws_cdk import aws_aps as aps
 from aws_cdk import aws_ec2 as ec2
-from constructs import Construct
+from aws_cdk import aws_iam as iam
+from constructs import Construct, IConstruct
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.observability.rules.inputs import scrape_interval_problem
+
+# The service principal that assumes a scraper's source role (docs/facts/observability.md#amp-scraper-role-configuration).
+SCRAPER_SERVICE_PRINCIPAL = "scraper.aps.amazonaws.com"
 
 # Scrape job name -> container port of the exporter pods (the DCGM exporter and node exporter
 # charts). The job names match the nodes' Prometheus agent, so one set of rules serves both.
@@ -31,12 +37,19 @@ def scrape_configuration(scrape_interval_seconds: int, jobs: dict[str, int]) -> 
                 "relabel_configs": [
                     {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(port), "action": "keep"},
                     {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
-                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                    # not `namespace`: the DCGM exporter labels a GPU's series with its workload's namespace
+                    # (docs/facts/observability.md#dcgm-exporter-kubernetes-labels)
+                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "exporter_namespace"},
                 ],
             }
         )
     interval = f"{scrape_interval_seconds}s"
     return yaml.safe_dump({"global": {"scrape_interval": interval, "scrape_timeout": interval}, "scrape_configs": configs}, sort_keys=False)
+
+
+def configuration_blob(configuration: str) -> str:
+    """`ScrapeConfiguration.ConfigurationBlob` as CloudFormation takes it: the YAML, base64-encoded."""
+    return base64.b64encode(configuration.encode("utf-8")).decode("ascii")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -49,12 +62,14 @@ class AmpScraperProps:
     security_groups: groups of those interfaces; the exporter pods must accept them on their
       ports (the cluster security group does). Default: none (the VPC's default group).
     workspace: the AMP workspace the samples go to.
-    scrape_interval_seconds: Default: 30.
+    scrape_interval_seconds: 30 to 300 (the collector refuses less than 30). Default: 30.
     jobs: job name -> exporter container port. Default: dcgm 9400, node 9100.
     alias: the scraper's alias; include the environment name. Default: none.
 
-    The scraper's role (`role_arn`) needs an EKS access entry and a ClusterRole allowing it to
-    list and get pods, nodes and endpoints: the cluster's stack adds them.
+    Nothing in the cluster is declared for the scraper: with the cluster's authentication mode
+    `API` or `API_AND_CONFIG_MAP`, AMP creates the scraper's EKS access entry and its read-only
+    permissions itself, and a second access entry for the same role fails
+    (docs/facts/observability.md#amp-scraper-creates-its-access-entry).
     """
 
     cluster_arn: str
@@ -67,10 +82,19 @@ class AmpScraperProps:
 
 
 class AmpScraper(Construct):
-    """Creates an `AWS::APS::Scraper` from an EKS cluster into an AMP workspace.
+    """Creates an `AWS::APS::Scraper` from an EKS cluster into an AMP workspace, writing through a
+    role configuration: the workspace is encrypted with a customer managed key, and AMP's guide
+    creates the scraper of such a workspace with a source and a target role in the same account
+    (docs/facts/observability.md#amp-scraper-role-configuration). The source role is assumed by
+    `scraper.aps.amazonaws.com` and may only assume the target role; the target role may only
+    remote-write to this workspace and use its key through AMP. Both trust policies name the
+    scraper by an ARN pattern of this account and region (`scraper/*`), because the scraper's own
+    ARN exists only after the scraper, which needs the roles first
+    (docs/facts/observability.md#amp-scraper-trust-before-the-scraper).
 
-    Attributes: `scraper` (the L1), `scraper_arn`, `role_arn` (the role the scraper uses in the
-    cluster), `configuration` (the scrape configuration YAML).
+    Attributes: `scraper` (the L1), `scraper_arn`, `role_arn` (the scraper's service-linked role,
+    its identity in the cluster), `source_role`, `target_role`, `configuration` (the scrape
+    configuration YAML).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: AmpScraperProps) -> None:
@@ -80,14 +104,33 @@ class AmpScraper(Construct):
         azs = [s.availability_zone for s in props.subnets]
         if not any(cdk.Token.is_unresolved(az) for az in azs) and len(set(azs)) < 2:
             raise ValidationError(f"subnets must be in at least two AZs, got only {azs[0]}")
-        if not 5 <= props.scrape_interval_seconds <= 300:
-            raise ValidationError(f"scrape_interval_seconds must be 5 to 300, got {props.scrape_interval_seconds}")
+        if problem := scrape_interval_problem(props.scrape_interval_seconds):
+            raise ValidationError(f"scrape_interval_seconds {problem}")
         if not props.jobs:
             raise ValidationError("jobs must name at least one job and port")
         for job, port in props.jobs.items():
             if not 1 <= port <= 65535:
                 raise ValidationError(f"jobs[{job!r}] must be a port 1-65535, got {port}")
         self.configuration = scrape_configuration(props.scrape_interval_seconds, props.jobs)
+        stack = cdk.Stack.of(self)
+        scrapers = stack.format_arn(service="aps", resource="scraper", resource_name="*")
+        self.source_role = iam.Role(
+            self,
+            "SourceRole",
+            assumed_by=iam.ServicePrincipal(
+                SCRAPER_SERVICE_PRINCIPAL,
+                conditions={"ArnLike": {"aws:SourceArn": scrapers}, "StringEquals": {"aws:SourceAccount": stack.account}},
+            ),
+            description="AMP managed scraper: the source role, which may only assume the target role",
+        )
+        self.target_role = iam.Role(
+            self,
+            "TargetRole",
+            assumed_by=iam.ArnPrincipal(self.source_role.role_arn).with_conditions({"StringLike": {"sts:ExternalId": scrapers}}),
+            description="AMP managed scraper: the target role, which may only remote-write to its workspace",
+        )
+        self.target_role.grant_assume_role(self.source_role)
+        write = props.workspace.grant_remote_write(self.target_role)
         self.scraper = aps.CfnScraper(
             self,
             "Scraper",
@@ -102,7 +145,18 @@ class AmpScraper(Construct):
             destination=aps.CfnScraper.DestinationProperty(
                 amp_configuration=aps.CfnScraper.AmpConfigurationProperty(workspace_arn=props.workspace.workspace_arn)
             ),
-            scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=self.configuration),
+            # CloudFormation takes the YAML base64-encoded (docs/facts/observability.md#amp-scraper-configuration-blob-base64).
+            scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=configuration_blob(self.configuration)),
+            role_configuration=aps.CfnScraper.RoleConfigurationProperty(
+                source_role_arn=self.source_role.role_arn, target_role_arn=self.target_role.role_arn
+            ),
         )
+        # AMP assumes the roles when it creates the scraper: their policies exist first (the roles
+        # themselves through the GetAtt).
+        for dependency in (write, *self._default_policies()):
+            self.scraper.node.add_dependency(dependency)
         self.scraper_arn: str = self.scraper.attr_arn
         self.role_arn: str = self.scraper.attr_role_arn
+
+    def _default_policies(self) -> list[IConstruct]:
+        return [c for c in (self.source_role.node.try_find_child("DefaultPolicy"),) if c is not None]

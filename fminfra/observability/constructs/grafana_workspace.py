@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import aws_cdk as cdk
@@ -12,9 +11,9 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
+from fminfra.observability.rules.inputs import GRAFANA_NAME
 from fminfra.policy.constructs.acknowledge import acknowledge
 
-NAME_RULE = re.compile(r"^[a-zA-Z0-9-._~]{1,255}$")
 AUTHENTICATION_PROVIDERS = ("AWS_SSO",)
 # CloudWatch's read actions have no resource-level permissions: they take "*" only.
 CLOUDWATCH_READ_ACTIONS = [
@@ -57,8 +56,8 @@ class GrafanaWorkspace(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: GrafanaWorkspaceProps) -> None:
         super().__init__(scope, construct_id)
-        if not cdk.Token.is_unresolved(props.name) and not NAME_RULE.match(props.name):
-            raise ValidationError(f"name must be 1-255 letters, digits and -._~, got {props.name!r}")
+        if not cdk.Token.is_unresolved(props.name) and (problem := GRAFANA_NAME.problem(props.name)):
+            raise ValidationError(f"name {problem}")
         if props.authentication not in AUTHENTICATION_PROVIDERS:
             raise ValidationError(f"authentication must be one of {', '.join(AUTHENTICATION_PROVIDERS)}, got {props.authentication!r}")
         stack = cdk.Stack.of(self)

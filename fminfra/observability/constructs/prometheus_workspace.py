@@ -12,11 +12,11 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.core.rules import LOG_RETENTION_DAYS, one_of_problem
 from fminfra.observability.constructs.log_group_key import logs_key_statement
 from fminfra.observability.rules import workspace_urls
 
 # The retention periods CloudWatch Logs accepts (docs/facts/observability.md#cloudwatch-logs-retention-values).
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,10 +47,8 @@ class PrometheusWorkspace(Construct):
         super().__init__(scope, construct_id)
         if not cdk.Token.is_unresolved(props.alias) and not 1 <= len(props.alias) <= 100:
             raise ValidationError(f"alias must be 1-100 characters, got {len(props.alias)} ({props.alias!r})")
-        if props.log_retention_days not in LOG_RETENTION_DAYS:
-            raise ValidationError(
-                f"log_retention_days must be one of {', '.join(map(str, LOG_RETENTION_DAYS))}, got {props.log_retention_days}"
-            )
+        if problem := one_of_problem(LOG_RETENTION_DAYS, props.log_retention_days):
+            raise ValidationError(f"log_retention_days {problem}")
         self.key = kms.Key(
             self,
             "Key",
@@ -88,9 +86,21 @@ class PrometheusWorkspace(Construct):
         self.remote_write_url: str = urls.remote_write
         self.query_url: str = urls.query
 
+    def key_statement(self, actions: list[str]) -> iam.PolicyStatement:
+        """`actions` on the workspace's key, only through AMP in this region: a caller reads or
+        writes a workspace encrypted with a customer managed key only with access to the key
+        (docs/facts/observability.md#amp-workspace-cmk-key-access)."""
+        region = cdk.Stack.of(self).region
+        return iam.PolicyStatement(
+            actions=actions,
+            resources=[self.key.key_arn],
+            conditions={"StringEquals": {"kms:ViaService": f"aps.{region}.{cdk.Aws.URL_SUFFIX}"}},
+        )
+
     def grant_remote_write(self, grantee: iam.IRole) -> iam.Policy:
         """Gives `grantee` `aps:RemoteWrite` on this workspace only, as an inline policy (not the
-        managed AmazonPrometheusRemoteWriteAccess, which grants it on every workspace).
+        managed AmazonPrometheusRemoteWriteAccess, which grants it on every workspace), and the use
+        of the workspace's key through AMP (`kms:GenerateDataKey`, `kms:Decrypt`).
 
         The policy is created under the role (in the role's stack), so a Compute stack that
         consumes this workspace depends on it and not the other way round. Construct id:
@@ -103,13 +113,19 @@ class PrometheusWorkspace(Construct):
         policy = iam.Policy(
             grantee,
             f"{self.node.id}RemoteWrite",
-            statements=[iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace_arn])],
+            statements=[
+                iam.PolicyStatement(actions=["aps:RemoteWrite"], resources=[self.workspace_arn]),
+                self.key_statement(["kms:GenerateDataKey", "kms:Decrypt"]),
+            ],
         )
         grantee.attach_inline_policy(policy)
         return policy
 
     def grant_query(self, grantee: iam.IGrantable) -> iam.Grant:
-        """Gives `grantee` read access (queries, series, labels, metadata) to this workspace."""
+        """Gives `grantee` read access (queries, series, labels, metadata) to this workspace, and
+        `kms:Decrypt` on its key through AMP (AMP's "Accessing data from other services", e.g.
+        Amazon Managed Grafana: docs/facts/observability.md#amp-workspace-cmk-key-access)."""
+        grantee.grant_principal.add_to_principal_policy(self.key_statement(["kms:Decrypt"]))
         return iam.Grant.add_to_principal(
             grantee=grantee,
             actions=["aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata", "aps:DescribeWorkspace"],

@@ -85,16 +85,18 @@ def expected_nodes_group(count: int) -> dict[str, Any]:
 
 
 def expected_node_count(cfg: EnvironmentConfig) -> int:
-    """Nodes that run a node exporter writing to this environment's workspace, at least: the Slurm
-    controller and login nodes and every training instance group (HyperPod Slurm, HyperPod EKS or
-    ec2), plus the minimum size of each inference node group when the EKS cluster runs the exporter
-    charts. Auto-scaled groups count their minimum: NodesMissing means fewer than that."""
+    """Nodes that run a node exporter writing to this environment's workspace: the Slurm controller
+    and login nodes and every training instance group (HyperPod Slurm, HyperPod EKS or ec2), and,
+    where the EKS cluster runs the exporter charts (the node exporter tolerates every taint and
+    selects no node), its system nodes and each inference node group at its desired size: EKS keeps
+    a managed node group there, nothing scales it (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler).
+    NodesMissing means fewer than that."""
     compute = cfg.compute
     count = sum(g.count for g in compute.instance_groups)
     if compute.orchestrator == "slurm" and compute.slurm is not None:
         count += 1 + compute.slurm.login.count
     if compute.needs_eks:
-        count += sum(g.min_size for g in compute.inference_node_groups)
+        count += compute.system_node_count() + sum(g.desired_size for g in compute.inference_node_groups)
     return count
 
 

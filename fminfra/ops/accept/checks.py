@@ -16,6 +16,7 @@ from fminfra.ops.accept.results import (
     TorchrunFailure,
     busbw_at,
     nccl_ofi_provider,
+    ofi_provider_found,
     parse_nccl_tests,
     parse_torchrun,
     read_fsx_results,
@@ -114,7 +115,7 @@ def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool
         sizes = ", ".join(f"{r.size_bytes >> 20} MiB {r.busbw_gbps:g}" for r in rows if r.size_bytes >= 1 << 26)
         provider = nccl_ofi_provider(text)
         if efa and provider != "efa":
-            found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+            found = ofi_provider_found(provider)
             out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, f"NCCL did not use EFA: {found}"))
         elif any(r.wrong for r in rows):
             out.append(Check(f"nccl {collective} {job.group}", "FAIL", figure, "wrong results reported (#wrong > 0)"))

@@ -34,7 +34,7 @@ import yaml
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.accept import checks as accept
 from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
-from fminfra.ops.accept.results import ResultError, nccl_ofi_provider
+from fminfra.ops.accept.results import ResultError, nccl_ofi_provider, ofi_provider_found
 from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
@@ -279,7 +279,7 @@ def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
     provider = nccl_ofi_provider(log.read_text(encoding="utf-8", errors="replace") if log.exists() else "")
     if provider == "efa":
         return check
-    found = f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+    found = ofi_provider_found(provider)
     return accept.Check(check.name, "FAIL", check.figure, f"{check.detail}; NCCL did not use EFA: {found}")
 
 

@@ -34,8 +34,9 @@ from fminfra import catalog
 from fminfra.config import EnvironmentConfig
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
-from fminfra.eks.rules import QUEUE_LABEL, team_queue
+from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
+from fminfra.storage.rules import FSX_MOUNT
 
 MARK = "fminfra-accept"
 # docs/facts/jobs.md#accept-nccl-tests-image
@@ -48,20 +49,16 @@ ELASTIC_AGENT = "hyperpod-elastic-agent==1.1.3"
 DDP_TORCH = "torch==2.7.1"
 DDP_TORCH_INDEX = "https://download.pytorch.org/whl/cu128"
 ELASTIC_AGENT_PORT = 8080
-FSX_MOUNT = "/fsx"  # where scripts/lifecycle/on_create.sh mounts FSx on every HyperPod node (mount_fsx)
 JOBS_MOUNT = "/fminfra/jobs"
 SHM = "/dev/shm"  # noqa: S108 # the pod's shared memory (NCCL), a memory-backed emptyDir, not a temporary file
 POD_RESULTS = "/tmp/fminfra-results"  # noqa: S108 # inside the fio pod only; printed to the log, then gone
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"  # docs/facts/eks.md#k8s-instance-type-label
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
-NCCL_NODES = 2
+NCCL_NODES = 2  # the thresholds were measured on two nodes (docs/facts/instances.md#nccl-allreduce-p5-two-node)
 # Labels the operators put on the pods (docs/facts/jobs.md#acceptance-pod-labels).
 MPI_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 MPI_JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 HPJOB_LABEL = "HPJob"
 BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
-NAME_RULE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-DNS_LABEL_MAX = 63
 # mpi-operator 0.5.0 names the launcher Job `<name>-launcher` and sets the workers' pod hostname to
 # `<name>-worker-<i>`: both must be DNS labels, so the MPIJob's name is shorter by the longest suffix
 # (docs/facts/jobs.md#mpijob-name-length).
@@ -103,10 +100,15 @@ def pytorch_image() -> str:
     return f"{image}@{digest}" if digest else image
 
 
+def no_nccl_note(group: str, count: int) -> str:
+    """The plan's note for a group too small for the NCCL job (Slurm and EKS)."""
+    return f"group {group}: {count} node; the NCCL thresholds are for {NCCL_NODES} nodes, no NCCL job"
+
+
 def k8s_name(*parts: str, limit: int = DNS_LABEL_MAX) -> str:
     """A DNS-1123 label from parts (lower case; a group name may carry capitals); at most `limit` characters."""
     name = "-".join(parts).lower()
-    if len(name) > limit or not NAME_RULE.match(name):
+    if len(name) > limit or not DNS_LABEL.match(name):
         raise ValueError(f"{name!r} is not a Kubernetes name (lower-case letters, digits and '-', at most {limit})")
     return name
 
@@ -377,7 +379,7 @@ def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
         if group.count >= NCCL_NODES:
             plan.jobs.append(nccl_job(plan, group.name, group.spec.name))
         else:
-            plan.notes.append(f"group {group.name}: {group.count} node; the NCCL thresholds are for {NCCL_NODES} nodes, no NCCL job")
+            plan.notes.append(no_nccl_note(group.name, group.count))
         plan.jobs.append(ddp_job(plan, group.name, group.spec.name, group.count))
         if cfg.storage is not None and cfg.storage.lustre is not None:
             plan.jobs.append(fsx_job(plan, group.name, group.spec.name, group.count))

@@ -67,6 +67,11 @@ def parse_nccl_tests(text: str, source: str = "nccl-tests output") -> list[NcclR
 _OFI_PROVIDER = re.compile(r"NET/OFI Selected [Pp]rovider is ([A-Za-z0-9_-]+)")
 
 
+def ofi_provider_found(provider: str | None) -> str:
+    """What a run's log says about the provider, for the failure message when it is not EFA."""
+    return f"provider {provider}" if provider else "no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+
+
 def nccl_ofi_provider(text: str) -> str | None:
     """The provider aws-ofi-nccl selected ("efa"), or None when no rank logged one (no NCCL_DEBUG=INFO,
     or NCCL did not load the plugin and fell back to sockets)."""

@@ -47,15 +47,14 @@ from fminfra.ops.accept.checks import (
     nccl_threshold,
     report_checks,
 )
+from fminfra.ops.accept.manifests import NCCL_NODES, no_nccl_note
 from fminfra.ops.accept.results import (
     ResultError,
 )
 from fminfra.ops.common import UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
+from fminfra.storage.rules import FSX_MOUNT
 
-# Where the HyperPod lifecycle scripts mount FSx for Lustre (fminfra/compute/stack/clusters.py, FsxMount).
-FSX_MOUNT = "/fsx"
-NCCL_NODES = 2  # the thresholds were measured on two nodes (docs/facts/instances.md#nccl-allreduce-p5-two-node)
 DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
@@ -103,7 +102,7 @@ def slurm_plan(
             efa = group.spec.max_efa_interfaces > 0
             plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa))
         else:
-            plan.notes.append(f"group {group.name}: {group.count} node; the NCCL thresholds are for {NCCL_NODES} nodes, no NCCL job")
+            plan.notes.append(no_nccl_note(group.name, group.count))
         plan.jobs.append(SlurmJob("ddp", group.name, group.count, gpus, "ddp-smoke.sbatch", f"{group.name}/ddp"))
         if lustre is not None:
             plan.jobs.append(

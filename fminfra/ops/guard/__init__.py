@@ -115,9 +115,7 @@ def command(ns: Any) -> int:
         else:
             baseline_dir = Path(ns.baseline) if ns.baseline else _default_baseline(environment)
             if not baseline_dir.is_dir():
-                raise GuardInputError(
-                    f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`"
-                )
+                raise _no_baseline(baseline_dir)
             before = read_templates(baseline_dir, environment)
         status = report(compare_templates(before, after, allow=ns.allow, region=region), count_stateful(before))
         return max(status, _report_capacity_blocks(before, after))
@@ -154,7 +152,7 @@ def _require_baseline(baseline: Path | None, config_path: Path) -> None:
 
     baseline_dir = baseline or _default_baseline(load_config(config_path).name)
     if not baseline_dir.is_dir():
-        raise GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")
+        raise _no_baseline(baseline_dir)
     if not (baseline_dir / "manifest.json").exists() and not any(baseline_dir.glob("*.template.json")):
         raise GuardInputError(
             f"{baseline_dir}: (folder): no *.template.json files (an empty baseline); "
@@ -166,3 +164,7 @@ def _default_baseline(environment: str | None) -> Path:
     if environment is None:
         raise GuardInputError("guard: --baseline DIR is required without CONFIG")
     return BASELINE_ROOT / environment
+
+
+def _no_baseline(baseline_dir: Path) -> GuardInputError:
+    return GuardInputError(f"{baseline_dir}: (folder): no baseline; create it with `python -m fminfra guard CONFIG --update-baseline`")

@@ -41,6 +41,8 @@ from fminfra.core.assembly import Templates
 # What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
 # the same table with the reasons). Types not listed here are recreated from the template with
 # nothing lost, but their replacement still counts when it spreads to a guarded resource.
+# The reason for a property whose CloudFormation reference page says "Update requires: Replacement".
+DOCS_REPLACEMENT = "CloudFormation docs: Update requires Replacement"
 GUARDED_TYPES: dict[str, str] = {
     "AWS::S3::Bucket": "data: the objects",
     "AWS::KMS::Key": "data: everything encrypted under the key becomes unreadable",
@@ -76,10 +78,10 @@ EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
     "AWS::FSx::FileSystem": {
         "/properties/LustreConfiguration/DeploymentType": "FSx: the deployment type is fixed at creation",
         "/properties/LustreConfiguration/EfaEnabled": "FSx: EFA cannot be changed after creation",
-        "/properties/LustreConfiguration/DriveCacheType": "CloudFormation docs: Update requires Replacement",
-        "/properties/LustreConfiguration/ImportPath": "CloudFormation docs: Update requires Replacement",
-        "/properties/LustreConfiguration/ExportPath": "CloudFormation docs: Update requires Replacement",
-        "/properties/LustreConfiguration/ImportedFileChunkSize": "CloudFormation docs: Update requires Replacement",
+        "/properties/LustreConfiguration/DriveCacheType": DOCS_REPLACEMENT,
+        "/properties/LustreConfiguration/ImportPath": DOCS_REPLACEMENT,
+        "/properties/LustreConfiguration/ExportPath": DOCS_REPLACEMENT,
+        "/properties/LustreConfiguration/ImportedFileChunkSize": DOCS_REPLACEMENT,
         "/properties/StorageType": "FSx: the storage type is fixed at creation",
     },
     "AWS::KMS::Key": {

@@ -81,7 +81,8 @@ def change_set_findings(
     allowed = set(allow)
     findings: list[Finding] = []
     for stack, template in sorted(after.items()):
-        body = json.dumps(template)
+        # Compact: whitespace counts against the limit and means nothing to CloudFormation.
+        body = json.dumps(template, separators=(",", ":"))
         if len(body.encode()) > 51_200:
             raise GuardInputError(f"{stack}: (template): {len(body.encode())} bytes, over the 51,200 of a change set's TemplateBody")
         try:
@@ -142,7 +143,7 @@ def _kept_custom_name(change: dict[str, Any], template: dict[str, Any]) -> tuple
     resource = ((template.get("Resources") or {}).get(change.get("LogicalResourceId", "")) or {}) if prop else {}
     name = (resource.get("Properties") or {}).get(prop) if prop else None
     targets = {(d.get("Target") or {}).get("Name") for d in change.get("Details") or []}
-    if name is None or prop in targets:
+    if name is None or prop is None or prop in targets:
         return None
     props = ", ".join(sorted(t for t in targets if t)) or "(unknown)"
     return props, custom_name_detail(f"CloudFormation change set: Replacement {change['Replacement']} replaces it, and", prop, name)

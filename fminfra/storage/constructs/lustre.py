@@ -19,16 +19,26 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.network.constructs.efa_security_group import EfaSecurityGroup, EfaSecurityGroupProps
+from fminfra.storage.rules import (
+    LUSTRE_COMPRESSION_TYPES,
+    LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB,
+    LUSTRE_DEPLOYMENT_TYPES,
+    LUSTRE_MAX_REPOSITORIES,
+    LUSTRE_METADATA_IOPS_ALLOWED,
+    LUSTRE_METADATA_MODES,
+    LUSTRE_REPOSITORY_EVENTS,
+    LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
+    lustre_capacity_problem,
+    lustre_metadata_iops_problem,
+)
 
-DEPLOYMENT_TYPES = ("PERSISTENT_2", "SCRATCH_2")
-THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
-DEFAULT_THROUGHPUT_MB_PER_TIB = 500
-COMPRESSION_TYPES = ("LZ4", "NONE")
-METADATA_MODES = ("AUTOMATIC", "USER_PROVISIONED")
-METADATA_IOPS_SMALL = (1500, 3000, 6000)
-METADATA_IOPS_MAX = 192000
-REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
-MAX_REPOSITORY_ASSOCIATIONS = 8
+# The names of earlier releases for the rules (fminfra/storage/rules.py).
+DEPLOYMENT_TYPES = LUSTRE_DEPLOYMENT_TYPES
+THROUGHPUT_TIERS_MB_PER_TIB = LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB
+DEFAULT_THROUGHPUT_MB_PER_TIB = LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB
+COMPRESSION_TYPES = LUSTRE_COMPRESSION_TYPES
+METADATA_MODES = LUSTRE_METADATA_MODES
+REPOSITORY_EVENTS = LUSTRE_REPOSITORY_EVENTS
 # Lustre's ports (docs/facts/storage.md#fsx-lustre-ports): LNet on TCP 988 and the 1018-1023 range.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
 LUSTRE_PORT_NAMES = ("988", "1018-1023")
@@ -94,8 +104,8 @@ def _validate(props: LustreFileSystemProps) -> None:
         raise ValidationError(f"deployment_type must be PERSISTENT_2 or SCRATCH_2, got {dt!r}")
     persistent = dt == "PERSISTENT_2"
     gib = props.storage_capacity_gib
-    if not (gib in (1200, 2400) or (gib > 0 and gib % 2400 == 0)):
-        raise ValidationError(f"storage_capacity_gib must be 1200, 2400 or a multiple of 2400 for {dt}, got {gib}")
+    if problem := lustre_capacity_problem(gib):
+        raise ValidationError(f"storage_capacity_gib {problem}")
     if props.throughput_mb_per_tib is not None:
         if not persistent:
             raise ValidationError(f"throughput_mb_per_tib is for PERSISTENT_2 only, got {props.throughput_mb_per_tib} with {dt}")
@@ -118,10 +128,10 @@ def _validate(props: LustreFileSystemProps) -> None:
     iops = props.metadata_iops
     if iops is not None and mode != "USER_PROVISIONED":
         raise ValidationError(f"metadata_iops requires metadata_mode USER_PROVISIONED, got {iops} with {mode}")
-    if mode == "USER_PROVISIONED" and (
-        iops is None or not (iops in METADATA_IOPS_SMALL or (0 < iops <= METADATA_IOPS_MAX and iops % 12000 == 0))
-    ):
-        raise ValidationError(f"metadata_iops must be 1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000, got {iops}")
+    if mode == "USER_PROVISIONED":
+        problem = f"must be {LUSTRE_METADATA_IOPS_ALLOWED}, got None" if iops is None else lustre_metadata_iops_problem(iops)
+        if problem:
+            raise ValidationError(f"metadata_iops {problem}")
     days = props.automatic_backup_retention_days
     if not 0 <= days <= 90:
         raise ValidationError(f"automatic_backup_retention_days must be 0 to 90, got {days}")
@@ -234,10 +244,8 @@ class LustreFileSystem(Construct):
         export_events: Sequence[str] = (),
     ) -> DataRepositoryAssociation:
         """Links `s3://bucket/s3_prefix` to `file_system_path`; created one after the other."""
-        if len(self._associations) >= MAX_REPOSITORY_ASSOCIATIONS:
-            raise ValidationError(
-                f"a file system takes at most {MAX_REPOSITORY_ASSOCIATIONS} data repository associations, adding one more"
-            )
+        if len(self._associations) >= LUSTRE_MAX_REPOSITORIES:
+            raise ValidationError(f"a file system takes at most {LUSTRE_MAX_REPOSITORIES} data repository associations, adding one more")
         norm = file_system_path.rstrip("/") + "/"
         for other in self._associations:
             other_norm = other.file_system_path.rstrip("/") + "/"

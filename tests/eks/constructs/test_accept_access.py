@@ -27,8 +27,8 @@ import yaml
 from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
-from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_rbac
-from fminfra.eks.rules import team_queue
+from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_namespaces, accept_rbac
+from fminfra.eks.rules import ACCEPT_NEEDS_TEAM, team_queue
 from fminfra.ops.accept.manifests import eks_plan
 from fminfra.promotion.rules import accept_role_name
 from tests.conftest import ROOT, Synth
@@ -113,21 +113,72 @@ def test_only_environments_that_ask_for_it(synth: Synth) -> None:
         assert bool(entries) == (env in asked), env
 
 
-def _rbac(synth: Synth) -> list[dict[str, Any]]:
-    manifests = [r for lid, r in synth.resources("staging", "Compute", MANIFEST).items() if lid.startswith("AcceptRbac")]
-    assert len(manifests) == 1
-    props = manifests[0]["Properties"]
-    entry_id = next(iter(_entries(synth, "staging")))
-    assert entry_id in manifests[0]["DependsOn"]
-    # created with `kubectl apply`, so an existing namespace does not fail the deploy (eks.md#cdk-kubernetes-manifest-overwrite)
-    assert props["Overwrite"] is True
-    manifest = props["Manifest"]
+def _manifest_objects(resource: dict[str, Any]) -> list[dict[str, Any]]:
+    manifest = resource["Properties"]["Manifest"]
     text = "".join(str(p) for p in manifest["Fn::Join"][1]) if isinstance(manifest, dict) else manifest
-    objects = list(json.loads(text))
+    return list(json.loads(text))
+
+
+def _manifest(synth: Synth, prefix: str) -> tuple[str, dict[str, Any]]:
+    manifests = [(lid, r) for lid, r in synth.resources("staging", "Compute", MANIFEST).items() if lid.startswith(prefix)]
+    assert len(manifests) == 1, prefix
+    return manifests[0]
+
+
+def _rbac(synth: Synth) -> list[dict[str, Any]]:
+    _, resource = _manifest(synth, "AcceptRbac")
+    namespaces_id, _ = _manifest(synth, "AcceptNamespaces")
+    entry_id = next(iter(_entries(synth, "staging")))
+    assert entry_id in resource["DependsOn"] and namespaces_id in resource["DependsOn"]
+    assert resource["Properties"]["Overwrite"] is True
+    objects = _manifest_objects(resource)
     for o in objects:  # CDK's prune label (aws.cdk.eks/prune-<hash>), added to every object it applies
         labels = o["metadata"].pop("labels")
         assert list(labels) == [next(k for k in labels if k.startswith("aws.cdk.eks/prune-"))]
     return objects
+
+
+def service_namespace_problems(resources: dict[str, dict[str, Any]]) -> list[str]:
+    """Manifests that could delete a namespace HyperPod task governance owns (`hyperpod-ns-<team>`):
+    one without Retain (the provider runs `kubectl delete -f` on Delete) or with CDK's prune label
+    (an Update that leaves it out prunes it): docs/facts/eks.md#cdk-kubernetes-manifest-retained."""
+    problems = []
+    for lid, resource in resources.items():
+        if resource.get("Type") != MANIFEST:
+            continue
+        for o in _manifest_objects(resource):
+            if o["kind"] != "Namespace" or not o["metadata"]["name"].startswith("hyperpod-ns-"):
+                continue
+            if resource.get("DeletionPolicy") != "Retain" or resource.get("UpdateReplacePolicy") != "Retain":
+                problems.append(f"{lid}: {o['metadata']['name']} is deleted with the manifest")
+            if any(k.startswith("aws.cdk.eks/prune-") for k in (o["metadata"].get("labels") or {})):
+                problems.append(f"{lid}: {o['metadata']['name']} carries the prune label")
+    return problems
+
+
+def test_no_manifest_deletes_a_task_governance_namespace(synth: Synth) -> None:
+    for stack in synth.all_templates():
+        assert service_namespace_problems(stack.template.get("Resources") or {}) == [], stack.display_name
+    _, namespaces = _manifest(synth, "AcceptNamespaces")
+    assert namespaces["Properties"]["Overwrite"] is True  # kubectl apply: the namespace may exist already
+    assert _manifest_objects(namespaces) == accept_namespaces([NAMESPACE])
+
+
+def test_a_manifest_that_would_delete_the_team_namespace_is_found() -> None:
+    # The earlier shape: the Namespace in the pruned, deletable RBAC manifest.
+    objects = [{**o, "metadata": {**o["metadata"], "labels": {"aws.cdk.eks/prune-c8": ""}}} for o in accept_namespaces([NAMESPACE])]
+    resource = {"Type": MANIFEST, "Properties": {"Manifest": json.dumps(objects)}}
+    assert service_namespace_problems({"AcceptRbac": resource}) == [
+        f"AcceptRbac: {NAMESPACE} is deleted with the manifest",
+        f"AcceptRbac: {NAMESPACE} carries the prune label",
+    ]
+    retained = {
+        **resource,
+        "DeletionPolicy": "Retain",
+        "UpdateReplacePolicy": "Retain",
+        "Properties": {"Manifest": json.dumps(accept_namespaces([NAMESPACE]))},
+    }
+    assert service_namespace_problems({"AcceptNamespaces": retained}) == []
 
 
 RBAC_SCHEMAS = ROOT / "tests" / "data" / "rbac" / "kubernetes-v1.34.0-rbac-strict.json"  # README.md there
@@ -143,7 +194,7 @@ def k8s_problems(obj: dict[str, Any]) -> list[str]:
 
 
 def test_the_rbac_objects_match_the_kubernetes_schemas(synth: Synth) -> None:
-    objects = _rbac(synth)
+    objects = _rbac(synth) + accept_namespaces([NAMESPACE])
     assert sorted(o["kind"] for o in objects) == ["Namespace", "Role", "RoleBinding"]
     assert [p for o in objects for p in k8s_problems(o)] == []
 
@@ -324,10 +375,7 @@ def test_accept_access_needs_a_task_governance_team(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
-    assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and this "
-        "cluster has none; keep task_governance on (with the default team or eks.scheduling.teams), or set accept_access: false"
-    ]
+    assert exc.value.problems == [f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"]
     data["compute"]["eks"]["accept_access"] = False  # the same config without it is valid
     path.write_text(yaml.safe_dump(data))
     assert not load_config(path).compute.eks.accept_access  # type: ignore[union-attr]
@@ -377,10 +425,7 @@ def test_accept_access_where_the_region_turns_task_governance_off(tmp_path: Path
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as exc:
         load_config(path)
-    assert exc.value.problems == [
-        f"{path}: compute.eks.accept_access: `fminfra accept` queues its jobs in a task governance team's queue, and task governance"
-        f" is off in {region} by default (validate's warning says why); set eks.scheduling.task_governance: true, or accept_access: false"
-    ]
+    assert exc.value.problems == [f"{path}: compute.eks.accept_access: {ACCEPT_NEEDS_TEAM}"]
 
 
 def test_accept_without_a_team_queue_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -403,9 +448,9 @@ def test_validate_warns_when_the_accept_team_holds_part_of_a_group(tmp_path: Pat
     }
     path = tmp_path / "staging.yaml"
     path.write_text(yaml.safe_dump(data))
-    warnings = dict(load_config(path).warnings())
+    warnings = {f.path: f.message for f in load_config(path).warnings()}
     assert warnings["compute.eks.scheduling.teams"].startswith(
         "`fminfra accept` queues in team 'alpha', which holds 1 of group 'workers''s 2 instances"
     )
     # the shipped staging (one team holding every instance) has no such warning
-    assert "compute.eks.scheduling.teams" not in dict(load_config(ROOT / "config" / "staging.yaml").warnings())
+    assert "compute.eks.scheduling.teams" not in {f.path: f.message for f in load_config(ROOT / "config" / "staging.yaml").warnings()}

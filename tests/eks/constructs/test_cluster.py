@@ -4,6 +4,7 @@ entries, inference node groups and their launch templates."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -14,19 +15,20 @@ from aws_cdk import aws_ec2 as ec2
 from fminfra.core.errors import ValidationError
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
+from fminfra.eks.rules import NODE_NETWORKING_ADDONS
 from tests.conftest import Synth
 
 PINNED_ADDONS = {
-    "vpc-cni": "EKS_ADDON_VPC_CNI_VERSION",
-    "coredns": "EKS_ADDON_COREDNS_VERSION",
-    "kube-proxy": "EKS_ADDON_KUBE_PROXY_VERSION",
-    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_VERSION",
+    "vpc-cni": "EKS_ADDON_VPC_CNI_1_34_VERSION",
+    "coredns": "EKS_ADDON_COREDNS_1_34_VERSION",
+    "kube-proxy": "EKS_ADDON_KUBE_PROXY_1_34_VERSION",
+    "eks-pod-identity-agent": "EKS_ADDON_POD_IDENTITY_AGENT_1_34_VERSION",
 }
 HYPERPOD_ADDONS = {
-    "cert-manager": "EKS_ADDON_CERT_MANAGER_VERSION",
-    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_VERSION",
+    "cert-manager": "EKS_ADDON_CERT_MANAGER_1_34_VERSION",
+    "amazon-sagemaker-hyperpod-training-operator": "EKS_ADDON_HYPERPOD_TRAINING_OPERATOR_1_34_VERSION",
     # With the default compute.eks.scheduling (tests/hyperpod/constructs/test_task_governance.py).
-    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_VERSION",
+    "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_1_34_VERSION",
 }
 
 
@@ -174,20 +176,45 @@ def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
 
 def test_hyperpod_eks_nodes_get_cni_and_pod_identity_permissions(synth: Synth) -> None:
     statements = _node_role_sids(synth, "staging")
-    assert "eks-auth:AssumeRoleForPodIdentity" in statements["EksNodesRead"]["Action"]
-    assert statements["EksNodesRead"]["Resource"] == "*"
-    assert all(a.startswith(("ec2:Describe", "ecr:", "eks-auth:")) for a in statements["EksNodesRead"]["Action"])
-    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), in this region only
+    assert {"eks-auth:AssumeRoleForPodIdentity"} == set(_as_list(statements["EksPodIdentity"]["Action"]))
+    assert statements["EksPodIdentity"]["Resource"] == "arn:aws:eks:us-west-2:222222222222:cluster/fminfra-staging-eks"
+    assert statements["VpcConfigRead"]["Resource"] == "*"
+    assert all(a.startswith(("ec2:Describe", "ecr:", "cloudwatch:Describe")) for a in statements["VpcConfigRead"]["Action"])
+    # ENI changes: the VPC CNI's actions (AWS's AmazonEKS_CNI_Policy, from moto's copy), on this account's and region's
+    # interfaces and instances and the cluster's own subnet, security groups and VPC
     from moto.iam.aws_managed_policies import aws_managed_policies_data
 
     cni = json.loads(aws_managed_policies_data)["AmazonEKS_CNI_Policy"]["Document"]["Statement"][0]["Action"]
-    enis = statements["EksNodeEnis"]
-    assert {a for a in cni if not a.startswith("ec2:Describe")} <= set(enis["Action"])
-    assert enis["Condition"] == {"StringEquals": {"aws:RequestedRegion": "us-west-2"}}
-    tags = statements["EksNodeEniTags"]
+    granted = set(statements["VpcConfigEnis"]["Action"]) | set(_as_list(statements["EksNodeAttachEnis"]["Action"]))
+    assert {a for a in cni if not a.startswith("ec2:Describe")} <= granted
+    assert "*" not in statements["VpcConfigEnis"]["Resource"]
+    assert statements["EksNodeAttachEnis"]["Resource"] == [
+        "arn:aws:ec2:us-west-2:222222222222:instance/*",
+        "arn:aws:ec2:us-west-2:222222222222:network-interface/*",
+    ]
+    tags = statements["VpcConfigEniTags"]
     assert tags["Resource"] == "arn:aws:ec2:us-west-2:222222222222:network-interface/*"
-    assert "eks:eni:owner" in tags["Condition"]["ForAllValues:StringEquals"]["aws:TagKeys"]
-    assert not {"EksNodesRead", "EksNodeEnis"} & set(_node_role_sids(synth, "dev"))
+    assert "Condition" not in tags  # no source names the tag keys HyperPod itself writes
+    assert not {"EksPodIdentity", "EksNodeAttachEnis"} & set(_node_role_sids(synth, "dev"))
+
+
+def test_hyperpod_slurm_execution_role_manages_the_vpc_interfaces(synth: Synth) -> None:
+    """A HyperPod cluster with a VpcConfig: SageMaker creates the nodes' interfaces in the subnet with the role."""
+    statements = _node_role_sids(synth, "dev")
+    assert {"ec2:DescribeSubnets", "ec2:DescribeDhcpOptions", "ec2:DescribeSecurityGroups", "ec2:DescribeVpcs"} <= set(
+        statements["VpcConfigRead"]["Action"]
+    )
+    enis = statements["VpcConfigEnis"]
+    assert {"ec2:CreateNetworkInterface", "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface"} <= set(enis["Action"])
+    (cluster,) = synth.resources("dev", "Compute", "AWS::SageMaker::Cluster").values()
+    subnet = cluster["Properties"]["VpcConfig"]["Subnets"][0]
+    assert {"Fn::Join": ["", ["arn:aws:ec2:us-west-2:111111111111:subnet/", subnet]]} in enis["Resource"]
+    assert "arn:aws:ec2:us-west-2:111111111111:network-interface/*" in enis["Resource"]
+    assert _as_list(statements["VpcConfigEniTags"]["Action"]) == ["ec2:CreateTags"]
+
+
+def _as_list(value: Any) -> list[Any]:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth) -> None:
@@ -230,3 +257,67 @@ def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -
     cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
     assert {"Key": "SageMaker", "Value": "true"} in cluster["Tags"]
     assert synth.resources("hp-slurm-inf", "Compute", "AWS::EKS::PodIdentityAssociation") == {}
+
+
+def _node_groups_started_before_networking(template: dict[str, Any]) -> list[str]:
+    """Managed node groups of a template created without waiting for the VPC CNI and kube-proxy add-ons."""
+    resources = template.get("Resources") or {}
+    addons = {r["Properties"]["AddonName"]: lid for lid, r in resources.items() if r.get("Type") == "AWS::EKS::Addon"}
+    late = []
+    for lid, resource in resources.items():
+        if resource.get("Type") != "AWS::EKS::Nodegroup":
+            continue
+        depends = resource.get("DependsOn") or []
+        missing = [name for name in NODE_NETWORKING_ADDONS if addons.get(name) not in depends]
+        if missing:
+            late.append(f"{lid} does not wait for {', '.join(missing)}")
+    return late
+
+
+def test_every_node_group_waits_for_the_node_networking_addons(synth: Synth) -> None:
+    """The cluster has no self-managed networking add-ons: a node group started before the VPC CNI
+    fails with NodeCreationFailure, so every managed node group (inference and system) waits for it."""
+    checked = 0
+    problems = []
+    for stack in synth.all_templates():
+        resources = stack.template.get("Resources") or {}
+        checked += sum(1 for r in resources.values() if r.get("Type") == "AWS::EKS::Nodegroup")
+        problems += [f"{stack.display_name}: {p}" for p in _node_groups_started_before_networking(stack.template)]
+    assert checked >= 5
+    assert problems == []
+
+
+def test_the_node_group_order_check_finds_a_group_without_the_cni(synth: Synth) -> None:
+    template = copy.deepcopy(synth.template("staging", "Compute"))
+    groups = [lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::EKS::Nodegroup"]
+    vpc_cni = next(
+        lid for lid, r in template["Resources"].items() if r["Type"] == "AWS::EKS::Addon" and r["Properties"]["AddonName"] == "vpc-cni"
+    )
+    template["Resources"][groups[0]]["DependsOn"].remove(vpc_cni)
+    assert _node_groups_started_before_networking(template) == [f"{groups[0]} does not wait for vpc-cni"]
+
+
+def test_addons_whose_resources_may_exist_overwrite_them(synth: Synth) -> None:
+    """The training operator's namespace (aws-hyperpod) is created by the HyperPod dependency chart
+    first; AWS's references create that add-on and task governance with ResolveConflicts OVERWRITE."""
+    addons = {r["Properties"]["AddonName"]: r["Properties"] for r in synth.resources("staging", "Compute", "AWS::EKS::Addon").values()}
+    assert addons["amazon-sagemaker-hyperpod-training-operator"]["ResolveConflicts"] == "OVERWRITE"
+    assert addons["amazon-sagemaker-hyperpod-taskgovernance"]["ResolveConflicts"] == "OVERWRITE"
+    assert "ResolveConflicts" not in addons["vpc-cni"]
+
+
+@pytest.mark.parametrize(("env", "expected"), [("staging", "1.34"), ("cap-eks", "1.34"), ("eks-inf", "1.35"), ("eks-kueue", "1.35")])
+def test_each_cluster_kind_gets_its_kubernetes_version_and_builds(synth: Synth, env: str, expected: str) -> None:
+    """HyperPod EKS: HyperPod's newest (1.34); EKS without HyperPod: the newest in standard support (1.35),
+    with that version's kube-proxy build and kubectl layer."""
+    template = synth.template(env, "Compute")
+    clusters = [r for r in template["Resources"].values() if r["Type"] == "Custom::AWSCDK-EKS-Cluster" or r["Type"] == "AWS::EKS::Cluster"]
+    assert [c["Properties"]["Version"] for c in clusters] == [expected]
+    addons = {
+        r["Properties"]["AddonName"]: r["Properties"]["AddonVersion"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EKS::Addon"
+    }
+    assert addons["kube-proxy"].startswith(f"v{expected}.")
+    layers = [r["Properties"]["Description"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    assert any(f"/opt/kubectl/kubectl {expected}." in d for d in layers), layers

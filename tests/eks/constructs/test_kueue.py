@@ -288,3 +288,36 @@ def test_docs_say_kueue_0_19_defaults_wait_for_pods_ready_on_and_how_to_check_ta
         assert "kubectl get configmap -n kueue-system" in text
         assert "kubectl get clusterqueue hyperpod-ns-" in text and "-clusterqueue -o yaml" in text
         assert "vpc.amazonaws.com/efa" in text and "unavailable in ClusterQueue" in text
+
+
+def _kueue_chart_without_a_node(template: dict[str, Any]) -> str | None:
+    """Why the Kueue chart could start with no node for its controller, or None: it must wait for a
+    node group that can run it (the system group, or an inference group with nodes and no repelling taint)."""
+    resources = template["Resources"]
+    (chart,) = [lid for lid, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "kueue"]
+    before = created_before(dependency_graph(template), chart)
+    groups = [lid for lid in before if resources[lid]["Type"] == "AWS::EKS::Nodegroup"]
+    for lid in groups:
+        props = resources[lid]["Properties"]
+        taints = props.get("Taints") or []
+        if props["ScalingConfig"]["DesiredSize"] > 0 and not any(t["Effect"] in ("NO_SCHEDULE", "NO_EXECUTE") for t in taints):
+            return None
+    return f"{chart} waits for no node group its controller can run on (waits for: {', '.join(sorted(groups)) or 'none'})"
+
+
+@pytest.mark.parametrize("env", [ENV, "eks-kueue"])
+def test_the_kueue_chart_waits_for_nodes_its_controller_runs_on(synth: Synth, env: str) -> None:
+    """hp-slurm-inf: the system node group; eks-kueue (no system group): its untainted inference group.
+    helm waits up to 15 minutes (CDK's maximum; 5 by default) for the controller."""
+    template = synth.template(env, "Compute")
+    assert _kueue_chart_without_a_node(template) is None
+    (_, props) = _charts(synth, env)["kueue"]
+    assert props["Timeout"] == "900s"
+
+
+def test_the_node_wait_check_finds_a_chart_that_waits_for_no_node(synth: Synth) -> None:
+    template = copy.deepcopy(synth.template("eks-kueue", "Compute"))
+    (lid, _) = _charts(synth, "eks-kueue")["kueue"]
+    chart = template["Resources"][lid]
+    chart["DependsOn"] = [d for d in chart["DependsOn"] if template["Resources"][d]["Type"] != "AWS::EKS::Nodegroup"]
+    assert (_kueue_chart_without_a_node(template) or "").startswith(f"{lid} waits for no node group")

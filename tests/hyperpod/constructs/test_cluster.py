@@ -73,7 +73,13 @@ REJECTIONS = [
         STAGING,
         "compute.eks.kubernetes_version",
         "1.30",
-        "f.yaml: compute.eks.kubernetes_version: '1.30' is not a supported version; allowed: 1.34 (in EKS standard support and supported by HyperPod; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+        "f.yaml: compute.eks.kubernetes_version: '1.30' is not a supported version; allowed: 1.34, 1.35 (pinned in EKS standard support with their add-ons; EKS_SUPPORTED_KUBERNETES_VERSIONS in scripts/node/versions.env)",
+    ),
+    (
+        STAGING,
+        "compute.eks.kubernetes_version",
+        "1.35",
+        "f.yaml: compute.eks.kubernetes_version: '1.35' is not on SageMaker HyperPod's list of Kubernetes versions; allowed with orchestrator eks: 1.34 (HYPERPOD_EKS_KUBERNETES_VERSIONS in scripts/node/versions.env)",
     ),
 ]
 
@@ -313,7 +319,13 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     # ... plus the observability grant: aps:RemoteWrite on the environment's workspace only.
     remote_write = [s for s in statements if s["Action"] == "aps:RemoteWrite"]
     assert len(remote_write) == 1 and remote_write[0]["Resource"] != "*"
-    assert len(statements) == 5
+    # ... and what the cluster's VpcConfig needs (tests/app/test_reference_parity.py holds AWS's reference)
+    vpc = {s["Sid"] for s in statements if s.get("Sid", "").startswith("VpcConfig")}
+    assert vpc == {"VpcConfigRead", "VpcConfigEnis", "VpcConfigEniTags"}
+    # ... and the workspace's key, only through AMP (docs/facts/observability.md#amp-workspace-cmk-key-access).
+    workspace_key = [s for s in statements if sorted(s["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]]
+    assert len(workspace_key) == 1 and "kms:ViaService" in workspace_key[0]["Condition"]["StringEquals"]
+    assert len(statements) == 9
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed

@@ -82,7 +82,7 @@ def _one_id(synth: Synth, env: str, resource_type: str) -> str:
 def test_addon_is_pinned_and_ordered(synth: Synth, env: str) -> None:
     addons = {a["Properties"]["AddonName"]: (lid, a) for lid, a in _resources(synth, env, "AWS::EKS::Addon").items()}
     lid, addon = addons[ADDON_NAME]
-    assert addon["Properties"]["AddonVersion"] == version(ADDON_VERSION_KEY) == "v1.6.0-eksbuild.1"
+    assert addon["Properties"]["AddonVersion"] == version(f"EKS_ADDON_{ADDON_VERSION_KEY}_1_34_VERSION") == "v1.6.0-eksbuild.1"
     graph = dependency_graph(synth.template(env, "Compute"))
     hyperpod = _one_id(synth, env, "AWS::SageMaker::Cluster")
     assert hyperpod in created_before(graph, lid)  # AWS installs it on an existing HyperPod EKS cluster
@@ -340,7 +340,7 @@ def test_priority_classes_where_the_region_lists_no_cluster_policies_are_refused
         "eu-north-1, eu-south-2, us-east-1, us-west-1; allowed here: no priority_classes"
     )
     cfg = _in_region(_with_scheduling({"priority_classes": {"training": 50}}), "us-east-1", "use1")
-    assert "compute.eks.scheduling.priority_classes" not in dict(cfg.warnings())
+    assert "compute.eks.scheduling.priority_classes" not in {f.path: f.message for f in cfg.warnings()}
 
 
 def test_scheduling_only_with_hyperpod_eks() -> None:
@@ -387,9 +387,9 @@ def _in_region(data: dict[str, Any], region: str, az_prefix: str, instance_type:
 def test_default_is_off_with_a_warning_where_the_region_has_no_quotas() -> None:
     cfg = parse_config(_in_seoul(STAGING), "f.yaml")
     assert cfg.compute.team_quotas() == {}
-    warnings = dict(cfg.warnings())
+    warnings = {f.path: f.message for f in cfg.warnings()}
     assert "not offered in ap-northeast-2: no team queues" in warnings["compute.eks.scheduling.task_governance"]
-    assert "compute.eks.scheduling.task_governance" not in dict(parse_config(STAGING, "f.yaml").warnings())
+    assert "compute.eks.scheduling.task_governance" not in {f.path: f.message for f in parse_config(STAGING, "f.yaml").warnings()}
 
 
 def test_teams_where_the_region_has_no_quotas_are_rejected() -> None:
@@ -446,14 +446,14 @@ def test_the_region_cases_are_what_the_data_says() -> None:
 def test_default_is_on_where_both_sources_list_the_region(region: str, az_prefix: str, instance_type: str) -> None:
     cfg = _in_region(STAGING, region, az_prefix, instance_type)
     assert cfg.compute.team_quotas() == {DEFAULT_TEAM: {instance_type: 2}}
-    assert "compute.eks.scheduling.task_governance" not in dict(cfg.warnings())
+    assert "compute.eks.scheduling.task_governance" not in {f.path: f.message for f in cfg.warnings()}
 
 
 @pytest.mark.parametrize(("region", "az_prefix", "instance_type"), PROVIDER_ONLY + DESCRIBED_ONLY)
 def test_where_the_sources_disagree_default_is_off(region: str, az_prefix: str, instance_type: str) -> None:
     cfg = _in_region(STAGING, region, az_prefix, instance_type)
     assert cfg.compute.team_quotas() == {}
-    warning = dict(cfg.warnings())["compute.eks.scheduling.task_governance"]
+    warning = {f.path: f.message for f in cfg.warnings()}["compute.eks.scheduling.task_governance"]
     assert warning.startswith(f"task governance is off (the sources disagree on {region}: cfn-lint's CloudFormation resource types")
     assert "no all-or-nothing admission" in warning
     # "Set task_governance: true to try it" only where the gate's list (cfn-lint's) has the type
@@ -465,7 +465,7 @@ def test_asking_where_only_cfn_lint_lists_quotas_warns(region: str, az_prefix: s
     for scheduling in ({"task_governance": True}, {"teams": [{"name": "a", "instances": {"workers": 2}}]}):
         asked = _in_region(_with_scheduling(scheduling), region, az_prefix, instance_type)
         assert asked.compute.team_quotas() == {("a" if "teams" in scheduling else DEFAULT_TEAM): {instance_type: 2}}
-        warning = dict(asked.warnings())["compute.eks.scheduling.task_governance"]
+        warning = {f.path: f.message for f in asked.warnings()}["compute.eks.scheduling.task_governance"]
         assert warning == (
             f"the sources disagree on {region}: cfn-lint's CloudFormation resource types for {region} include "
             f"AWS::SageMaker::ComputeQuota, the resource schema's description (also the CDK CfnComputeQuota page) does not list "

@@ -21,9 +21,10 @@ from botocore.stub import Stubber
 from fminfra import catalog
 from fminfra.cli.main import main as cli_main
 from fminfra.config import load_config
+from fminfra.eks.rules import DNS_LABEL as NAME_RULE
 from fminfra.eks.rules import QUEUE_LABEL, team_queue
 from fminfra.ops.accept import eks as accept_eks
-from fminfra.ops.accept.manifests import NAME_RULE, eks_plan, split_sections
+from fminfra.ops.accept.manifests import eks_plan, split_sections
 from tests.conftest import ROOT
 from tests.fakes.k8s_schemas import validate
 from tests.fakes.slurm_fakes import DATA, ddp_result_line

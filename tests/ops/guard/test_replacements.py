@@ -246,7 +246,7 @@ def test_change_set_mode_reads_cloudformation_replacement_verdicts() -> None:
             {
                 **cs,
                 "ChangeSetType": "UPDATE",
-                "TemplateBody": json.dumps(after["dev-Storage"]),
+                "TemplateBody": json.dumps(after["dev-Storage"], separators=(",", ":")),
                 "Capabilities": ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
             },
         )
@@ -881,3 +881,48 @@ def test_change_set_mode_names_a_replacement_under_a_kept_custom_name() -> None:
         "so the update fails and rolls back; give it a new NodegroupName, or delete it (remove it and deploy) before adding it back"
     ]
     assert verdict("InstanceTypes", "NodegroupName") == []
+
+
+WORKSPACE: dict[str, Any] = {
+    "Resources": {
+        "PrometheusWorkspace": {
+            "Type": "AWS::APS::Workspace",
+            "Properties": {"Alias": "fminfra-dev-metrics", "KmsKeyArn": {"Fn::GetAtt": ["PrometheusKey", "Arn"]}},
+            "UpdateReplacePolicy": "Retain",
+            "DeletionPolicy": "Retain",
+        }
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [None, {"Fn::GetAtt": ["OtherKey", "Arn"]}],
+    ids=["to-an-aws-owned-key", "to-another-customer-managed-key"],
+)
+def test_a_workspace_key_change_is_a_replacement_that_loses_the_metrics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: Any
+) -> None:
+    """AMP: a workspace created with a customer managed key can't be converted to AWS owned keys
+    later, nor its key updated (docs/facts/observability.md#amp-workspace-cmk-permanent): any key
+    change replaces the workspace and its stored metrics."""
+    after = copy.deepcopy(WORKSPACE)
+    props = after["Resources"]["PrometheusWorkspace"]["Properties"]
+    if key is None:
+        del props["KmsKeyArn"]
+    else:
+        props["KmsKeyArn"] = key
+    before_dir = _write(tmp_path / "before", {"dev-Observability": WORKSPACE})
+    after_dir = _write(tmp_path / "after", {"dev-Observability": after})
+    code = main(["guard", "--baseline", str(before_dir), "--templates", str(after_dir)])
+    out = "".join(capsys.readouterr())
+    assert code == 1, out
+    assert "dev-Observability: PrometheusWorkspace (AWS::APS::Workspace) would be replaced: KmsKeyArn" in out
+    assert "the stored metrics" in out
+
+
+def test_change_set_body_is_compact_so_whitespace_does_not_count_against_the_limit() -> None:
+    """The staging Compute baseline is over 51,200 bytes as indented JSON and under it compact:
+    the change set takes it (CloudFormation's TemplateBody limit counts every byte sent)."""
+    template = _baseline("staging")["staging-Compute"]
+    assert len(json.dumps(template).encode()) > 51_200 > len(json.dumps(template, separators=(",", ":")).encode())
