@@ -105,7 +105,7 @@ install_exporters() {
         FMINFRA_CLUSTER=$(info param cluster_name) bash "$HERE/observability/install_exporters.sh"
 }
 
-# install_plan_drain GROUP: a training-plan group's nodes drain before the plan ends
+# install_plan_drain GROUP INSTANCE_TYPE: a training-plan group's nodes drain before the plan ends
 # (node/drain_before_plan_end.sh; the parameters' plan_drains).
 install_plan_drain() {
     local plan arn seconds
@@ -116,7 +116,7 @@ install_plan_drain() {
     fi
     read -r arn seconds <<<"$plan"
     require_script "$HERE/node/drain_before_plan_end.sh" "drain before the training plan ends"
-    FMINFRA_PLAN_ARN=$arn FMINFRA_PLAN_DRAIN_SECONDS=$seconds FMINFRA_AWS_REGION=$(info param region) \
+    FMINFRA_PLAN_ARN=$arn FMINFRA_INSTANCE_TYPE=$2 FMINFRA_PLAN_DRAIN_SECONDS=$seconds FMINFRA_AWS_REGION=$(info param region) \
         bash "$HERE/node/drain_before_plan_end.sh" install
 }
 
@@ -166,7 +166,7 @@ main() {
         bash "$HERE/start_slurm.sh" "$role" "$controllers"
         install_exporters "$role"
         if [[ $role == compute ]]; then
-            install_plan_drain "$group"
+            install_plan_drain "$group" "${instance_type#-}"
         fi
     fi
     echo "$version" >"$STATE_DIR/done"

@@ -3,20 +3,29 @@
 # its jobs can checkpoint before SageMaker starts terminating the plan's instances.
 #
 #   drain_before_plan_end.sh install   write and start fminfra-plan-drain.service (runs `watch`); on_create.sh calls it
-#   drain_before_plan_end.sh watch     read the plan's end (DescribeTrainingPlan) every FMINFRA_PLAN_POLL_SECONDS,
-#                                      and drain once, at the plan's end - 30 minutes - the drain
-#   drain_before_plan_end.sh check     read the plan's end once; drain if the drain time has come
+#   drain_before_plan_end.sh watch     read the plan's reserved capacities (DescribeTrainingPlan) every
+#                                      FMINFRA_PLAN_POLL_SECONDS, and drain once per capacity end, at that
+#                                      end - 30 minutes - the drain
+#   drain_before_plan_end.sh check     read the plan once; drain if the drain time has come
 #
-# The end is read again on every poll, so a plan whose end moves is followed. SageMaker begins
-# terminating a plan's instances 30 minutes before its end
-# (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination); the drain starts
-# FMINFRA_PLAN_DRAIN_SECONDS before that and ends, jobs or not, FMINFRA_DRAIN_MARGIN_SECONDS
-# before it. The drain is drain_lib.sh's Slurm drain: the node DRAIN, FMINFRA_DRAIN_SIGNAL (USR1)
-# to its jobs, then DOWN for jobs still running at the deadline. A node is drained once per plan
-# end (a marker under FMINFRA_ROOT/var/lib/fminfra).
+# A plan can hold several reserved capacities (ReservedCapacitySummaries, each with its own
+# InstanceType and EndTime; docs/facts/hyperpod.md#training-plan-reserved-capacities), and SageMaker
+# begins terminating the instances of each 30 minutes before that capacity's end
+# (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination). The end drained for is the
+# earliest not yet passed of the capacities of the group's instance type (FMINFRA_INSTANCE_TYPE),
+# not Failed; the plan's EndTime where it lists none. The plan is read again on every poll, so
+# a plan whose end moves is followed, and each later capacity's end gets its own drain. The drain
+# starts FMINFRA_PLAN_DRAIN_SECONDS before the terminations and ends, jobs or not,
+# FMINFRA_DRAIN_MARGIN_SECONDS before them. The drain is drain_lib.sh's Slurm drain: the node DRAIN,
+# FMINFRA_DRAIN_SIGNAL (USR1) to its jobs, then DOWN for jobs still running at the deadline. A node
+# is drained once per end (a marker under FMINFRA_ROOT/var/lib/fminfra); a node without scontrol
+# records no drain and tries again at the next poll. `install` copies the scripts to
+# /opt/fminfra/node and gives the unit a PATH with /opt/slurm/bin (drain_lib.sh's install_service).
 #
 # Settings (environment; on_create.sh sets them from provisioning_parameters.json's plan_drains):
 #   FMINFRA_PLAN_ARN                 the group's training plan (required)
+#   FMINFRA_INSTANCE_TYPE            the group's instance type (ml.p5.48xlarge): whose capacities count;
+#                                    empty: every capacity of the plan
 #   FMINFRA_PLAN_DRAIN_SECONDS       how long before the terminations the drain starts (default 600)
 #   FMINFRA_PLAN_POLL_SECONDS        how often the plan's end is read (default 300)
 #   FMINFRA_DRAIN_MARGIN_SECONDS     kept before the terminations (default 60)
@@ -28,6 +37,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$(dirname "${BASH_SOURCE[0]}")/drain_lib.sh"
 
 FMINFRA_PLAN_ARN=${FMINFRA_PLAN_ARN:-}
+FMINFRA_INSTANCE_TYPE=${FMINFRA_INSTANCE_TYPE:-}
 FMINFRA_PLAN_DRAIN_SECONDS=${FMINFRA_PLAN_DRAIN_SECONDS:-600}
 FMINFRA_PLAN_POLL_SECONDS=${FMINFRA_PLAN_POLL_SECONDS:-300}
 FMINFRA_DRAIN_MARGIN_SECONDS=${FMINFRA_DRAIN_MARGIN_SECONDS:-60}
@@ -43,6 +53,8 @@ DRAIN_AT=
 require_settings() {
     [[ $FMINFRA_PLAN_ARN =~ ^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:[0-9]{12}:training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$ ]] ||
         usage_error "FMINFRA_PLAN_ARN must be a training plan ARN (arn:aws:sagemaker:REGION:ACCOUNT:training-plan/NAME), got '$FMINFRA_PLAN_ARN'"
+    [[ -z $FMINFRA_INSTANCE_TYPE || $FMINFRA_INSTANCE_TYPE =~ ^ml\.[a-z0-9-]+\.[a-z0-9]+$ ]] ||
+        usage_error "FMINFRA_INSTANCE_TYPE must be a SageMaker instance type (ml.p5.48xlarge) or empty, got '$FMINFRA_INSTANCE_TYPE'"
     local name
     for name in FMINFRA_PLAN_DRAIN_SECONDS FMINFRA_PLAN_POLL_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS FMINFRA_DRAIN_POLL_SECONDS; do
         [[ ${!name} =~ ^[0-9]+$ ]] || usage_error "$name must be a whole number of seconds, got '${!name}'"
@@ -50,21 +62,49 @@ require_settings() {
     ((FMINFRA_PLAN_POLL_SECONDS > 0)) || usage_error "FMINFRA_PLAN_POLL_SECONDS must be 1 or more, got 0"
 }
 
-# The plan's end in epoch seconds. The CLI prints a timestamp in ISO 8601, or as epoch seconds
-# with cli_timestamp_format=wire (docs/facts/hyperpod.md#describe-training-plan-end-time).
-plan_end() {
-    local end
-    end=$(retry aws sagemaker describe-training-plan --training-plan-name "$FMINFRA_PLAN_ARN" \
-        --query EndTime --output text ${FMINFRA_AWS_REGION:+--region "$FMINFRA_AWS_REGION"}) ||
-        return 1
-    if [[ $end =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
-        printf '%s\n' "${end%.*}"
+# A timestamp as the CLI prints it, in epoch seconds: ISO 8601, or epoch seconds with
+# cli_timestamp_format=wire (docs/facts/hyperpod.md#describe-training-plan-end-time).
+epoch_of() {
+    if [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; then
+        printf '%s\n' "${1%.*}"
     else
-        date -u -d "$end" +%s 2>/dev/null || {
+        date -u -d "$1" +%s 2>/dev/null
+    fi
+}
+
+describe_plan() {
+    retry aws sagemaker describe-training-plan --training-plan-name "$FMINFRA_PLAN_ARN" \
+        --query "$1" --output text ${FMINFRA_AWS_REGION:+--region "$FMINFRA_AWS_REGION"}
+}
+
+# The end to drain for, in epoch seconds: the earliest end not yet passed of the plan's reserved
+# capacities of FMINFRA_INSTANCE_TYPE (not Failed), or the plan's EndTime where it lists none
+# of that type. Nothing printed: every end has passed.
+plan_end() {
+    local rows type status end epoch found=0 next=
+    rows=$(describe_plan 'ReservedCapacitySummaries[].[InstanceType,Status,EndTime]') || return 1
+    while IFS=$'\t' read -r type status end; do
+        [[ -n $type && $type != None ]] || continue
+        [[ -z $FMINFRA_INSTANCE_TYPE || $type == "$FMINFRA_INSTANCE_TYPE" ]] || continue
+        [[ $status != Failed ]] || continue
+        found=1
+        epoch=$(epoch_of "$end") || {
+            log ERROR "DescribeTrainingPlan gave a $type capacity of $FMINFRA_PLAN_ARN no end time (EndTime '$end')"
+            return 1
+        }
+        if ((epoch > $(now))) && { [[ -z $next ]] || ((epoch < next)); }; then
+            next=$epoch
+        fi
+    done <<<"$rows"
+    if ((!found)); then
+        end=$(describe_plan EndTime) || return 1
+        epoch=$(epoch_of "$end") || {
             log ERROR "DescribeTrainingPlan gave no end time for $FMINFRA_PLAN_ARN (EndTime '$end')"
             return 1
         }
+        ((epoch > $(now))) && next=$epoch
     fi
+    printf '%s\n' "$next"
 }
 
 cmd_check() {
@@ -75,6 +115,10 @@ cmd_check() {
         log WARN "could not read the end of $FMINFRA_PLAN_ARN; trying again at the next poll"
         return 0
     }
+    if [[ -z $end ]]; then
+        log INFO "every reserved capacity of $FMINFRA_PLAN_ARN${FMINFRA_INSTANCE_TYPE:+ for $FMINFRA_INSTANCE_TYPE} has ended: nothing to drain for"
+        return 0
+    fi
     reclaim=$((end - PLAN_TERMINATES_BEFORE_END_S))
     drain_at=$((reclaim - FMINFRA_PLAN_DRAIN_SECONDS))
     marker=$STATE_DIR/plan-drained-$end
@@ -88,12 +132,13 @@ cmd_check() {
         return 0
     fi
     until=$((reclaim - FMINFRA_DRAIN_MARGIN_SECONDS))
-    log INFO "plan $FMINFRA_PLAN_ARN ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ): draining until $(date -u -d "@$until" +%Y-%m-%dT%H:%M:%SZ)"
-    if command -v scontrol >/dev/null; then
-        drain_slurm "$until" "training plan ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
-    else
-        log WARN "no Slurm on this node (no scontrol): nothing to drain"
+    if ! command -v scontrol >/dev/null; then
+        # Never recorded as drained: the unit's PATH names /opt/slurm/bin (drain_lib.sh's SERVICE_PATH).
+        log ERROR "no scontrol on PATH ($PATH): cannot drain for the plan's end $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ); trying again at the next poll"
+        return 1
     fi
+    log INFO "plan $FMINFRA_PLAN_ARN ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ): draining until $(date -u -d "@$until" +%Y-%m-%dT%H:%M:%SZ)"
+    drain_slurm "$until" "training plan ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
     mkdir -p "$STATE_DIR"
     : >"$marker"
 }
@@ -103,7 +148,7 @@ cmd_watch() {
     require_settings
     log INFO "watching the end of $FMINFRA_PLAN_ARN (every ${FMINFRA_PLAN_POLL_SECONDS}s)"
     while :; do
-        cmd_check
+        cmd_check || true
         wait=$FMINFRA_PLAN_POLL_SECONDS
         # Wake for the drain itself, not up to a poll late.
         if [[ -n $DRAIN_AT ]] && ((DRAIN_AT - $(now) < wait)); then
@@ -117,7 +162,7 @@ cmd_watch() {
 cmd_install() {
     require_settings
     install_service "$UNIT" plan-drain.env "fminfra: drain this node before its training plan ends" 30 \
-        FMINFRA_PLAN_ARN FMINFRA_PLAN_DRAIN_SECONDS FMINFRA_PLAN_POLL_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS \
+        FMINFRA_PLAN_ARN FMINFRA_INSTANCE_TYPE FMINFRA_PLAN_DRAIN_SECONDS FMINFRA_PLAN_POLL_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS \
         FMINFRA_DRAIN_SIGNAL FMINFRA_DRAIN_POLL_SECONDS FMINFRA_AWS_REGION FMINFRA_SLURM_NODE_NAME
     log INFO "installed $UNIT for $FMINFRA_PLAN_ARN"
 }

@@ -7,13 +7,26 @@
 #                              (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal)
 #   drain_kubernetes UNTIL     kubectl drain of this node with FMINFRA_DRAIN_KUBECONFIG, within the time
 #                              left (docs/facts/eks.md#kubectl-drain)
-#   install_service UNIT ENV_NAME DESCRIPTION RESTART_S SETTING...   write the settings that are
-#                              set to FMINFRA_ROOT/etc/fminfra/ENV_NAME and a systemd unit running
-#                              "$SCRIPT watch" with them, then enable and start it
+#   install_service UNIT ENV_NAME DESCRIPTION RESTART_S SETTING...   copy $SCRIPT and what it sources
+#                              to SERVICE_DIR (the lifecycle or user-data folder it runs from does not
+#                              outlive a reboot), write the settings that are set to
+#                              FMINFRA_ROOT/etc/fminfra/ENV_NAME and a systemd unit running
+#                              "SERVICE_DIR/$SCRIPT watch" with them and PATH=SERVICE_PATH, then enable
+#                              and start it
 # While it waits, drain_slurm calls `drain_tick` (define it to do something each poll; default none).
 FMINFRA_DRAIN_SIGNAL=${FMINFRA_DRAIN_SIGNAL:-USR1}
 FMINFRA_DRAIN_POLL_SECONDS=${FMINFRA_DRAIN_POLL_SECONDS:-5}
 FMINFRA_DRAIN_KUBECONFIG=${FMINFRA_DRAIN_KUBECONFIG:-}
+
+# Where install_service puts what its units run: a folder that persists across reboots (HyperPod
+# runs the lifecycle scripts from /tmp/sagemaker-lifecycle-*, docs/facts/hyperpod.md#hyperpod-lifecycle-scripts-tmp).
+SERVICE_DIR=$FMINFRA_ROOT/opt/fminfra/node
+# The units' PATH: systemd starts services with a fixed PATH that lacks /opt/slurm/bin, where
+# HyperPod's Slurm commands are (docs/facts/hyperpod.md#systemd-service-path,
+# docs/facts/observability.md#hyperpod-slurm-bin-path).
+SERVICE_PATH=/opt/slurm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+# What a unit's script sources from beside itself (lib.sh, its manifest and tables, this file).
+SERVICE_FILES="lib.sh manifest.sh versions.env instance_types.tsv drain_lib.sh"
 
 now() { date -u +%s; }
 
@@ -64,7 +77,11 @@ install_service() {
             content+=$'\n'"$name=${!name}"
         fi
     done
-    mkdir -p "$(dirname "$env_file")" "$(dirname "$unit_file")"
+    mkdir -p "$(dirname "$env_file")" "$(dirname "$unit_file")" "$SERVICE_DIR"
+    for name in $SERVICE_FILES; do
+        install -m 0644 "$NODE_DIR/$name" "$SERVICE_DIR/$name"
+    done
+    install -m 0755 "$SCRIPT" "$SERVICE_DIR/$(basename "$SCRIPT")"
     printf '%s\n' "$content" >"$env_file"
     printf '%s\n' "# Written by fminfra $(basename "$SCRIPT"); do not edit.
 [Unit]
@@ -73,8 +90,9 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
+Environment=PATH=$SERVICE_PATH
 EnvironmentFile=$env_file
-ExecStart=/usr/bin/env bash $SCRIPT watch
+ExecStart=/usr/bin/env bash $SERVICE_DIR/$(basename "$SCRIPT") watch
 Restart=on-failure
 RestartSec=$restart
 

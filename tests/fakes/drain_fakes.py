@@ -21,9 +21,14 @@ What they model, and where that comes from:
   X-aws-ec2-metadata-token header is 401.
 - The aws CLI's `sagemaker describe-training-plan --training-plan-name NAME_OR_ARN` (botocore's
   sagemaker model: TrainingPlanName takes a name or an ARN; the response's EndTime is a timestamp,
-  which the CLI prints in ISO 8601 with `--query EndTime --output text`; a missing field prints
-  None; an unknown plan is ResourceNotFound: docs/facts/hyperpod.md#describe-training-plan-end-time),
-  from the plans in FAKE_TRAINING_PLANS.
+  printed in ISO 8601; an unknown plan is ResourceNotFound:
+  docs/facts/hyperpod.md#describe-training-plan-end-time), from the plans in FAKE_TRAINING_PLANS,
+  which `training_plans` writes after checking each against botocore's DescribeTrainingPlanResponse
+  shape (ReservedCapacitySummaries: at most 5 ReservedCapacitySummary, each with its
+  ReservedCapacityArn, InstanceType, TotalInstanceCount, Status and its own StartTime/EndTime:
+  docs/facts/hyperpod.md#training-plan-reserved-capacities). `--query` is JMESPath (the CLI's
+  own library, jmespath); `--output text` prints a scalar as is, None for null, a list of
+  scalars as one tab-separated line and a list of lists one line each.
 - The aws CLI (`aws` on PATH): `autoscaling complete-lifecycle-action` and
   `record-lifecycle-action-heartbeat` with the options botocore's autoscaling model names
   (LifecycleHookName, AutoScalingGroupName, InstanceId, LifecycleActionResult); a service error
@@ -256,10 +261,22 @@ if args[:2] == ["sagemaker", "describe-training-plan"]:
     if plan is None:
         print(f"\nAn error occurred (ResourceNotFound) when calling the DescribeTrainingPlan operation: Training plan {wanted} not found", file=sys.stderr)
         sys.exit(254)
-    if opts.get("--query") == "EndTime" and opts.get("--output") == "text":
-        print(plan.get("EndTime", "None"))
+    out = plan
+    if "--query" in opts:
+        import jmespath
+        out = jmespath.search(opts["--query"], plan)
+    if opts.get("--output") == "text":
+        def cell(v):
+            return "None" if v is None else str(v)
+        if isinstance(out, list):
+            if out and all(isinstance(r, list) for r in out):
+                print("\n".join("\t".join(cell(v) for v in r) for r in out))
+            elif out:
+                print("\t".join(cell(v) for v in out))
+        else:
+            print(cell(out))
     else:
-        print(json.dumps(plan))
+        print(json.dumps(out))
     sys.exit(0)
 OPS = {"complete-lifecycle-action": "CompleteLifecycleAction", "record-lifecycle-action-heartbeat": "RecordLifecycleActionHeartbeat"}
 OPTS = {"--lifecycle-hook-name": "LifecycleHookName", "--auto-scaling-group-name": "AutoScalingGroupName",
@@ -434,6 +451,20 @@ def install_fakes(bin_dir: Path, *, slurm: bool = True, kubectl: bool = False) -
         path = bin_dir / name
         path.write_text(f"#!{sys.executable}\n{body}")
         path.chmod(0o755)
+
+
+def training_plans(path: Path, plans: list[dict[str, Any]]) -> None:
+    """Writes the plans DescribeTrainingPlan returns (timestamps as datetimes, stored as the CLI
+    prints them, ISO 8601), each first checked against botocore's DescribeTrainingPlanResponse."""
+    import botocore.session
+    from botocore.validate import ParamValidator
+
+    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("DescribeTrainingPlan").output_shape
+    for plan in plans:
+        report = ParamValidator().validate(plan, shape)
+        if report.has_errors():
+            raise ValueError(f"not a DescribeTrainingPlan response: {report.generate_report()}")
+    path.write_text(json.dumps(plans, default=lambda v: v.isoformat()))
 
 
 def slurm_state(path: Path, node: str, jobs: dict[str, int]) -> None:

@@ -239,7 +239,10 @@ def test_install_writes_and_starts_the_unit_twice_the_same(tmp_path: Path, env_b
         assert result.returncode == 0, result.stderr
     root = Path(env["FMINFRA_ROOT"])
     unit = (root / "etc/systemd/system/fminfra-drain.service").read_text()
-    assert f"ExecStart=/usr/bin/env bash {SCRIPT} watch" in unit and "EnvironmentFile=" in unit
+    # The unit runs a persistent copy (drain_lib.sh's install_service), with Slurm's folder on PATH.
+    assert f"ExecStart=/usr/bin/env bash {root / 'opt/fminfra/node' / SCRIPT.name} watch" in unit and "EnvironmentFile=" in unit
+    assert (root / "opt/fminfra/node" / SCRIPT.name).read_text() == SCRIPT.read_text()
+    assert "Environment=PATH=/opt/slurm/bin:" in unit
     settings = (root / "etc/fminfra/drain.env").read_text().splitlines()
     assert f"FMINFRA_DRAIN_GROUP={GROUP}" in settings and "FMINFRA_DRAIN_NOT_AFTER=2027-01-17T11:00:00Z" in settings
     assert calls.read_text().splitlines() == ["daemon-reload", "enable --now fminfra-drain.service"] * 2

@@ -5,8 +5,11 @@ the plan's instances (tests/fakes/drain_fakes.py models the CLI and Slurm and ci
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -16,12 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.fakes.drain_fakes import install_fakes, slurm_state
+from tests.fakes.drain_fakes import install_fakes, slurm_state, training_plans
 
 SCRIPT = ROOT / "scripts" / "node" / "drain_before_plan_end.sh"
 PLAN = "arn:aws:sagemaker:us-east-1:333333333333:training-plan/fminfra-prod-p5en"
 NODE = "ip-10-1-0-12"
 TERMINATIONS_BEFORE_END = timedelta(minutes=30)
+# The PATH systemd gives a service that sets none (systemd.exec(5); docs/facts/hyperpod.md#systemd-service-path).
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 
 CHECKPOINTING_JOB = """trap 'echo step=$STEP > "$CKPT"; exit 0' USR1
 STEP=0
@@ -50,11 +55,19 @@ def env(tmp_path: Path) -> dict[str, str]:
     }
 
 
-def _plan(env: dict[str, str], end: datetime) -> None:
-    """The plan as DescribeTrainingPlan returns it (its required members and EndTime), with the
-    timestamp as the AWS CLI prints it."""
-    plan = {"TrainingPlanArn": PLAN, "TrainingPlanName": PLAN.rsplit("/", 1)[1], "Status": "Active", "EndTime": end.isoformat()}
-    Path(env["FAKE_TRAINING_PLANS"]).write_text(json.dumps([plan]))
+def _capacity(n: int, instance_type: str, start: datetime, end: datetime, status: str = "Active") -> dict[str, object]:
+    """One ReservedCapacitySummary (botocore's shape: its required members and its own times)."""
+    arn = f"arn:aws:sagemaker:us-east-1:333333333333:reserved-capacity/fminfra-prod-p5en-{n:04d}"
+    return {"ReservedCapacityArn": arn, "InstanceType": instance_type, "TotalInstanceCount": 2, "Status": status, "StartTime": start, "EndTime": end}
+
+
+def _plan(env: dict[str, str], end: datetime, capacities: list[dict[str, object]] | None = None) -> None:
+    """The plan as DescribeTrainingPlan returns it (its required members, EndTime and, where
+    given, its ReservedCapacitySummaries)."""
+    plan: dict[str, object] = {"TrainingPlanArn": PLAN, "TrainingPlanName": PLAN.rsplit("/", 1)[1], "Status": "Active", "EndTime": end}
+    if capacities is not None:
+        plan["ReservedCapacitySummaries"] = capacities
+    training_plans(Path(env["FAKE_TRAINING_PLANS"]), [plan])
 
 
 def _node_running(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]], body: str) -> None:
@@ -80,8 +93,10 @@ def test_nothing_drains_before_the_drain_time(tmp_path: Path, env: dict[str, str
     assert result.returncode == 0, result.stderr
     assert "drain at 2027-01-17T10:50:00Z" in result.stderr + result.stdout
     assert "log" not in _slurm(env)
-    (call,) = [json.loads(line) for line in Path(env["FAKE_AWS_LOG"]).read_text().splitlines()]
-    assert call == ["describe-training-plan", {"--training-plan-name": PLAN, "--query": "EndTime", "--output": "text"}]
+    # No reserved capacities listed: the plan's EndTime.
+    calls = [json.loads(line) for line in Path(env["FAKE_AWS_LOG"]).read_text().splitlines()]
+    assert [c[1]["--query"] for c in calls] == ["ReservedCapacitySummaries[].[InstanceType,Status,EndTime]", "EndTime"]
+    assert all(c[1]["--training-plan-name"] == PLAN and c[1]["--output"] == "text" for c in calls)
 
 
 def test_at_the_drain_time_jobs_checkpoint_and_the_node_drains_once(
@@ -180,7 +195,142 @@ def test_install_writes_and_starts_the_unit(tmp_path: Path, env: dict[str, str])
     assert result.returncode == 0, result.stderr
     root = Path(env["FMINFRA_ROOT"])
     unit = (root / "etc/systemd/system/fminfra-plan-drain.service").read_text()
-    assert f"ExecStart=/usr/bin/env bash {SCRIPT} watch" in unit
+    node = root / "opt/fminfra/node"
+    assert f"ExecStart=/usr/bin/env bash {node / SCRIPT.name} watch" in unit
+    assert "Environment=PATH=/opt/slurm/bin:" in unit
+    assert {p.name for p in node.iterdir()} >= {SCRIPT.name, "lib.sh", "drain_lib.sh", "manifest.sh", "versions.env"}
     settings = (root / "etc/fminfra/plan-drain.env").read_text().splitlines()
     assert f"FMINFRA_PLAN_ARN={PLAN}" in settings and "FMINFRA_PLAN_DRAIN_SECONDS=600" in settings
     assert calls.read_text().splitlines() == ["daemon-reload", "enable --now fminfra-plan-drain.service"]
+
+
+def test_a_plan_of_two_capacities_drains_before_the_first_ends_and_again_before_the_second(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Each reserved capacity of the group's type ends on its own (SageMaker terminates 30 minutes
+    before each end); another type's capacity and a Failed one are not this node's."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    now = datetime.now(UTC).replace(microsecond=0)
+    first_end = now + TERMINATIONS_BEFORE_END + timedelta(seconds=540)  # its drain began a minute ago
+    second_start, second_end = now + timedelta(days=2), now + timedelta(days=4)
+    capacities = [
+        _capacity(1, "ml.p5en.48xlarge", now - timedelta(days=1), first_end),
+        _capacity(2, "ml.p5en.48xlarge", second_start, second_end, "Scheduled"),
+        _capacity(3, "ml.p5.48xlarge", now - timedelta(days=1), now + TERMINATIONS_BEFORE_END + timedelta(seconds=60)),
+        _capacity(4, "ml.p5en.48xlarge", now - timedelta(days=1), now + TERMINATIONS_BEFORE_END + timedelta(seconds=60), "Failed"),
+    ]
+    _plan(env, second_end, capacities)
+    typed = {**env, "FMINFRA_INSTANCE_TYPE": "ml.p5en.48xlarge"}
+    result = _run(typed)
+    assert result.returncode == 0, result.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+    assert f"training plan ends {first_end:%Y-%m-%dT%H:%M:%SZ}" in _slurm(env)["nodes"][NODE]["reason"]  # type: ignore[index]
+    # The first capacity has ended; the second's drain time has come: it drains again.
+    second_end = datetime.now(UTC).replace(microsecond=0) + TERMINATIONS_BEFORE_END + timedelta(seconds=540)
+    capacities[0]["EndTime"] = now - timedelta(seconds=1)
+    capacities[1].update(StartTime=now, EndTime=second_end, Status="Active")
+    _plan(env, second_end, capacities)
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    again = _run(typed)
+    assert again.returncode == 0, again.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+    assert f"training plan ends {second_end:%Y-%m-%dT%H:%M:%SZ}" in _slurm(env)["nodes"][NODE]["reason"]  # type: ignore[index]
+
+
+def test_the_fake_plan_is_botocores_shape(env: dict[str, str]) -> None:
+    """Test of the test: a capacity without its required members is not a DescribeTrainingPlan response."""
+    with pytest.raises(ValueError, match="ReservedCapacityArn"):
+        _plan(env, datetime.now(UTC), [{"InstanceType": "ml.p5en.48xlarge", "EndTime": datetime.now(UTC)}])
+
+
+def _unit(root: Path, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
+    """The installed unit's ExecStart and the environment systemd would give it: only its
+    Environment= and EnvironmentFile= settings, PATH systemd's own where the unit sets none. Each
+    PATH folder is looked up under the fake root first (the fakes' /opt/slurm/bin, /usr/local/bin)."""
+    unit = (root / "etc/systemd/system/fminfra-plan-drain.service").read_text().splitlines()
+    env = {"PATH": SYSTEMD_PATH}
+    for line in unit:
+        if line.startswith("Environment="):
+            name, _, value = line.removeprefix("Environment=").partition("=")
+            env[name] = value
+        elif line.startswith("EnvironmentFile="):
+            for setting in Path(line.removeprefix("EnvironmentFile=")).read_text().splitlines():
+                if setting and not setting.startswith("#"):
+                    name, _, value = setting.partition("=")
+                    env[name] = value
+    env["PATH"] = ":".join(f"{root}{d}:{d}" for d in env["PATH"].split(":"))
+    env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "1"}
+    env |= {k: str(tmp_path / v) for k, v in (("FAKE_AWS_LOG", "aws.log"), ("FAKE_SLURM_STATE", "slurm.json"), ("FAKE_TRAINING_PLANS", "plans.json"))}
+    (exec_start,) = [line.removeprefix("ExecStart=") for line in unit if line.startswith("ExecStart=")]
+    return shlex.split(exec_start), env
+
+
+def _install_from_lifecycle_folder(tmp_path: Path, env: dict[str, str]) -> Path:
+    """Installs the unit the way on_create.sh does on HyperPod: from the folder HyperPod copied
+    the lifecycle scripts to; the fakes where a HyperPod node has the real commands."""
+    root = Path(env["FMINFRA_ROOT"])
+    install_fakes(root / "opt/slurm/bin")
+    (root / "opt/slurm/bin/aws").rename(tmp_path / "aws")
+    (root / "usr/local/bin").mkdir(parents=True)
+    (tmp_path / "aws").rename(root / "usr/local/bin/aws")
+    lifecycle = tmp_path / "sagemaker-lifecycle-abc" / "node"
+    shutil.copytree(SCRIPT.parent, lifecycle)
+    result = subprocess.run(
+        ["bash", str(lifecycle / SCRIPT.name), "install"],
+        env={**env, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return lifecycle.parent
+
+
+def _run_unit(argv: list[str], env: dict[str, str]) -> str:
+    """Runs the unit's ExecStart until the node is DRAIN and its job signalled (or 30 s); returns what it logged."""
+    proc = subprocess.Popen(argv, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline and len(_slurm(env).get("log", [])) < 2 and proc.poll() is None:  # type: ignore[arg-type]
+            time.sleep(0.5)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+    return out
+
+
+@pytest.mark.parametrize("lifecycle_gone", [False, True], ids=["installed", "after-reboot"])
+def test_the_unit_drains_with_slurm_only_in_opt_slurm_bin(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]], lifecycle_gone: bool
+) -> None:
+    """systemd's PATH has no /opt/slurm/bin, where HyperPod's scontrol is; after a reboot
+    HyperPod's lifecycle folder (/tmp/sagemaker-lifecycle-*) is gone and the unit still runs."""
+    systemctl = tmp_path / "bin" / "systemctl"
+    systemctl.write_text("#!/usr/bin/env bash\n")
+    systemctl.chmod(0o755)
+    (tmp_path / "bin" / "scontrol").unlink()
+    lifecycle = _install_from_lifecycle_folder(tmp_path, env)
+    if lifecycle_gone:
+        shutil.rmtree(lifecycle)
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    argv, unit_env = _unit(Path(env["FMINFRA_ROOT"]), tmp_path)
+    out = _run_unit(argv, unit_env)
+    assert _slurm(env).get("log", [])[:2] == [f"node {NODE} DRAIN", "job 201 signalled USR1"], out
+
+
+def test_without_scontrol_no_drain_is_recorded(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:
+    """A node where scontrol is not found has not drained: the next check, with Slurm found, drains."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(tmp_path / "bin" / "aws", bare / "aws")
+    result = _run({**env, "PATH": f"{bare}:{SYSTEMD_PATH}"})
+    assert result.returncode == 1 and "no scontrol on PATH" in result.stderr
+    assert not list((Path(env["FMINFRA_ROOT"]) / "var/lib/fminfra").glob("plan-drained-*"))
+    assert "log" not in _slurm(env)
+    again = _run(env)
+    assert again.returncode == 0, again.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]

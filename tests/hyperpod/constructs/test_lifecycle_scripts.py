@@ -199,7 +199,12 @@ def test_simulated_slurm_cluster(s3_published: Any, tmp_path: Path) -> None:
             settings = (node.root / "etc/fminfra/plan-drain.env").read_text().splitlines()
             assert "FMINFRA_PLAN_ARN=arn:aws:sagemaker:us-west-2:666666666666:training-plan/hp-two-groups-p4d" in settings
             assert "FMINFRA_PLAN_DRAIN_SECONDS=1200" in settings and "FMINFRA_AWS_REGION=us-west-2" in settings
-            assert "drain_before_plan_end.sh watch" in unit.read_text()
+            # the group's instance type picks its reserved capacities; the unit runs a copy that
+            # outlives the lifecycle folder, with /opt/slurm/bin on its PATH
+            assert "FMINFRA_INSTANCE_TYPE=ml.p4d.24xlarge" in settings
+            persistent = node.root / "opt/fminfra/node/drain_before_plan_end.sh"
+            assert f"ExecStart=/usr/bin/env bash {persistent} watch" in unit.read_text() and persistent.is_file()
+            assert "Environment=PATH=/opt/slurm/bin:" in unit.read_text()
     # 3: the controller started slurmctld once slurm.conf named it; every GPU node registered configless
     controller = cluster.node("controller")
     (ctld,) = [e for e in cluster.events() if e["daemon"] == "slurmctld"]
