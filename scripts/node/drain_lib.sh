@@ -78,10 +78,13 @@ install_service() {
         fi
     done
     mkdir -p "$(dirname "$env_file")" "$(dirname "$unit_file")" "$SERVICE_DIR"
-    for name in $SERVICE_FILES; do
-        install -m 0644 "$NODE_DIR/$name" "$SERVICE_DIR/$name"
-    done
-    install -m 0755 "$SCRIPT" "$SERVICE_DIR/$(basename "$SCRIPT")"
+    # An ec2 node's user data unpacks the scripts into /opt/fminfra/node already: nothing to copy.
+    if [[ ! $NODE_DIR -ef $SERVICE_DIR ]]; then
+        for name in $SERVICE_FILES; do
+            install -m 0644 "$NODE_DIR/$name" "$SERVICE_DIR/$name"
+        done
+        install -m 0755 "$SCRIPT" "$SERVICE_DIR/$(basename "$SCRIPT")"
+    fi
     printf '%s\n' "$content" >"$env_file"
     printf '%s\n' "# Written by fminfra $(basename "$SCRIPT"); do not edit.
 [Unit]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -246,3 +247,21 @@ def test_install_writes_and_starts_the_unit_twice_the_same(tmp_path: Path, env_b
     settings = (root / "etc/fminfra/drain.env").read_text().splitlines()
     assert f"FMINFRA_DRAIN_GROUP={GROUP}" in settings and "FMINFRA_DRAIN_NOT_AFTER=2027-01-17T11:00:00Z" in settings
     assert calls.read_text().splitlines() == ["daemon-reload", "enable --now fminfra-drain.service"] * 2
+
+
+def test_install_from_the_folder_the_unit_runs_from(tmp_path: Path, env_base: dict[str, str]) -> None:
+    """An ec2 node's user data unpacks the scripts into /opt/fminfra/node, the unit's own folder:
+    install keeps them there (GNU install refuses to copy a file onto itself)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text("#!/usr/bin/env bash\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    root = Path(env_base["FMINFRA_ROOT"])
+    node = root / "opt/fminfra/node"
+    shutil.copytree(SCRIPT.parent, node)
+    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "600", "FMINFRA_DRAIN_NOT_AFTER": "2027-01-17T11:00:00Z", "FMINFRA_AWS_REGION": "us-west-2"}
+    result = subprocess.run(["bash", str(node / SCRIPT.name), "install"], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    unit = (root / "etc/systemd/system/fminfra-drain.service").read_text()
+    assert f"ExecStart=/usr/bin/env bash {node / SCRIPT.name} watch" in unit
+    assert (node / SCRIPT.name).read_text() == SCRIPT.read_text()
