@@ -58,7 +58,14 @@ def env(tmp_path: Path) -> dict[str, str]:
 def _capacity(n: int, instance_type: str, start: datetime, end: datetime, status: str = "Active") -> dict[str, object]:
     """One ReservedCapacitySummary (botocore's shape: its required members and its own times)."""
     arn = f"arn:aws:sagemaker:us-east-1:333333333333:reserved-capacity/fminfra-prod-p5en-{n:04d}"
-    return {"ReservedCapacityArn": arn, "InstanceType": instance_type, "TotalInstanceCount": 2, "Status": status, "StartTime": start, "EndTime": end}
+    return {
+        "ReservedCapacityArn": arn,
+        "InstanceType": instance_type,
+        "TotalInstanceCount": 2,
+        "Status": status,
+        "StartTime": start,
+        "EndTime": end,
+    }
 
 
 def _plan(env: dict[str, str], end: datetime, capacities: list[dict[str, object]] | None = None) -> None:
@@ -260,7 +267,10 @@ def _unit(root: Path, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
                     env[name] = value
     env["PATH"] = ":".join(f"{root}{d}:{d}" for d in env["PATH"].split(":"))
     env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "1"}
-    env |= {k: str(tmp_path / v) for k, v in (("FAKE_AWS_LOG", "aws.log"), ("FAKE_SLURM_STATE", "slurm.json"), ("FAKE_TRAINING_PLANS", "plans.json"))}
+    env |= {
+        k: str(tmp_path / v)
+        for k, v in (("FAKE_AWS_LOG", "aws.log"), ("FAKE_SLURM_STATE", "slurm.json"), ("FAKE_TRAINING_PLANS", "plans.json"))
+    }
     (exec_start,) = [line.removeprefix("ExecStart=") for line in unit if line.startswith("ExecStart=")]
     return shlex.split(exec_start), env
 
