@@ -187,4 +187,3 @@ def promql_metric_names(expr: str) -> set[str]:
 def _scheduled_block(group: Any) -> bool:
     """An inference group whose size follows a Capacity Block's schedule (0 before and after the block)."""
     return bool(group.capacity.type == "capacity-block" and group.capacity.starts_at is not None)
-
