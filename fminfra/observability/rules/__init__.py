@@ -90,13 +90,15 @@ def expected_node_count(cfg: EnvironmentConfig) -> int:
     where the EKS cluster runs the exporter charts (the node exporter tolerates every taint and
     selects no node), its system nodes and each inference node group at its desired size: EKS keeps
     a managed node group there, nothing scales it (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler).
-    NodesMissing means fewer than that."""
+    NodesMissing means fewer than that. An inference group on a Capacity Block with starts_at is left
+    out: it has no nodes before the block and none after EKS's scale-down, so a fixed count would
+    page for the whole time outside the block (its nodes are not covered by NodesMissing)."""
     compute = cfg.compute
     count = sum(g.count for g in compute.instance_groups)
     if compute.orchestrator == "slurm" and compute.slurm is not None:
         count += 1 + compute.slurm.login.count
     if compute.needs_eks:
-        count += compute.system_node_count() + sum(g.desired_size for g in compute.inference_node_groups)
+        count += compute.system_node_count() + sum(g.desired_size for g in compute.inference_node_groups if not _scheduled_block(g))
     return count
 
 
@@ -180,3 +182,8 @@ def promql_metric_names(expr: str) -> set[str]:
     text = _OFFSET.sub(" ", text)
     names = {m for m in _IDENT.findall(text) if m.lower() not in _PROMQL_KEYWORDS and not _NUMBER_LIKE.match(m)}
     return names
+
+
+def _scheduled_block(group: Any) -> bool:
+    """An inference group whose size follows a Capacity Block's schedule (0 before and after the block)."""
+    return bool(group.capacity.type == "capacity-block" and group.capacity.starts_at is not None)
