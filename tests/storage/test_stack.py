@@ -422,3 +422,16 @@ def test_data_repository_association_rules(scope: tuple[cdk.Stack, ec2.IVpc, ec2
     assert len(fs.data_repository_associations) == 8
     with pytest.raises(ValidationError, match=r"^a file system takes at most 8 data repository associations, adding one more$"):
         fs.add_data_repository_association("Ninth", bucket=bucket, s3_prefix="n/", file_system_path="/n")
+
+
+@pytest.mark.parametrize("given", ["efa_enabled", "security_group"])
+def test_client_groups_the_construct_would_not_open_are_refused(scope: tuple[cdk.Stack, ec2.IVpc, ec2.ISubnet], given: str) -> None:
+    # With EFA (its own all-traffic group) or a given group, client groups would get no rule: the
+    # clients could not mount. Refused in one line instead of silently dropped.
+    stack, vpc, _ = scope
+    clients = ec2.SecurityGroup(stack, f"Clients-{given}", vpc=vpc)
+    extra: dict[str, Any] = (
+        {"efa_enabled": True} if given == "efa_enabled" else {"security_group": ec2.SecurityGroup(stack, f"Own-{given}", vpc=vpc)}
+    )
+    with pytest.raises(ValidationError, match=f"^client_security_groups apply only .* got 1 with {given}: give security_group"):
+        _fs(scope, client_security_groups=(clients,), **extra)

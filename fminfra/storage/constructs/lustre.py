@@ -63,7 +63,8 @@ class LustreFileSystemProps:
       from itself and from `client_security_groups`. A given group is used as it is.
     client_security_groups: groups of the instances that mount the file system: the Lustre ports
       are allowed from them into the file system's group and back from it into theirs (Lustre
-      servers also connect to clients). Default: none.
+      servers also connect to clients). Only with neither `security_group` nor `efa_enabled` (a
+      ValidationError otherwise: those groups would get no rule). Default: none.
     kms_key: PERSISTENT_2 only: customer-managed key. Default: FSx's AWS-managed key.
     data_compression: LZ4 or NONE. Default: LZ4.
     metadata_mode: PERSISTENT_2 only: AUTOMATIC or USER_PROVISIONED. Default: AUTOMATIC
@@ -100,6 +101,14 @@ class LustreFileSystemProps:
 def _validate(props: LustreFileSystemProps) -> None:
     """One check per FSx rule (the fsx-lustre-* entries of docs/facts/storage.md); the message names the field, the allowed values, the value."""
     dt = props.deployment_type
+    if props.client_security_groups and (props.efa_enabled or props.security_group is not None):
+        given = "efa_enabled" if props.efa_enabled and props.security_group is None else "security_group"
+        raise ValidationError(
+            f"client_security_groups apply only to the group this construct makes for a file system without EFA, got "
+            f"{len(props.client_security_groups)} with {given}: give security_group, a group the file system and its clients "
+            "share (with EFA, all traffic to and from that one group: docs/facts/network.md#efa-security-group-self-traffic), "
+            "and leave client_security_groups out"
+        )
     if dt not in DEPLOYMENT_TYPES:
         raise ValidationError(f"deployment_type must be PERSISTENT_2 or SCRATCH_2, got {dt!r}")
     persistent = dt == "PERSISTENT_2"
