@@ -54,6 +54,9 @@ GUARDED_TYPES: dict[str, str] = {
     "AWS::SageMaker::Cluster": "capacity and running work: the HyperPod nodes and the jobs on them",
     "AWS::EKS::Cluster": "capacity and running work: every workload and node of the cluster",
     "AWS::EC2::CapacityReservation": "capacity: the reserved instances; a new reservation may not be granted",
+    # Deleting a group terminates its instances (DeleteAutoScalingGroup: docs/facts/capacity.md#asg-delete-terminates-instances):
+    # an ec2 training group renamed or removed loses its nodes and the jobs on them.
+    "AWS::AutoScaling::AutoScalingGroup": "capacity and running work: the group's instances and the jobs on them",
     "AWS::EC2::VPC": "identity: everything in the VPC must be recreated",
     "AWS::EC2::Subnet": "identity: everything in the subnet must be recreated",
 }

@@ -437,6 +437,10 @@ CAPACITY_BEFORE: dict[str, Any] = {
             },
         },
         "NodeRole": {"Type": "AWS::IAM::Role", "Properties": {"RoleName": "fminfra-dev-nodes", "AssumeRolePolicyDocument": {}}},
+        "AutoScalingGroupworkers": {
+            "Type": "AWS::AutoScaling::AutoScalingGroup",
+            "Properties": {"MinSize": "4", "MaxSize": "4", "DesiredCapacity": "4", "VPCZoneIdentifier": ["subnet-1"]},
+        },
         "HyperPod": {
             "Type": "AWS::SageMaker::Cluster",
             "Properties": {
@@ -491,6 +495,11 @@ LOSSES = {"dev-Compute": CAPACITY_BEFORE, "dev-Observability": OBSERVABILITY_BEF
         ),
         ("dev-Compute", lambda r: r["Eks"]["Properties"].update(Name="x"), "Eks (AWS::EKS::Cluster) would be replaced: Name"),
         (
+            "dev-Compute",
+            lambda r: r.update(AutoScalingGrouptrainers=r.pop("AutoScalingGroupworkers")),
+            "AutoScalingGroupworkers (AWS::AutoScaling::AutoScalingGroup) would be deleted",
+        ),
+        (
             "dev-Observability",
             lambda r: r["Logs"]["Properties"].update(RetentionInDays=30),
             "Logs (AWS::Logs::LogGroup) would be truncated: RetentionInDays: shortened from 90 to 30 days",
@@ -512,6 +521,7 @@ LOSSES = {"dev-Compute": CAPACITY_BEFORE, "dev-Observability": OBSERVABILITY_BEF
         "odcr-moved-az",
         "hyperpod-renamed",
         "eks-renamed",
+        "ec2-group-renamed",
         "retention-shortened",
         "log-group-renamed",
         "workspace-and-rules-deleted",
