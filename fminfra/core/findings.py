@@ -42,7 +42,3 @@ def error(path: str, message: str) -> Finding:
 
 def warning(path: str, message: str) -> Finding:
     return Finding(path, "warning", message)
-
-
-def errors(findings: list[Finding]) -> list[Finding]:
-    return [f for f in findings if f.level == "error"]
