@@ -439,6 +439,17 @@ print(f"node/{node} drained")
 """
 
 
+# The jobs the drain tests run on a fake Slurm node. A job that checkpoints when told: it traps USR1, writes its checkpoint and exits.
+CHECKPOINTING_JOB = """trap 'echo step=$STEP > "$CKPT"; exit 0' USR1
+STEP=0
+while :; do STEP=$((STEP + 1)); sleep 0.1; done
+"""
+# A job that ignores the signal and would run forever.
+STUBBORN_JOB = """trap '' USR1
+while :; do sleep 0.1; done
+"""
+
+
 def install_fakes(bin_dir: Path, *, slurm: bool = True, kubectl: bool = False) -> None:
     """Writes `aws`, and the Slurm commands and/or `kubectl`, into bin_dir (put it first on PATH)."""
     bin_dir.mkdir(parents=True, exist_ok=True)

@@ -17,23 +17,13 @@ import pytest
 
 from fminfra.capacity.rules import DRAIN_HOOK_NAME, DRAIN_HOOK_TRANSITION, hook_heartbeat_seconds
 from tests.conftest import ROOT
-from tests.fakes.drain_fakes import AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state
+from tests.fakes.drain_fakes import CHECKPOINTING_JOB, STUBBORN_JOB, AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state
 
 SCRIPT = ROOT / "scripts" / "node" / "drain_on_terminate.sh"
 GROUP = "fminfra-dev-train"
 INSTANCE = "i-0123456789abcdef0"
 NODE = "train-1"
 K8S_NODE = "ip-10-0-1-23.us-west-2.compute.internal"
-
-# A job that checkpoints when told: it traps USR1, writes its checkpoint and exits.
-CHECKPOINTING_JOB = """trap 'echo step=$STEP > "$CKPT"; exit 0' USR1
-STEP=0
-while :; do STEP=$((STEP + 1)); sleep 0.1; done
-"""
-# A job that ignores the signal and would run forever.
-STUBBORN_JOB = """trap '' USR1
-while :; do sleep 0.1; done
-"""
 
 
 def _group(drain_s: int, hooks: bool = True) -> AutoScalingGroupModel:

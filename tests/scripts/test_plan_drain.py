@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT
-from tests.fakes.drain_fakes import install_fakes, slurm_state, training_plans
+from tests.fakes.drain_fakes import CHECKPOINTING_JOB, STUBBORN_JOB, install_fakes, slurm_state, training_plans
 
 SCRIPT = ROOT / "scripts" / "node" / "drain_before_plan_end.sh"
 PLAN = "arn:aws:sagemaker:us-east-1:333333333333:training-plan/fminfra-prod-p5en"
@@ -27,14 +27,6 @@ NODE = "ip-10-1-0-12"
 TERMINATIONS_BEFORE_END = timedelta(minutes=30)
 # The PATH systemd gives a service that sets none (systemd.exec(5); docs/facts/hyperpod.md#systemd-service-path).
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
-
-CHECKPOINTING_JOB = """trap 'echo step=$STEP > "$CKPT"; exit 0' USR1
-STEP=0
-while :; do STEP=$((STEP + 1)); sleep 0.1; done
-"""
-STUBBORN_JOB = """trap '' USR1
-while :; do sleep 0.1; done
-"""
 
 
 @pytest.fixture
