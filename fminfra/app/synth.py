@@ -13,6 +13,7 @@ from cdk_nag import AwsSolutionsChecks
 from fminfra.app.stage import EnvironmentStage
 from fminfra.config import EnvironmentConfig, config_files, load_config
 from fminfra.core.errors import ConfigError, ValidationError
+from fminfra.core.rules import repeated_environment_names
 
 DEFAULT_CONFIG_DIR = Path("config")
 
@@ -115,6 +116,8 @@ def main() -> int:
             except ConfigError as exc:
                 problems.extend(exc.problems)
         if problems:
+            raise ConfigError(problems)
+        if problems := repeated_environment_names({str(p): c.name for p, c in zip(paths, configs, strict=True)}):
             raise ConfigError(problems)
         build_app(configs, app=app)
         add_github_oidc_stacks(app, configs)

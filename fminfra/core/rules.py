@@ -47,6 +47,22 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 # An environment's name: it is in every physical name fminfra makes.
 ENVIRONMENT_NAME = Pattern(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$", "1-16 lowercase letters, digits and hyphens, starting with a letter")
 
+
+def repeated_environment_names(names: dict[str, str]) -> list[str]:
+    """FILE -> environment name, of files synthesized together (one app, one Stage per environment,
+    named for it): one line for each file whose name an earlier file already has."""
+    first: dict[str, str] = {}
+    problems = []
+    for file, name in names.items():
+        if name in first:
+            problems.append(
+                f"{file}: name: {name!r} is already the name of {first[name]}; environment names must be unique across the files "
+                "synthesized together (one Stage each); rename one"
+            )
+        first.setdefault(name, file)
+    return problems
+
+
 # docs/facts/pipeline.md#aws-tag-restrictions: keys 1-128, values 1-256 (CloudFormation stack tags
 # need a value), no aws: prefix, the characters every tagging service accepts, 50 tags a resource,
 # less the two fminfra adds (fminfra:environment; SageMaker on the HyperPod cluster).

@@ -14,6 +14,7 @@ from pathlib import Path
 from fminfra.config import config_files, format_warnings, parse_config, read_yaml, resolve_config_path
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
+from fminfra.core.rules import repeated_environment_names
 from fminfra.ops.common import EXIT_OK
 
 
@@ -37,26 +38,35 @@ def expand(args: list[str]) -> list[Path]:
     return paths
 
 
-def validate_one(path: Path) -> str:
-    """`FILE: ok` (or `FILE: ok (pipeline: ...)`); ConfigError with one line per problem."""
+def validate_one(path: Path) -> tuple[str, str | None]:
+    """`FILE: ok` (or `FILE: ok (pipeline: ...)`) and the environment's name (None for a pipeline
+    file); ConfigError with one line per problem."""
     data = read_yaml(path)
     if is_pipeline_file(data):
         pipeline, environments = load_pipeline(path)
         names = ", ".join(e.name for e in environments)
-        return f"{path}: ok (pipeline {pipeline.name}: {names})"
+        return f"{path}: ok (pipeline {pipeline.name}: {names})", None
     cfg = parse_config(data, str(path))
     for line in format_warnings(path, cfg):
         print(line, file=sys.stderr)
-    return f"{path}: ok"
+    return f"{path}: ok", cfg.name
 
 
 def command(ns: argparse.Namespace) -> int:
+    """Each file on its own, then the files together: one app synthesizes them all, so an
+    environment name may be given once (`repeated_environment_names`)."""
     problems: list[str] = []
-    for path in expand(ns.configs):
+    names: dict[str, str] = {}
+    for path in {p.resolve(): p for p in expand(ns.configs)}.values():
         try:
-            print(validate_one(path))
+            line, name = validate_one(path)
         except ConfigError as exc:
             problems.extend(exc.problems)
+            continue
+        print(line)
+        if name is not None:
+            names[str(path)] = name
+    problems.extend(repeated_environment_names(names))
     if problems:
         raise ConfigError(problems)
     return EXIT_OK

@@ -124,6 +124,19 @@ def test_validate_takes_a_folder_and_recognises_the_pipeline_file(capsys: pytest
     assert lines[-1].startswith(f"{ROOT / 'pipeline.yaml'}: ok (pipeline ")
 
 
+def test_validate_names_both_files_of_a_repeated_environment_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Each file is valid alone; synth of the folder would fail on the name, so validate of the folder does.
+    first, second = _write(tmp_path, DEV, "a.yaml"), _write(tmp_path, DEV, "b.yaml")
+    code, out, err = _run(["validate", str(tmp_path)], capsys)
+    assert (code, out) == (2, f"{first}: ok\n{second}: ok\n")
+    assert err == (
+        f"{second}: name: 'dev' is already the name of {first}; environment names must be unique across the files "
+        "synthesized together (one Stage each); rename one\n"
+    )
+    # The same file named twice is one file.
+    assert _run(["validate", str(first), str(first)], capsys)[:2] == (0, f"{first}: ok\n")
+
+
 def test_validate_of_an_empty_folder_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["validate", str(tmp_path)], capsys) == (2, "", f"{tmp_path}: (folder): no config files (*.yaml, *.yml) in it\n")
 
