@@ -4,12 +4,14 @@ and the names and limits the sections have in common."""
 from __future__ import annotations
 
 import re
-from typing import Any
+import types
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from fminfra.core.findings import Finding
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+from fminfra.core.rules import boolean_for_number_problem
 
 
 class Problems(ValueError):
@@ -25,10 +27,28 @@ def _raise_problems(findings: list[Finding]) -> None:
         raise Problems(findings)
 
 
+def _numeric(annotation: Any) -> bool:
+    """Whether a field takes a number (int or float, optional or not): pydantic would read a boolean as 1 or 0."""
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_numeric(a) for a in get_args(annotation) if a is not type(None))
+    return False
+
+
 class Model(BaseModel):
-    """Base of every config section: unknown fields are errors."""
+    """Base of every config section: unknown fields are errors, and a number is never a boolean
+    (`count: true` is a mistake, not 1)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+            raise ValueError(boolean_for_number_problem(value))
+        return value
 
 
 def check_account(value: Any) -> Any:

@@ -48,6 +48,11 @@ LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 
 ENVIRONMENT_NAME = Pattern(r"^[a-z](?:[a-z0-9-]{0,14}[a-z0-9])?$", "1-16 lowercase letters, digits and hyphens, starting with a letter")
 
 
+def boolean_for_number_problem(value: bool) -> str:
+    """A boolean where a number belongs: pydantic would take true as 1 and false as 0."""
+    return f"must be a number, got {str(value).lower()} (YAML reads unquoted true/false/yes/no/on/off as booleans)"
+
+
 def repeated_environment_names(names: dict[str, str]) -> list[str]:
     """FILE -> environment name, of files synthesized together (one app, one Stage per environment,
     named for it): one line for each file whose name an earlier file already has."""

@@ -140,6 +140,12 @@ BAD_CASES = [
         "f.yaml: compute.instance_groups[0].placement: group 'workers': HyperPod groups do not take placement (HyperPod places and boots its own nodes)",
     ),
     (DEV, "compute.eks", {}, "f.yaml: compute.eks: only with orchestrator eks or when inference_node_groups exist"),
+    (
+        DEV,
+        "compute.instance_groups.0.count",
+        True,
+        "f.yaml: compute.instance_groups[0].count: must be a number, got true (YAML reads unquoted true/false/yes/no/on/off as booleans)",
+    ),
     (DEV, "compute.slurm.login.count", -1, "f.yaml: compute.slurm.login.count: Input should be greater than or equal to 0, got -1"),
     (STAGING, "network.az_ids", ["usw2-az4"], "f.yaml: network.az_ids: EKS needs subnets in at least two AZs; list at least two AZ IDs"),
     (
