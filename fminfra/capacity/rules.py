@@ -120,3 +120,19 @@ EKS_DRAIN_MINUTES_PROBLEM = (
     "does not apply to inference node groups: EKS scales a Capacity Block node group to 0 and drains it "
     "40 minutes before the block ends, on its own schedule; remove drain_minutes"
 )
+
+
+def ended_problem(field: str, capacity_type: str, end: datetime, now: datetime) -> str | None:
+    """A reservation's end that has passed (a warning: a deployed group keeps its config, and
+    validation does not depend on the clock): the group gets no capacity from it."""
+    if end > now:
+        return None
+    if capacity_type == "odcr":
+        return (
+            f"{field} {utc_timestamp(end)} has passed: EC2 cannot create a reservation that has ended (preflight refuses it); "
+            "give a later end_date or leave it out (open-ended)"
+        )
+    return (
+        f"{field} {utc_timestamp(end)} has passed: the block is over and the group never scales out into it; "
+        "give the next block's reservation_ids and window, or remove the group"
+    )

@@ -23,6 +23,7 @@ from fminfra.capacity.rules import (
     RESERVATION_ID,
     TRAINING_PLAN_ARN_RULE,
     end_time_problem,
+    ended_problem,
     scale_in_time,
 )
 from fminfra.compute.rules import EC2_INSTANCE_TYPE_RULE
@@ -40,6 +41,7 @@ from fminfra.eks.rules import (
     STANDARD_SUPPORT_USD_PER_HOUR,
     SUPPORT_END_WARNING_DAYS,
     k8s_problems,
+    open_endpoint_problem,
 )
 from fminfra.hyperpod.rules import (
     CONNECTIVITY_MIN_INSTANCES,
@@ -48,6 +50,7 @@ from fminfra.hyperpod.rules import (
     PRIORITY_WEIGHT_MAX,
     QUOTA_MAX_INSTANCE_TYPES,
     TEAM_NAME,
+    controller_gpu_problem,
     hyperpod_instance_types,
 )
 from fminfra.hyperpod.rules import NAME as HYPERPOD_NAME
@@ -317,6 +320,8 @@ class SlurmNodeConfig(Model):
     instance_type: str = Field(default="ml.m5.12xlarge", description="HyperPod instance type of the controller.")
     instance_storage_gib: int = Field(default=500, ge=1, le=16384)
 
+    _gpu_allowed: ClassVar[bool] = False  # the controller: slurmctld only
+
     @field_validator("instance_type")
     @classmethod
     def _ml(cls, value: str) -> str:
@@ -325,11 +330,16 @@ class SlurmNodeConfig(Model):
             raise ValueError(
                 f"{value!r} is not an instance type SageMaker HyperPod supports (botocore's ClusterInstanceType), e.g. ml.m5.12xlarge, ml.c5.4xlarge"
             )
+        gpu = catalog.CATALOG.get(catalog.normalize_instance_type(name))
+        if gpu is not None and not cls._gpu_allowed:
+            raise ValueError(controller_gpu_problem(name, gpu.gpus))
         return name
 
 
 class SlurmLoginConfig(SlurmNodeConfig):
     """The optional Slurm login group."""
+
+    _gpu_allowed: ClassVar[bool] = True  # login nodes may build and debug GPU code
 
     instance_type: str = Field(default="ml.m5.4xlarge", description="HyperPod instance type of the login nodes.")
     count: int = Field(default=0, ge=0, le=16, description="Login nodes (0: no login group).")
@@ -568,10 +578,15 @@ class ComputeConfig(Model):
         """(field path, message) for what does not reject the config: a Kubernetes version within
         SUPPORT_END_WARNING_DAYS of the end of its EKS standard support; an inference node group whose
         sizes promise scaling that nothing does."""
-        out = self._unscaled_group_warnings()
+        out = self._unscaled_group_warnings() + self._ended_capacity_warnings(today)
         if self.eks is None:
             return out
         out += self._acceptance_team_warnings()
+        out += [
+            warning(f"eks.public_access_cidrs[{i}]", open_endpoint_problem(cidr))
+            for i, cidr in enumerate(self.eks.public_access_cidrs)
+            if ipaddress.IPv4Network(cidr).prefixlen == 0
+        ]
         today = today or datetime.now(UTC).date()
         end = standard_support_end(self.eks.kubernetes_version)
         left = (end - today).days
@@ -592,6 +607,25 @@ class ComputeConfig(Model):
                 ),
             ),
         ]
+
+    def groups_with_paths(self) -> list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]]:
+        """Every training and inference group, with its path under `compute`."""
+        return [
+            *((f"instance_groups[{i}]", g) for i, g in enumerate(self.instance_groups)),
+            *((f"inference_node_groups[{i}]", g) for i, g in enumerate(self.inference_node_groups)),
+        ]
+
+    def _ended_capacity_warnings(self, today: date | None) -> list[Finding]:
+        """An ODCR's end_date or a Capacity Block's ends_at that has passed (before TODAY, or now)."""
+        now = datetime.now(UTC) if today is None else datetime.combine(today, datetime.min.time(), UTC)
+        out = []
+        for path, group in self.groups_with_paths():
+            cap = group.capacity
+            field = "end_date" if cap.type == "odcr" else "ends_at"
+            end = cap.end_date if cap.type == "odcr" else cap.ends_at if cap.type == "capacity-block" else None
+            if end is not None and end.tzinfo is not None and (problem := ended_problem(field, cap.type, end, now)):
+                out.append(warning(f"{path}.capacity.{field}", f"group {group.name!r}: {problem}"))
+        return out
 
     def _unscaled_group_warnings(self) -> list[Finding]:
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
@@ -661,10 +695,7 @@ class ComputeConfig(Model):
             )
         seen: dict[str, str] = {}
         reserved = (CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME) if self.orchestrator == "slurm" else ()
-        groups: list[tuple[str, InstanceGroupConfig | InferenceNodeGroupConfig]] = [
-            *((f"instance_groups[{i}]", g) for i, g in enumerate(self.instance_groups)),
-            *((f"inference_node_groups[{i}]", g) for i, g in enumerate(self.inference_node_groups)),
-        ]
+        groups = self.groups_with_paths()
         for path, group in groups:
             if group.name in reserved:
                 problems.append(error(f"{path}.name", f"{group.name!r} is the Slurm {group.name} group's name; choose another"))

@@ -44,6 +44,17 @@ IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA
 # `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
 # announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
 SUPPORT_END_WARNING_DAYS = 60
+
+
+def open_endpoint_problem(cidr: str) -> str:
+    """A public API endpoint CIDR that admits every address: legal, and only authentication stands
+    between the internet and the cluster's Kubernetes API."""
+    return (
+        f"{cidr} opens the cluster's public Kubernetes API endpoint to every address on the internet (only IAM authentication "
+        "stands in the way); list the CIDRs of your networks and CI runners, or [] for a private endpoint"
+    )
+
+
 # The taint an inference node group gets when its config lists none (InferenceNodeGroup's default).
 DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 # Effects that keep pods without a matching toleration (CoreDNS among them) off a node.

@@ -44,6 +44,14 @@ HEALTH_MONITORING_AGENT_REGIONS = (
 
 
 @cache
+def controller_gpu_problem(instance_type: str, gpus: int) -> str:
+    """The Slurm controller on a GPU type: it runs slurmctld and no job, so its GPUs are paid for and never used."""
+    return (
+        f"{instance_type!r} is a GPU type ({gpus} GPUs); the Slurm controller runs slurmctld and no job, "
+        "so use a CPU type such as ml.m5.12xlarge (the default) or ml.c5.4xlarge"
+    )
+
+
 def hyperpod_instance_types() -> frozenset[str]:
     """Every `ml.` instance type a HyperPod cluster instance group accepts."""
     model = botocore.session.get_session().get_service_model("sagemaker")

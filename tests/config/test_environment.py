@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,13 @@ BAD_CASES = [
         True,
         "f.yaml: compute.instance_groups[0].count: must be a number, got true (YAML reads unquoted true/false/yes/no/on/off as booleans)",
     ),
+    (
+        DEV,
+        "compute.slurm.controller.instance_type",
+        "ml.p5.48xlarge",
+        "f.yaml: compute.slurm.controller.instance_type: 'ml.p5.48xlarge' is a GPU type (8 GPUs); the Slurm controller runs slurmctld "
+        "and no job, so use a CPU type such as ml.m5.12xlarge (the default) or ml.c5.4xlarge",
+    ),
     (DEV, "compute.slurm.login.count", -1, "f.yaml: compute.slurm.login.count: Input should be greater than or equal to 0, got -1"),
     (STAGING, "network.az_ids", ["usw2-az4"], "f.yaml: network.az_ids: EKS needs subnets in at least two AZs; list at least two AZ IDs"),
     (
@@ -160,6 +168,41 @@ BAD_CASES = [
 @pytest.mark.parametrize(("base", "path", "value", "expected"), BAD_CASES, ids=[c[1] + "=" + repr(c[2])[:30] for c in BAD_CASES])
 def test_bad_values_give_one_exact_line(base: dict[str, Any], path: str, value: Any, expected: str) -> None:
     assert _problems(_with(base, path, value)) == [expected]
+
+
+def _warnings(data: dict[str, Any]) -> list[str]:
+    return [f.line("f.yaml") for f in parse_config(data, "f.yaml").warnings(date(2026, 12, 2))]
+
+
+def test_login_nodes_may_be_a_gpu_type() -> None:
+    assert parse_config(_with(DEV, "compute.slurm.login.instance_type", "ml.g5.12xlarge")).compute.slurm is not None
+
+
+def test_an_end_that_has_passed_is_a_warning_that_says_why() -> None:
+    odcr = _warnings(_with(EC2, "compute.instance_groups.0.capacity.end_date", "2020-01-10T00:00:00Z"))
+    assert (
+        "f.yaml: compute.instance_groups[0].capacity.end_date: warning: group 'trainers': end_date 2020-01-10T00:00:00Z has passed: "
+        "EC2 cannot create a reservation that has ended (preflight refuses it); give a later end_date or leave it out (open-ended)"
+    ) in odcr
+    block = _with(EC2, "compute.instance_groups.0.capacity", {"type": "capacity-block", "reservation_ids": ["cr-0123456789abcdef0"]})
+    block["compute"]["instance_groups"][0]["placement"] = "none"
+    block["compute"]["instance_groups"][0]["capacity"].update(starts_at="2020-01-03T11:30:00Z", ends_at="2020-01-10T11:30:00Z")
+    assert (
+        "f.yaml: compute.instance_groups[0].capacity.ends_at: warning: group 'trainers': ends_at 2020-01-10T11:30:00Z has passed: "
+        "the block is over and the group never scales out into it; give the next block's reservation_ids and window, or remove the group"
+    ) in _warnings(block)
+    # Ahead: no warning (the shipped example ends in 2027).
+    assert not [w for w in _warnings(EC2) if "has passed" in w]
+
+
+def test_an_eks_endpoint_open_to_every_address_is_a_warning() -> None:
+    lines = _warnings(_with(STAGING, "compute.eks.public_access_cidrs", ["203.0.113.0/24", "0.0.0.0/0"]))
+    assert (
+        "f.yaml: compute.eks.public_access_cidrs[1]: warning: 0.0.0.0/0 opens the cluster's public Kubernetes API endpoint to every "
+        "address on the internet (only IAM authentication stands in the way); list the CIDRs of your networks and CI runners, or [] "
+        "for a private endpoint"
+    ) in lines
+    assert not [w for w in lines if "public_access_cidrs[0]" in w]
 
 
 def test_missing_required_field() -> None:
