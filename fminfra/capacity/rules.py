@@ -15,6 +15,16 @@ TRAINING_PLAN_ARN_RULE = re.compile(
 CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block", "training-plan")
 HYPERPOD_CAPACITY_TYPES = ("on-demand", "training-plan")
 EC2_CAPACITY_TYPES = ("on-demand", "odcr", "reservation", "capacity-block")
+# GB200 Capacity Blocks are sold as UltraServers, searched by UltraserverType
+# (docs/facts/capacity.md#capacity-block-ultraserver-types). fminfra lists their offerings; it does
+# not deploy onto them (`capacity-blocks`, and `validate` refuses an ec2 or EKS group of them): they sit in a Local Zone (not an AZ ID fminfra places by) and the GB200
+# network layout is unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge).
+ULTRASERVER_TYPES = ("u-p6e-gb200x36", "u-p6e-gb200x72")
+GB200_INSTANCE_TYPE = "p6e-gb200.36xlarge"
+GB200_SUPPORT = (
+    "fminfra lists GB200 UltraServer offerings (find --ultraserver-type) but does not deploy onto them: "
+    "they are in a Local Zone, not an AZ ID, and the GB200 network layout is unverified"
+)
 # A Capacity Block's instances are placed by the block (docs/facts/capacity.md#capacity-block-no-separate-placement-group).
 BLOCK_PLACEMENT = "a Capacity Block brings its own placement; placement cluster is not allowed, use none"
 

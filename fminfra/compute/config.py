@@ -16,6 +16,8 @@ from fminfra.capacity.rules import (
     DEFAULT_DRAIN,
     EC2_CAPACITY_TYPES,
     EKS_DRAIN_MINUTES_PROBLEM,
+    GB200_INSTANCE_TYPE,
+    GB200_SUPPORT,
     HYPERPOD_CAPACITY_TYPES,
     MAX_BLOCK_LENGTH,
     MAX_DRAIN_MINUTES,
@@ -184,7 +186,13 @@ def _capacity_problems(
 
 def _purchase_problem(path: str, name: str, instance_type: str, capacity_type: str) -> Finding | None:
     """A group whose capacity type AWS does not sell its instance type through
-    (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase)."""
+    (docs/facts/capacity.md#p6e-gb200-ultraserver-purchase), or a GB200 Capacity Block, which fminfra does not deploy."""
+    if capacity_type == "capacity-block" and catalog.normalize_instance_type(instance_type) == GB200_INSTANCE_TYPE:
+        return error(
+            f"{path}.capacity.type",
+            f"group {name!r}: {GB200_INSTANCE_TYPE} Capacity Blocks are not deployable: {GB200_SUPPORT}; "
+            "run p6e-gb200 on HyperPod (orchestrator slurm or eks) with capacity type training-plan",
+        )
     allowed = catalog.capacity_types(instance_type)
     if allowed is None or capacity_type in allowed:
         return None

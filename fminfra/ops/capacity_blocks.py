@@ -10,23 +10,20 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fminfra import catalog
-from fminfra.capacity.rules import MAX_INSTANCES_PER_BLOCK, duration_problem, duration_text, utc_timestamp
+from fminfra.capacity.rules import (
+    GB200_INSTANCE_TYPE,
+    GB200_SUPPORT,
+    MAX_INSTANCES_PER_BLOCK,
+    ULTRASERVER_TYPES,
+    duration_problem,
+    duration_text,
+    utc_timestamp,
+)
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
 from fminfra.core.rules import TAG_ARGUMENT_RULE
 from fminfra.core.table import format_table
 from fminfra.ops.aws import access_problem, client, error_code, make_session
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError
-
-# GB200 Capacity Blocks are sold as UltraServers, searched by UltraserverType
-# (docs/facts/capacity.md#capacity-block-ultraserver-types). fminfra lists their offerings; it does
-# not deploy onto them: they sit in a Local Zone (not an AZ ID fminfra places by) and the GB200
-# network layout is unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge).
-ULTRASERVER_TYPES = ("u-p6e-gb200x36", "u-p6e-gb200x72")
-GB200_INSTANCE_TYPE = "p6e-gb200.36xlarge"
-GB200_SUPPORT = (
-    "fminfra lists GB200 UltraServer offerings (find --ultraserver-type) but does not deploy onto them: "
-    "they are in a Local Zone, not an AZ ID, and the GB200 network layout is unverified"
-)
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,13 @@ def find_offerings(
     sorted by start. With an UltraServer type, COUNT is UltraServers."""
     kwargs: dict[str, Any] = {"CapacityDurationHours": duration_days * 24}
     if ultraserver_type:
-        kwargs |= {"UltraserverType": ultraserver_type, "UltraserverCount": count}
+        # The request needs an instance type, InstanceTypePreferences or the legacy InstanceType
+        # (docs/facts/capacity.md#capacity-block-offerings-instance-type): a GB200 UltraServer's is p6e-gb200.36xlarge.
+        kwargs |= {
+            "UltraserverType": ultraserver_type,
+            "UltraserverCount": count,
+            "InstanceTypePreferences": [{"InstanceType": GB200_INSTANCE_TYPE}],
+        }
     else:
         kwargs |= {"InstanceType": instance_type, "InstanceCount": count}
     if start_after is not None:

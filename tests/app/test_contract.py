@@ -353,10 +353,12 @@ def _config_problems(data: dict[str, Any]) -> list[str]:
 
 
 def _grace(**group: Any) -> dict[str, Any]:
-    """capacity-ec2.yaml with its p6e-gb200 group changed."""
+    """capacity-ec2.yaml with a p6e-gb200 group added (AWS sells p6e-gb200 only as UltraServers, through
+    Capacity Blocks, which fminfra does not deploy, or training plans)."""
     data = copy.deepcopy(_CAP_EC2)
-    (grace,) = [g for g in data["compute"]["instance_groups"] if g["name"] == "grace"]
-    grace.update(group)
+    data["compute"]["instance_groups"].append(
+        {"name": "grace", "instance_type": "p6e-gb200.36xlarge", "count": 1, "placement": "none", **group}
+    )
     return data
 
 
@@ -371,7 +373,7 @@ def _grace(**group: Any) -> dict[str, Any]:
 def test_p6e_gb200_only_through_capacity_blocks_or_training_plans(capacity: dict[str, Any], given: str) -> None:
     # Defect 4: AWS sells p6e-gb200 only as UltraServers through Capacity Blocks (EC2) or training
     # plans (HyperPod): docs/facts/capacity.md#p6e-gb200-ultraserver-purchase.
-    index = [g["name"] for g in _CAP_EC2["compute"]["instance_groups"]].index("grace")
+    index = len(_CAP_EC2["compute"]["instance_groups"])
     assert _config_problems(_grace(capacity=capacity)) == [
         f"f.yaml: compute.instance_groups[{index}].capacity.type: group 'grace': AWS sells p6e-gb200.36xlarge only through "
         f"capacity-block, training-plan, not {given}; allowed: capacity-block, training-plan"

@@ -205,6 +205,19 @@ def test_an_eks_endpoint_open_to_every_address_is_a_warning() -> None:
     assert not [w for w in lines if "public_access_cidrs[0]" in w]
 
 
+def test_a_gb200_capacity_block_group_is_refused_with_the_reason() -> None:
+    # docs/capacity.md: fminfra lists GB200 UltraServer offerings and does not deploy onto them.
+    group = {"name": "grace", "instance_type": "p6e-gb200.36xlarge", "count": 1, "placement": "none"}
+    group["capacity"] = {"type": "capacity-block", "reservation_ids": ["cr-0bbbbbbbbbbbbbbb3"]}
+    data = _with(EC2, "compute.instance_groups", [group])
+    assert _problems(data) == [
+        "f.yaml: compute.instance_groups[0].capacity.type: group 'grace': p6e-gb200.36xlarge Capacity Blocks are not deployable: "
+        "fminfra lists GB200 UltraServer offerings (find --ultraserver-type) but does not deploy onto them: they are in a Local "
+        "Zone, not an AZ ID, and the GB200 network layout is unverified; run p6e-gb200 on HyperPod (orchestrator slurm or eks) "
+        "with capacity type training-plan"
+    ]
+
+
 def test_missing_required_field() -> None:
     assert _problems(_with(DEV, "network.compute_az_id", ...)) == ["f.yaml: network.compute_az_id: required field is missing"]
 

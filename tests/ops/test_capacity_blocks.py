@@ -400,7 +400,13 @@ def test_find_gb200_ultraservers_by_ultraserver_type(ec2: Stubber, capsys: pytes
     ec2.add_response(
         "describe_capacity_block_offerings",
         {"CapacityBlockOfferings": [offering]},
-        {"UltraserverType": "u-p6e-gb200x72", "UltraserverCount": 1, "CapacityDurationHours": 168},
+        # botocore's model: InstanceTypePreferences or the legacy InstanceType is required (UltraServer search too)
+        {
+            "UltraserverType": "u-p6e-gb200x72",
+            "UltraserverCount": 1,
+            "InstanceTypePreferences": [{"InstanceType": "p6e-gb200.36xlarge"}],
+            "CapacityDurationHours": 168,
+        },
     )
     argv = [
         "capacity-blocks",

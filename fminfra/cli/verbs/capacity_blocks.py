@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from fminfra.capacity.rules import ULTRASERVER_TYPES
 from fminfra.cli.help import PROFILE_HELP
 from fminfra.ops import capacity_blocks
-from fminfra.ops.capacity_blocks import ULTRASERVER_TYPES
 from fminfra.ops.common import Parser
 
 HELP = "find and buy EC2 Capacity Blocks for ML"

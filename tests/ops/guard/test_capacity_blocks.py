@@ -104,8 +104,8 @@ def test_plan_says_when_a_deploy_touches_a_running_block_group() -> None:
 def test_plan_warns_that_a_windowless_block_group_is_reset_by_a_deploy() -> None:
     cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
     notes = capacity_block_deploy_notes(cfg, INSIDE)
-    # Both of capacity-ec2's Capacity Block groups give no window (the p6e-gb200 group became one).
-    assert [n.split(":")[0] for n in notes] == ["blocks", "grace"]
+    # capacity-ec2's Capacity Block group gives no window.
+    assert [n.split(":")[0] for n in notes] == ["blocks"]
     assert "sets it back to 0 instances" in notes[0]
 
 
