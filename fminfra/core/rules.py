@@ -53,6 +53,19 @@ def boolean_for_number_problem(value: bool) -> str:
     return f"must be a number, got {str(value).lower()} (YAML reads unquoted true/false/yes/no/on/off as booleans)"
 
 
+# `cost`: hours in a month, more than 0 and at most a 31-day month; counts of users and samples, 0 or more.
+HOURS_PER_MONTH_MAX = 31 * 24
+
+
+def number_problem(value: float, *, low: float, high: float | None = None, low_allowed: bool = True) -> str | None:
+    """None when `value` lies in the range; otherwise `must be ... , got VALUE`."""
+    above = value >= low if low_allowed else value > low
+    if above and (high is None or value <= high) and value == value:  # NaN is in no range
+        return None
+    lower = f"{low:g} or more" if low_allowed else f"more than {low:g}"
+    return f"must be {lower}{f' and at most {high:g}' if high is not None else ''}, got {value:g}"
+
+
 def repeated_environment_names(names: dict[str, str]) -> list[str]:
     """FILE -> environment name, of files synthesized together (one app, one Stage per environment,
     named for it): one line for each file whose name an earlier file already has."""

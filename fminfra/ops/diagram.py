@@ -22,7 +22,7 @@ from typing import Any
 
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
-from fminfra.ops.common import EXIT_OK, UsageError, load_configs
+from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
 
 
 @dataclass
@@ -351,11 +351,11 @@ def command(ns: argparse.Namespace) -> int:
     if ns.format == "png":
         if not ns.output:
             raise UsageError("diagram --format png: give --output FILE.png")
-        Path(ns.output).write_bytes(png(svg(pic)))
+        write_output(Path(ns.output), png(svg(pic)))
         return EXIT_OK
     text = mermaid(pic) if ns.format == "mermaid" else svg(pic)
     if ns.output:
-        Path(ns.output).write_text(text, encoding="utf-8")
+        write_output(Path(ns.output), text)
     else:
         print(text, end="")
     return EXIT_OK

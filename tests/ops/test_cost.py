@@ -89,6 +89,24 @@ def _product(usd: str, attributes: dict[str, str]) -> str:
     )
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--hours-per-month", "-5", "must be more than 0 and at most 744, got -5"),
+        ("--hours-per-month", "0", "must be more than 0 and at most 744, got 0"),
+        ("--hours-per-month", "1000", "must be more than 0 and at most 744, got 1000"),
+        ("--grafana-editors", "-1", "must be 0 or more, got -1"),
+        ("--amp-samples-per-second", "x", "must be a number, got 'x'"),
+    ],
+)
+def test_an_assumption_out_of_range_is_one_line(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
+) -> None:
+    # Before: a negative month priced every hourly item negative, and exit 0.
+    assert main(["cost", "dev", "--outdir", str(tmp_path), flag, value]) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"argument {flag}: {message}")
+
+
 def test_live_prices_come_from_the_price_list_api() -> None:
     client = boto3.client("pricing", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
     stub = Stubber(client)

@@ -78,3 +78,18 @@ def test_diagram_command_writes_each_format(synth: Synth, tmp_path: Path) -> Non
         assert main(["diagram", "dev", "--outdir", str(synth.outdir), "--format", fmt, "--output", str(out)]) == 0
         assert out.stat().st_size > 500
     assert read_assembly(synth.outdir)["dev"]
+
+
+def test_diagram_output_to_a_folder_or_a_missing_folder_is_one_line(
+    synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: IsADirectoryError and FileNotFoundError tracebacks.
+    from fminfra.cli.main import main
+
+    missing = tmp_path / "nowhere" / "dev.svg"
+    for output, line in [
+        (tmp_path, f"--output {tmp_path}: is a folder; give a file name in it"),
+        (missing, f"--output {missing}: no such folder {missing.parent}; create it first or give another path"),
+    ]:
+        assert main(["diagram", "dev", "--outdir", str(synth.outdir), "--format", "svg", "--output", str(output)]) == 2
+        assert capsys.readouterr().err.splitlines() == [line]
