@@ -44,6 +44,7 @@ from fminfra.eks.rules import (
     SUPPORT_END_WARNING_DAYS,
     k8s_problems,
     open_endpoint_problem,
+    unquoted_version_problem,
 )
 from fminfra.hyperpod.rules import (
     CONNECTIVITY_MIN_INSTANCES,
@@ -502,6 +503,13 @@ class EksConfig(Model):
         description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
         "an access entry and a Role in the namespace of the team its jobs queue in, what `fminfra accept` needs (docs/compute.md).",
     )
+
+    @field_validator("kubernetes_version", mode="before")
+    @classmethod
+    def _quoted(cls, value: object) -> object:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            raise ValueError(unquoted_version_problem(value))
+        return value
 
     @field_validator("kubernetes_version")
     @classmethod

@@ -14,7 +14,7 @@ from pydantic import ValidationError as PydanticValidationError
 from fminfra.config.environment import EnvironmentConfig
 from fminfra.core.config_base import Problems
 from fminfra.core.errors import ConfigError
-from fminfra.core.rules import MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
+from fminfra.core.rules import EMPTY_CONFIG, MAX_CONFIG_BYTES, MAX_INT_DIGITS, MAX_NESTING
 
 _NO_REUSE = "anchors, aliases and merge keys (&name, *name, <<) are not supported: write the values out"
 
@@ -156,6 +156,8 @@ def _one_line(text: str) -> str:
 
 def parse_config(data: Any, file: str = "<config>") -> EnvironmentConfig:
     """Validate already-parsed YAML data; ConfigError with one line per problem."""
+    if data is None:
+        raise ConfigError([f"{file}: (file): {EMPTY_CONFIG}"])
     if not isinstance(data, dict):
         raise ConfigError([f"{file}: (top level): must be a mapping of config sections, got {type(data).__name__}"])
     try:

@@ -95,3 +95,8 @@ TAG_ARGUMENT_RULE = re.compile(rf"^(?P<key>[^=]{{1,{TAG_KEY_MAX}}})=(?P<value>.{
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_NESTING = 64
 MAX_INT_DIGITS = 64
+# A file with nothing but comments (or nothing): YAML reads it as no document at all.
+EMPTY_CONFIG = (
+    "empty: no config sections, only comments or nothing; give version, name, account, region, network and compute "
+    "(`python -m fminfra init` writes a starter file)"
+)

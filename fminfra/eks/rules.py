@@ -46,6 +46,11 @@ IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA
 SUPPORT_END_WARNING_DAYS = 60
 
 
+def unquoted_version_problem(value: float) -> str:
+    """A Kubernetes version YAML read as a number: 1.30 unquoted is the float 1.3."""
+    return f'must be a quoted string such as "1.34": YAML reads an unquoted version as a number (1.30 becomes 1.3), got {value!r}'
+
+
 def open_endpoint_problem(cidr: str) -> str:
     """A public API endpoint CIDR that admits every address: legal, and only authentication stands
     between the internet and the cluster's Kubernetes API."""

@@ -8,12 +8,14 @@ nothing is written. An existing file is never overwritten.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
 import yaml
 
 from fminfra.config import parse_config
+from fminfra.core.errors import ConfigError
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.ops.common import EXIT_OK, UsageError
 
@@ -25,6 +27,31 @@ CAPACITY_FLAGS = {
     "ends_at": ("ends_at", ("capacity-block",)),
     "training_plan_arn": ("training_plan_arn", ("training-plan",)),
 }
+# The field of the config `starter` writes -> the flag that set it, for errors in the user's words.
+FIELD_FLAGS = (
+    (re.compile(r"^name$"), "--name"),
+    (re.compile(r"^account$"), "--account"),
+    (re.compile(r"^(region|network\..*)$"), "--region"),
+    (re.compile(r"^compute\.orchestrator$"), "--orchestrator"),
+    (re.compile(r"^compute\.\w+\[0\]\.instance_type$"), "--instance-type"),
+    (re.compile(r"^compute\.\w+\[0\]\.(count|min_size|desired_size|max_size)$"), "--count"),
+    (re.compile(r"^compute\.\w+\[0\]\.capacity\.type$"), "--capacity-type"),
+    (re.compile(r"^compute\.\w+\[0\]\.capacity\.reservation_ids(\[\d+\])?$"), "--reservation-id"),
+    (re.compile(r"^compute\.\w+\[0\]\.capacity\.starts_at$"), "--starts-at"),
+    (re.compile(r"^compute\.\w+\[0\]\.capacity\.ends_at$"), "--ends-at"),
+    (re.compile(r"^compute\.\w+\[0\]\.capacity\.training_plan_arn$"), "--training-plan-arn"),
+)
+_STARTER = "<init>"  # the file name the starter is validated under, replaced in its problems
+
+
+def flag_problem(line: str) -> str:
+    """A problem of the starter config (`<init>: FIELD: message`) in the flags' words:
+    `--flag: message`, or `the config the flags make: FIELD: message` where no flag set the field."""
+    field, _, message = line.removeprefix(f"{_STARTER}: ").partition(": ")
+    flag = next((flag for rule, flag in FIELD_FLAGS if rule.match(field)), None)
+    return f"{flag}: {message}" if flag else f"the config these flags make: {field}: {message}"
+
+
 REQUIRED_FLAGS = {"reservation": ("reservation_id",), "capacity-block": ("reservation_id",), "training-plan": ("training_plan_arn",)}
 
 
@@ -94,7 +121,10 @@ def _flow(value: dict[str, object]) -> str:
 def command(ns: argparse.Namespace) -> int:
     output = Path(ns.output) if ns.output else Path("config") / f"{ns.name}.yaml"
     text = starter(ns)
-    parse_config(yaml.safe_load(text), str(output))  # ConfigError: one line per problem, nothing written
+    try:
+        parse_config(yaml.safe_load(text), _STARTER)
+    except ConfigError as exc:  # nothing written; the problems in the flags' words
+        raise ConfigError([f"init: {flag_problem(line)} (nothing written)" for line in exc.problems]) from None
     if output.exists():
         raise UsageError(f"{output}: already exists; fminfra init never overwrites a file (give --output)")
     output.parent.mkdir(parents=True, exist_ok=True)

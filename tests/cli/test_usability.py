@@ -172,8 +172,14 @@ def test_init_refuses_flags_that_make_an_invalid_config(tmp_path: Path, capsys: 
     out = tmp_path / "bad.yaml"
     args = ["init", "--name", "bad", "--account", "123456789012", "--region", "us-west-2", "--instance-type", "g6.xlarge"]
     code, _, err = _run([*args, "--output", str(out)], capsys)
-    assert code == 2 and err.startswith(f"{out}: compute.instance_groups[0].instance_type: 'g6.xlarge' is not an EFA training type")
+    # The flag, not the config field, and not the file it never wrote.
+    assert code == 2 and err.startswith("init: --instance-type: 'g6.xlarge' is not an EFA training type")
+    assert err.endswith(" (nothing written)\n") and str(out) not in err
     assert not out.exists()
+    plan = "arn:aws:sagemaker:eu-west-1:123456789012:training-plan/p"
+    args = ["init", "--name", "bad", "--account", "123456789012", "--region", "us-west-2", "--capacity-type", "training-plan"]
+    code, _, err = _run([*args, "--training-plan-arn", plan, "--output", str(out)], capsys)
+    assert code == 2 and err.startswith("init: --training-plan-arn: ") and not out.exists()
 
 
 # ---------------------------------------------------------------- gate, guard, credentials

@@ -154,6 +154,13 @@ BAD_CASES = [
         "f.yaml: compute.slurm.controller.instance_type: 'ml.p5.48xlarge' is a GPU type (8 GPUs); the Slurm controller runs slurmctld "
         "and no job, so use a CPU type such as ml.m5.12xlarge (the default) or ml.c5.4xlarge",
     ),
+    (
+        STAGING,
+        "compute.eks.kubernetes_version",
+        1.3,  # what YAML makes of an unquoted 1.30
+        'f.yaml: compute.eks.kubernetes_version: must be a quoted string such as "1.34": YAML reads an unquoted version as a '
+        "number (1.30 becomes 1.3), got 1.3",
+    ),
     (DEV, "compute.slurm.login.count", -1, "f.yaml: compute.slurm.login.count: Input should be greater than or equal to 0, got -1"),
     (STAGING, "network.az_ids", ["usw2-az4"], "f.yaml: network.az_ids: EKS needs subnets in at least two AZs; list at least two AZ IDs"),
     (
@@ -246,6 +253,19 @@ def test_duplicate_keys_are_rejected(tmp_path: Path) -> None:
     bad.write_text((ROOT / "config" / "dev.yaml").read_text() + "name: again\n")
     with pytest.raises(ConfigError, match="duplicate key 'name'"):
         load_config(bad)
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n# and another\n"])
+def test_an_empty_or_comments_only_file_says_so(tmp_path: Path, text: str) -> None:
+    # Before: "must be a mapping of config sections, got NoneType".
+    path = tmp_path / "empty.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert info.value.problems == [
+        f"{path}: (file): empty: no config sections, only comments or nothing; give version, name, account, region, network "
+        "and compute (`python -m fminfra init` writes a starter file)"
+    ]
 
 
 def test_missing_file() -> None:
