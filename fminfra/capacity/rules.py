@@ -146,3 +146,31 @@ def ended_problem(field: str, capacity_type: str, end: datetime, now: datetime) 
         f"{field} {utc_timestamp(end)} has passed: the block is over and the group never scales out into it; "
         "give the next block's reservation_ids and window, or remove the group"
     )
+
+
+# A reservation created in a placement group (PlacementGroupArn) is used only by launches into that
+# group; a launch into another group, or into none, does not match it, while one without a
+# placement group is used by launches with or without one (AWS ParallelCluster's
+# PlacementGroupCapacityReservationValidator: docs/facts/capacity.md#odcr-placement-group-match).
+def reservation_placement_problem(reservation_pg_arn: str | None, placement: str) -> str | None:
+    """A reservation an existing-reservation group cannot use because of its placement group: fminfra
+    launches such a group into a new cluster placement group (placement cluster) or none."""
+    if not reservation_pg_arn:
+        return None
+    name = reservation_pg_arn.rsplit("/", 1)[-1]
+    where = "a new cluster placement group fminfra creates" if placement == "cluster" else "no placement group"
+    return (
+        f"was created in placement group {name}, and only launches into that group use it; the group launches into {where}: "
+        "use a reservation created without a placement group"
+    )
+
+
+RESERVATION_PLACEMENT_WARNING = (
+    "placement cluster puts the group in a new placement group: a reservation created in another placement group does not "
+    "match its launches (preflight checks each reservation's), and one created without may still fail for capacity inside "
+    "the group's placement; placement none avoids both"
+)
+
+# On-Demand Capacity Reservations count toward the On-Demand vCPU quotas while unused, in states
+# assessing, scheduled, pending, active and delayed (docs/facts/capacity.md#odcr-counts-toward-on-demand-quota).
+RESERVATION_QUOTA_STATES = ("assessing", "scheduled", "pending", "active", "delayed")

@@ -23,6 +23,7 @@ from fminfra.capacity.rules import (
     MAX_DRAIN_MINUTES,
     MAX_DURATION_DAYS,
     RESERVATION_ID,
+    RESERVATION_PLACEMENT_WARNING,
     TRAINING_PLAN_ARN_RULE,
     end_time_problem,
     ended_problem,
@@ -595,6 +596,11 @@ class ComputeConfig(Model):
         SUPPORT_END_WARNING_DAYS of the end of its EKS standard support; an inference node group whose
         sizes promise scaling that nothing does."""
         out = self._unscaled_group_warnings() + self._ended_capacity_warnings(today)
+        out += [
+            warning(f"{path}.placement", f"group {g.name!r}: {RESERVATION_PLACEMENT_WARNING}")
+            for path, g in self.groups_with_paths()
+            if g.capacity.type == "reservation" and self.placement_of(g) == "cluster"
+        ]
         if self.eks is None:
             return out
         out += self._acceptance_team_warnings()

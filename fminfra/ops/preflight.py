@@ -20,7 +20,7 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from fminfra import catalog
-from fminfra.capacity.rules import scale_in_time, utc_timestamp
+from fminfra.capacity.rules import RESERVATION_QUOTA_STATES, reservation_placement_problem, scale_in_time, utc_timestamp
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.core.findings import Finding, Level
 from fminfra.core.table import format_table
@@ -231,9 +231,10 @@ class Preflight:
 
     def _check_one_reservation_type(self, group: Group, found: dict[str, dict[str, Any]]) -> None:
         """Several reservations of one group form one capacity reservation resource group, which
-        may hold On-Demand Capacity Reservations and Capacity Blocks alike; but one launch uses one
-        reservation type (market type capacity-block or not), so a group that mixes them FAILs,
-        naming each kind (docs/facts/capacity.md#capacity-reservation-group-one-type)."""
+        may hold On-Demand Capacity Reservations and Capacity Blocks alike; but fminfra's launch
+        template sets one market type per group (capacity-block or none), so its launches use one
+        kind and a group that mixes them FAILs, naming each kind
+        (docs/facts/capacity.md#capacity-reservation-group-one-type)."""
         if len(found) < 2:
             return
         blocks = sorted(rid for rid, r in found.items() if r.get("ReservationType") == "capacity-block")
@@ -245,7 +246,7 @@ class Preflight:
                 subject,
                 check,
                 f"its reservations mix On-Demand Capacity Reservations ({', '.join(odcrs)}) and Capacity Blocks ({', '.join(blocks)}); "
-                "one launch can use only one reservation type: give each kind its own group",
+                "fminfra launches a group with one market type (capacity-block or none), so it uses only one kind: give each kind its own group",
             )
         else:
             kind = "Capacity Blocks" if blocks else "On-Demand Capacity Reservations"
@@ -303,6 +304,10 @@ class Preflight:
             problems.append("is not a Capacity Block; use capacity type reservation")
         if group.capacity.type == "reservation" and is_block:
             problems.append("is a Capacity Block; use capacity type capacity-block (launches need market type capacity-block)")
+        if group.capacity.type == "reservation" and (
+            placement := reservation_placement_problem(r.get("PlacementGroupArn"), self.cfg.compute.placement_of(group))
+        ):
+            problems.append(placement)
         if problems:
             for p in problems:
                 self.add("FAIL", subject, "matches the group", f"{rid} {p}")
@@ -531,15 +536,17 @@ class Preflight:
             need[quota[0]] += spec.vcpus * _count(group)
             groups_by_code[quota[0]].append(group.name)
         in_use = self._on_demand_vcpus_in_use() if need else {}
+        reserved = self._unused_reservation_vcpus() if need else {}
         for code, vcpus in sorted(need.items()):
             name = next(n for c, n in EC2_VCPU_QUOTAS.values() if c == code)
             subject = f"quota {name}"
             value = self._quota_value("ec2", code)
             groups = ", ".join(groups_by_code[code])
-            others = in_use.get(code, 0)
+            others, held = in_use.get(code, 0), reserved.get(code, 0)
             used = f"; {others} vCPUs already run outside this environment" if others else ""
+            used += f"; {held} vCPUs are held by unused reservations outside this environment" if held else ""
             text = f"{groups} need {vcpus} vCPUs{used}; the quota ({code}) is {value:g}"
-            self._quota_row(vcpus + others <= value, subject, "EC2 vCPU quota", text)
+            self._quota_row(vcpus + others + held <= value, subject, "EC2 vCPU quota", text)
 
     def sagemaker_quotas(self) -> None:
         """SageMaker's per-instance-type cluster quotas for HyperPod groups (and the Slurm
@@ -690,6 +697,36 @@ class Preflight:
             vcpus = spec.vcpus if spec is not None and spec.vcpus else int(cpu.get("CoreCount", 0)) * int(cpu.get("ThreadsPerCore", 1))
             used[quota[0]] += vcpus
         return dict(used)
+
+    def _unused_reservation_vcpus(self) -> dict[str, int]:
+        """vCPUs of the unused part of On-Demand Capacity Reservations in the region, by quota code:
+        they count toward the On-Demand quota (`RESERVATION_QUOTA_STATES`). Left out: Capacity Blocks
+        (capacity-block-vcpu-quota), the reservations this environment's groups name (its nodes launch
+        into them) and those it created (tag fminfra:environment)."""
+        own = {rid for _, g in self.cfg.compute.groups_with_paths() for rid in g.capacity.reservation_ids or []}
+        held: dict[str, int] = defaultdict(int)
+        token: str | None = None
+        while True:
+            page = self.c.ec2.describe_capacity_reservations(
+                Filters=[{"Name": "state", "Values": list(RESERVATION_QUOTA_STATES)}], **({"NextToken": token} if token else {})
+            )
+            for r in page.get("CapacityReservations", []):
+                tags = {t.get("Key"): t.get("Value") for t in r.get("Tags", [])}
+                if r.get("ReservationType") == "capacity-block" or r["CapacityReservationId"] in own:
+                    continue
+                if tags.get("fminfra:environment") == self.cfg.name:
+                    continue
+                instance_type = str(r.get("InstanceType", ""))
+                quota = EC2_VCPU_QUOTAS.get("g" if instance_type.startswith("vt") else instance_type[:1])
+                spec = catalog.CATALOG.get(instance_type)
+                if quota is None or spec is None or not spec.vcpus:
+                    continue
+                # An active reservation's running instances are counted as instances; scheduled ones hold all.
+                unused = int(r.get("AvailableInstanceCount", 0)) if r.get("State") == "active" else int(r.get("TotalInstanceCount", 0))
+                held[quota[0]] += unused * spec.vcpus
+            token = page.get("NextToken")
+            if not token:
+                return dict(held)
 
     # ----------------------------------------------------------------------------------------
 

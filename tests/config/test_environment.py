@@ -202,6 +202,18 @@ def test_an_end_that_has_passed_is_a_warning_that_says_why() -> None:
     assert not [w for w in _warnings(EC2) if "has passed" in w]
 
 
+def test_a_reservation_group_in_a_new_cluster_placement_group_is_a_warning() -> None:
+    # An existing reservation made in another placement group does not match launches into the new one
+    # (docs/facts/capacity.md#odcr-placement-group-match); placement none (said in the config) gives no warning.
+    reserved = _with(EC2, "compute.instance_groups.0.capacity", {"type": "reservation", "reservation_ids": ["cr-0123456789abcdef0"]})
+    assert (
+        "f.yaml: compute.instance_groups[0].placement: warning: group 'trainers': placement cluster puts the group in a new "
+        "placement group: a reservation created in another placement group does not match its launches (preflight checks each "
+        "reservation's), and one created without may still fail for capacity inside the group's placement; placement none avoids both"
+    ) in _warnings(reserved)
+    assert not [w for w in _warnings(_with(reserved, "compute.instance_groups.0.placement", "none")) if ".placement:" in w]
+
+
 def test_an_eks_endpoint_open_to_every_address_is_a_warning() -> None:
     lines = _warnings(_with(STAGING, "compute.eks.public_access_cidrs", ["203.0.113.0/24", "0.0.0.0/0"]))
     assert (

@@ -14,6 +14,7 @@ import boto3
 import pytest
 import yaml
 from botocore.stub import Stubber
+from botocore.validate import validate_parameters
 from moto import mock_aws
 
 from fminfra.cli.main import main
@@ -75,13 +76,29 @@ def _reservation(**changes: Any) -> dict[str, Any]:
 
 
 class _Ec2:
-    """moto's EC2, except DescribeCapacityReservations, which a Stubber answers."""
+    """moto's EC2, except DescribeCapacityReservations: by id a Stubber answers; by filter (the
+    region's reservations, for the vCPU quota) `listed` does, after botocore validates the request
+    against EC2's model, paged as EC2 pages (NextToken)."""
 
     def __init__(self, moto_client: Any, stubbed: Any) -> None:
         self.moto, self.stubbed = moto_client, stubbed
+        self.listed: list[dict[str, Any]] = []
+        self.list_requests: list[dict[str, Any]] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stubbed if name == "describe_capacity_reservations" else self.moto, name)
+
+    def describe_capacity_reservations(self, **params: Any) -> dict[str, Any]:
+        if "CapacityReservationIds" in params:
+            return dict(self.stubbed.describe_capacity_reservations(**params))
+        model = self.stubbed.meta.service_model.operation_model("DescribeCapacityReservations")
+        validate_parameters(params, model.input_shape)
+        self.list_requests.append(params)
+        start = int(params.get("NextToken", "0"))
+        page: dict[str, Any] = {"CapacityReservations": self.listed[start : start + 1]}
+        if start + 1 < len(self.listed):
+            page["NextToken"] = str(start + 1)
+        return page
 
 
 class Aws:
@@ -233,9 +250,75 @@ def test_a_capacity_block_under_type_reservation_fails(aws: Aws) -> None:
     ]
 
 
+def _odcr(**changes: Any) -> dict[str, Any]:
+    """A DescribeCapacityReservations item for an active p5 On-Demand Capacity Reservation (no block fields)."""
+    item = _reservation(ReservationType="default", InstanceMatchCriteria="open", EndDateType="unlimited", **changes)
+    for key in ("CapacityBlockId", "EndDate"):
+        item.pop(key, None)
+    return item
+
+
+@pytest.mark.parametrize("placement", [None, "none"])
+def test_a_reservation_in_another_placement_group_fails(aws: Aws, placement: str | None) -> None:
+    # Launches into a new placement group (placement cluster, the default) or none do not use a
+    # reservation created in a placement group (docs/facts/capacity.md#odcr-placement-group-match).
+    pg = f"arn:aws:ec2:us-west-2:{ACCOUNT}:placement-group/their-pg"
+    aws.reservation(_odcr(PlacementGroupArn=pg))
+    aws.ec2_quota("L-417A185B", 384)
+    group: dict[str, Any] = {"capacity": {"type": "reservation", "reservation_ids": [RID]}}
+    if placement:
+        group["placement"] = placement
+    rows = aws.run(_cfg(**group))
+    where = "a new cluster placement group fminfra creates" if placement is None else "no placement group"
+    assert _rows(rows, "FAIL") == [
+        (
+            f"reservation {RID}",
+            "matches the group",
+            f"{RID} was created in placement group their-pg, and only launches into that group use it; the group launches into "
+            f"{where}: use a reservation created without a placement group",
+        )
+    ]
+
+
+def test_a_reservation_without_a_placement_group_matches_a_cluster_group(aws: Aws) -> None:
+    aws.reservation(_odcr())
+    aws.ec2_quota("L-417A185B", 384)
+    rows = aws.run(_cfg(capacity={"type": "reservation", "reservation_ids": [RID]}))
+    assert _rows(rows, "FAIL") == []
+
+
+def test_vcpu_quota_counts_unused_reservations_outside_this_environment(aws: Aws) -> None:
+    """Unused ODCRs count toward the On-Demand quota (docs/facts/capacity.md#odcr-counts-toward-on-demand-quota):
+    a foreign active p5 reservation with one free slot and a scheduled one of one instance hold 384 vCPUs.
+    Left out: the reservation the group names, one this environment created, Capacity Blocks."""
+    ec2 = aws.clients.ec2
+    ec2.listed = [
+        _odcr(CapacityReservationId="cr-0f0000000000000a1", TotalInstanceCount=4, AvailableInstanceCount=1),
+        _odcr(CapacityReservationId="cr-0f0000000000000a2", State="scheduled", TotalInstanceCount=1, AvailableInstanceCount=0),
+        _odcr(CapacityReservationId=RID, AvailableInstanceCount=2),
+        _odcr(CapacityReservationId="cr-0f0000000000000a3", Tags=[{"Key": "fminfra:environment", "Value": "pf"}]),
+        _reservation(CapacityReservationId="cr-0f0000000000000a4"),
+        _odcr(CapacityReservationId="cr-0f0000000000000a5", InstanceType="m5.large"),
+    ]
+    aws.reservation(_odcr(AvailableInstanceCount=2))
+    aws.ec2_quota("L-417A185B", 600)
+    rows = aws.run(_cfg(capacity={"type": "reservation", "reservation_ids": [RID]}, placement="none"))
+    quota = [(STATUS_OF[r.level], r.message) for r in rows if r.check == "EC2 vCPU quota"]
+    assert quota == [
+        (
+            "FAIL",
+            "block need 384 vCPUs; 384 vCPUs are held by unused reservations outside this environment; the quota (L-417A185B) is 600: "
+            "request an increase in Service Quotas",
+        )
+    ]
+    # Every page was read, with the states that count (a request EC2's model accepts).
+    assert len(ec2.list_requests) == len(ec2.listed)
+    assert ec2.list_requests[0]["Filters"] == [{"Name": "state", "Values": ["assessing", "scheduled", "pending", "active", "delayed"]}]
+
+
 def test_a_reservation_group_mixing_odcrs_and_capacity_blocks_fails_naming_them(aws: Aws) -> None:
-    # A capacity reservation resource group may hold both kinds, but one launch uses
-    # one reservation type (docs/facts/capacity.md#capacity-reservation-group-one-type).
+    # A capacity reservation resource group may hold both kinds, but
+    # fminfra's launches of a group use one market type (docs/facts/capacity.md#capacity-reservation-group-one-type).
     odcr, block = "cr-0aaaaaaaaaaaaaaa1", "cr-0bbbbbbbbbbbbbbb1"
     aws.reservation(_reservation(CapacityReservationId=odcr, ReservationType="default", TotalInstanceCount=1), rid=odcr)
     aws.reservation(_reservation(CapacityReservationId=block, TotalInstanceCount=1), rid=block)
@@ -245,7 +328,7 @@ def test_a_reservation_group_mixing_odcrs_and_capacity_blocks_fails_naming_them(
         "group block",
         "one reservation type",
         f"its reservations mix On-Demand Capacity Reservations ({odcr}) and Capacity Blocks ({block}); "
-        "one launch can use only one reservation type: give each kind its own group",
+        "fminfra launches a group with one market type (capacity-block or none), so it uses only one kind: give each kind its own group",
     ) in _rows(rows, "FAIL")
 
 

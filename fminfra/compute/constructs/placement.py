@@ -14,8 +14,9 @@ class ClusterPlacementGroupProps:
     """Props of `ClusterPlacementGroup`.
 
     name_tag: value of the group's `Name` tag, to find it in the console; include the environment
-      name. CloudFormation cannot name a placement group (`GroupName` is read-only in the
-      AWS::EC2::PlacementGroup schema: EC2 generates it; docs/facts/capacity.md#placement-group-name-generated).
+      name. The group gets no `GroupName` (read-only in the AWS::EC2::PlacementGroup schema, though AWS
+      says a template may set it); EC2 generates the name, which `group_name` reads
+      (docs/facts/capacity.md#placement-group-name-generated).
       Default: no Name tag.
     """
 
