@@ -12,3 +12,11 @@ GRAVITON_TYPE_RULE = re.compile(r"^[a-z]+[0-9]+g[a-z]*\.")
 # NodeBootstrap's inputs: where the scripts are installed on the node, and the FMINFRA_ variables user data sets.
 INSTALL_DIR_RULE = re.compile(r"^/[A-Za-z0-9._/-]+$")
 NODE_ENV_NAME_RULE = re.compile(r"^FMINFRA_[A-Z0-9_]+$")
+
+
+def ec2_region_problem(instance_type: str, region: str, offered_in: list[str]) -> str:
+    """An EC2 GPU type the region does not offer (docs/facts/network.md#regional-availability)."""
+    return (
+        f"{instance_type} is not offered by EC2 in {region} (cfn-lint's EC2 instance types for the region, from AWS's price list); "
+        f"regions that offer it: {', '.join(offered_in) or 'none'}"
+    )

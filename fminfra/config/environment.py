@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from fminfra.capacity.rules import TRAINING_PLAN_ARN_RULE
 from fminfra.compute.config import ComputeConfig
+from fminfra.compute.rules import ec2_region_problem
 from fminfra.config.defaults import apply_defaults
 from fminfra.core.config_base import Model, _raise_problems, check_account, check_region
 from fminfra.core.findings import Finding, error, warning
@@ -16,9 +17,12 @@ from fminfra.core.regional import (
     SERVICE_NAMES,
     cdk_validate_refuses,
     compute_quota_sources,
+    ec2_types_anywhere,
+    ec2_types_in,
     hyperpod_types_anywhere,
     hyperpod_types_in,
     regions_offering,
+    regions_offering_ec2,
     resource_types_in,
 )
 from fminfra.core.regions import az_id_problem
@@ -157,6 +161,16 @@ class EnvironmentConfig(Model):
                             f"{SERVICE_NAMES[resource_type]} ({resource_type}) is not offered in {self.region}; choose another region",
                         )
                     )
+        # ec2 training groups bought on demand (on-demand, odcr): the price list's On-Demand offer per region
+        # (docs/facts/network.md#regional-availability). Reservations and Capacity Blocks prove their own capacity;
+        # a type in no region's list (p6e-gb200, in a Local Zone) is not judged.
+        ec2_offered = None if self.compute.hyperpod else ec2_types_in(self.region)
+        for i, group in enumerate(self.compute.instance_groups if ec2_offered is not None else []):
+            name = group.spec.name
+            if group.capacity.type in ("on-demand", "odcr") and name not in (ec2_offered or ()) and name in ec2_types_anywhere():
+                problems.append(
+                    error(f"compute.instance_groups[{i}].instance_type", ec2_region_problem(name, self.region, regions_offering_ec2(name)))
+                )
         offered = hyperpod_types_in(self.region) if self.compute.hyperpod else None
         if offered:
             named = [

@@ -19,6 +19,9 @@ DATA = Path(__file__).with_name("regional.json")
 # The CDK's own template validator's refusals of HyperPod types per region (tests/hyperpod/cdk_validate_data.py;
 # docs/facts/hyperpod.md#cdk-validate-hyperpod-instance-types).
 CDK_VALIDATE_DATA = Path(__file__).with_name("cdk_validate.json")
+# The catalog's GPU types EC2 offers per region, from cfn-lint's AWS::EC2::Instance enums
+# (tests/core/ec2_regional_data.py; docs/facts/network.md#regional-availability).
+EC2_DATA = Path(__file__).with_name("ec2_regional.json")
 # What an acknowledgment of the CDK validator's finding on a HyperPod type cites.
 CDK_VALIDATE_RULE = "CloudFormation-Validate::E3644"
 # What each part of an environment needs, named for the message.
@@ -51,6 +54,28 @@ def hyperpod_types_in(region: str) -> set[str] | None:
     """The `ml.` instance types HyperPod offers in the region; None when the data has no list for it."""
     found = _data()["hyperpod_instance_types"].get(region)
     return None if found is None else set(found)
+
+
+@cache
+def _ec2() -> dict[str, list[str]]:
+    return dict(json.loads(EC2_DATA.read_text(encoding="utf-8"))["ec2_instance_types"])
+
+
+def ec2_types_in(region: str) -> set[str] | None:
+    """The catalog's GPU types EC2 offers in the region; None when the data has no list for it."""
+    found = _ec2().get(region)
+    return None if found is None else set(found)
+
+
+@cache
+def ec2_types_anywhere() -> frozenset[str]:
+    """Every type some region's EC2 list names: one outside it (p6e-gb200, in a Local Zone) cannot be judged by region."""
+    return frozenset(t for types in _ec2().values() for t in types)
+
+
+def regions_offering_ec2(instance_type: str) -> list[str]:
+    """The regions fminfra accepts whose EC2 list names the type, sorted."""
+    return sorted(r for r, types in _ec2().items() if instance_type in types and r in AZ_ID_PREFIX_BY_REGION)
 
 
 def regions_offering(resource_type: str) -> list[str]:

@@ -21,6 +21,7 @@ from fminfra.storage.rules import (
     LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
     S3_PREFIX_RULE,
     lustre_capacity_problem,
+    lustre_metadata_below_automatic_problem,
     lustre_metadata_iops_problem,
 )
 
@@ -202,6 +203,15 @@ class LustreConfig(Model):
                 )
             )
         problems.extend(self._overlaps())
+        metadata = self.metadata
+        user_iops = metadata.iops if metadata is not None and metadata.mode == "user_provisioned" else None
+        if (
+            not problems
+            and persistent
+            and user_iops is not None
+            and (problem := lustre_metadata_below_automatic_problem(user_iops, self.capacity_gib))
+        ):
+            problems.append(error("metadata.iops", problem))
         _raise_problems(problems)
         return self
 

@@ -55,6 +55,33 @@ def lustre_capacity_problem(gib: int) -> str | None:
     return None if lustre_capacity_valid(gib) else f"must be 1200, 2400 or a multiple of 2400 GiB, got {gib}"
 
 
+# What AUTOMATIC mode provisions for an SSD file system, by storage capacity (GiB, upper bound of each
+# step -> metadata IOPS); from 48000 GiB on, 12000 IOPS per 24000 GiB. USER_PROVISIONED may not be fewer
+# (docs/facts/storage.md#fsx-lustre-metadata-automatic-iops).
+LUSTRE_AUTOMATIC_METADATA_IOPS = ((1200, 1500), (2400, 3000), (9600, 6000), (45600, 12000))
+LUSTRE_AUTOMATIC_METADATA_IOPS_PER_24000_GIB = 12000
+
+
+def lustre_automatic_metadata_iops(capacity_gib: int) -> int:
+    """The metadata IOPS AUTOMATIC mode provisions for a capacity (1200, 2400 or a multiple of 2400 GiB);
+    above 45600 GiB, 12000 per whole 24000 GiB (the lower multiple, so no value AWS takes is refused)."""
+    for upper, iops in LUSTRE_AUTOMATIC_METADATA_IOPS:
+        if capacity_gib <= upper:
+            return iops
+    return LUSTRE_AUTOMATIC_METADATA_IOPS_PER_24000_GIB * (capacity_gib // 24000)
+
+
+def lustre_metadata_below_automatic_problem(iops: int, capacity_gib: int) -> str | None:
+    """USER_PROVISIONED metadata IOPS below what AUTOMATIC would provision, which FSx refuses."""
+    automatic = lustre_automatic_metadata_iops(capacity_gib)
+    if iops >= automatic:
+        return None
+    return (
+        f"must be at least {automatic} for {capacity_gib} GiB: FSx does not provision fewer metadata IOPS than mode automatic "
+        f"does for the capacity, got {iops}; give {automatic} or more, or mode automatic"
+    )
+
+
 def lustre_metadata_iops_problem(iops: int) -> str | None:
     """USER_PROVISIONED metadata IOPS (docs/facts/storage.md#fsx-lustre-metadata-iops)."""
     if iops in LUSTRE_METADATA_IOPS_SMALL or (0 < iops <= LUSTRE_METADATA_IOPS_MAX and iops % LUSTRE_METADATA_IOPS_STEP == 0):

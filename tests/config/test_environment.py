@@ -237,6 +237,19 @@ def test_a_gb200_capacity_block_group_is_refused_with_the_reason() -> None:
     ]
 
 
+def test_an_ec2_gpu_type_the_region_does_not_offer_is_one_line() -> None:
+    # cfn-lint's EC2 instance types for us-east-2 (fminfra/core/ec2_regional.json) lack p6-b300.48xlarge; before, validate said ok.
+    data = _with(EC2, "compute.instance_groups.0.instance_type", "p6-b300.48xlarge")
+    assert data["region"] == "us-east-2"
+    assert _problems(data) == [
+        "f.yaml: compute.instance_groups[0].instance_type: p6-b300.48xlarge is not offered by EC2 in us-east-2 (cfn-lint's EC2 "
+        "instance types for the region, from AWS's price list); regions that offer it: ap-northeast-2, ap-south-2, ap-southeast-3, "
+        "eu-west-2, sa-east-1, us-east-1, us-gov-east-1, us-west-2"
+    ]
+    # Inference node groups are EC2 instances too; p6e-gb200 (a Local Zone type, in no region's list) is not judged by region.
+    assert parse_config(_with(EC2, "compute.instance_groups.0.instance_type", "p5.48xlarge"))
+
+
 def test_missing_required_field() -> None:
     assert _problems(_with(DEV, "network.compute_az_id", ...)) == ["f.yaml: network.compute_az_id: required field is missing"]
 

@@ -54,6 +54,14 @@ def _problems(data: dict[str, Any]) -> list[str]:
     return info.value.problems
 
 
+def test_the_shipped_ec2_table_is_what_the_installed_cfn_lint_publishes() -> None:
+    """Fails after a cfn-lint bump until `python -m tests.core.ec2_regional_data` is run and reviewed."""
+    from fminfra.core.regional import EC2_DATA
+    from tests.core.ec2_regional_data import build
+
+    assert json.loads(EC2_DATA.read_text()) == build()
+
+
 def test_a_hyperpod_type_the_region_does_not_offer_is_one_line() -> None:
     data = _in_region("eu-west-1", "euw1")
     data["compute"]["instance_groups"][0]["instance_type"] = "p5en.48xlarge"

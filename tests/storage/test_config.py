@@ -19,10 +19,22 @@ from fminfra.config import (
 )
 from fminfra.core.errors import ConfigError
 from fminfra.ops.plan import render_plan
+from fminfra.storage.rules import lustre_automatic_metadata_iops, lustre_metadata_below_automatic_problem
 from tests.conftest import ROOT
 
 PROD = yaml.safe_load((ROOT / "config" / "prod.yaml").read_text())
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("capacity_gib", "iops"),
+    [(1200, 1500), (2400, 3000), (4800, 6000), (9600, 6000), (12000, 12000), (45600, 12000), (48000, 24000), (72000, 36000)],
+)
+def test_automatic_metadata_iops_per_capacity(capacity_gib: int, iops: int) -> None:
+    # AWS's table (docs/facts/storage.md#fsx-lustre-metadata-automatic-iops); user_provisioned at that figure passes.
+    assert lustre_automatic_metadata_iops(capacity_gib) == iops
+    assert lustre_metadata_below_automatic_problem(iops, capacity_gib) is None
+    assert lustre_metadata_below_automatic_problem(iops - 1, capacity_gib) is not None
 
 
 def _lustre(base: dict[str, Any] = PROD, **changes: Any) -> dict[str, Any]:
@@ -123,6 +135,19 @@ BAD = [
         "metadata iops 204000",
         _lustre(metadata={"mode": "user_provisioned", "iops": 204000}),
         "f.yaml: storage.lustre.metadata.iops: must be 1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000, got 204000",
+    ),
+    (
+        # prod's 43200 GiB: AUTOMATIC provisions 12000 (docs/facts/storage.md#fsx-lustre-metadata-automatic-iops)
+        "metadata iops below automatic",
+        _lustre(metadata={"mode": "user_provisioned", "iops": 6000}),
+        "f.yaml: storage.lustre.metadata.iops: must be at least 12000 for 43200 GiB: FSx does not provision fewer metadata IOPS "
+        "than mode automatic does for the capacity, got 6000; give 12000 or more, or mode automatic",
+    ),
+    (
+        "metadata iops below automatic, large",
+        _lustre(metadata={"mode": "user_provisioned", "iops": 24000}, target_throughput_gb_per_s=..., storage_capacity_gib=96000),
+        "f.yaml: storage.lustre.metadata.iops: must be at least 48000 for 96000 GiB: FSx does not provision fewer metadata IOPS "
+        "than mode automatic does for the capacity, got 24000; give 48000 or more, or mode automatic",
     ),
     (
         "metadata iops missing",
