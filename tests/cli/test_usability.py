@@ -156,7 +156,8 @@ def test_show_prints_every_default_and_reads_back_as_the_same_config(path: Path)
 @pytest.mark.parametrize("orchestrator", ["slurm", "eks", "ec2", "none"])
 def test_init_writes_a_config_that_validates_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], orchestrator: str) -> None:
     out = tmp_path / "new.yaml"
-    args = ["init", "--name", "new", "--account", "123456789012", "--region", "eu-west-1", "--orchestrator", orchestrator]
+    # us-west-2: EC2 offers the default p5.48xlarge there on demand (not in eu-west-1: fminfra/core/ec2_regional.json)
+    args = ["init", "--name", "new", "--account", "123456789012", "--region", "us-west-2", "--orchestrator", orchestrator]
     code, _, err = _run([*args, "--output", str(out)], capsys)
     assert code == 0, err
     assert _run(["validate", str(out)], capsys)[:2] == (0, f"{out}: ok\n")
