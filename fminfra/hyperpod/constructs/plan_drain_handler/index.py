@@ -1,0 +1,175 @@
+"""The HyperPod EKS training-plan drain: run on a schedule (every minute), it drains the nodes of a
+training-plan instance group before SageMaker terminates them, and undoes its own drain when the
+capacity goes on. The Kubernetes side of `scripts/node/drain_before_plan_end.sh` (the Slurm path).
+
+Event: {"Groups": [{"InstanceGroup": NAME, "TrainingPlanArn": ARN, "InstanceType": "ml.p5.48xlarge",
+"DrainSeconds": 600}, ...]} (plus "ClusterName" and "Region" for `handler`). For each group, each run:
+
+1. The end: the earliest end not yet passed of the plan's reserved capacities of the group's
+   instance type that are not Failed, else the plan's EndTime (DescribeTrainingPlan;
+   docs/facts/hyperpod.md#training-plan-reserved-capacities). SageMaker begins terminating 30
+   minutes before it (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination).
+2. The group's nodes: those labelled `sagemaker.amazonaws.com/instance-group-name=NAME`
+   (docs/facts/eks.md#hyperpod-node-instance-group-label).
+3. From end - 30 minutes - DrainSeconds until the end: each node is cordoned (`spec.unschedulable:
+   true`, what `kubectl cordon` sets: docs/facts/eks.md#k8s-cordon-unschedulable) and marked with
+   DRAINED_FOR (the end, epoch seconds); a node already unschedulable (an operator's cordon) is left
+   unmarked. Every pod on it but DaemonSet and mirror pods and finished pods is evicted through the
+   Eviction API (policy/v1), which respects PodDisruptionBudgets: a 429 (a budget forbids it now) is
+   tried again at the next run, a 404 is a pod already gone (docs/facts/eks.md#k8s-api-eviction).
+   The pods learn of it as any eviction tells them: SIGTERM and their termination grace period.
+4. A node marked for an end that has passed (the node is still here: the plan was extended or its
+   next capacity goes on) or that the current end is later than (the end moved) is uncordoned and
+   unmarked. Only marked nodes: never one an operator cordoned.
+
+Every collaborator comes in as an argument (`describe_plan`, `send`, `now`), so tests drive it with
+fakes (tests/fakes/k8s_drain_fakes.py).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+# SageMaker begins terminating a reserved capacity's instances this long before its end.
+TERMINATES_BEFORE_END_S = 1800
+GROUP_LABEL = "sagemaker.amazonaws.com/instance-group-name"
+# The annotation on a node this drain cordoned: the end (epoch seconds) it was cordoned for.
+DRAINED_FOR = "fminfra.io/plan-drained-for"
+# A mirror (static) pod carries this annotation; the API cannot evict it (kubectl drain skips it).
+MIRROR = "kubernetes.io/config.mirror"
+
+Send = Callable[[str, str, Mapping[str, Any] | None, str], tuple[int, dict[str, Any]]]
+DescribePlan = Callable[[str], Mapping[str, Any]]
+
+
+def _epoch(value: Any) -> int:
+    return int(value.timestamp()) if isinstance(value, datetime) else int(datetime.fromisoformat(str(value)).timestamp())
+
+
+def plan_end(plan: Mapping[str, Any], instance_type: str, now: int) -> int | None:
+    """The end to drain for (epoch seconds), or None when every end has passed."""
+    capacities = [
+        c
+        for c in plan.get("ReservedCapacitySummaries") or []
+        if (not instance_type or c.get("InstanceType") == instance_type) and c.get("Status") != "Failed"
+    ]
+    ends = [_epoch(c["EndTime"]) for c in capacities] if capacities else [_epoch(plan["EndTime"])]
+    ahead = [e for e in ends if e > now]
+    return min(ahead) if ahead else None
+
+
+def _path(base: str, **query: str) -> str:
+    return f"{base}?{urllib.parse.urlencode(query)}" if query else base
+
+
+def _patch_node(send: Send, name: str, unschedulable: bool, mark: str | None) -> int:
+    body = {"metadata": {"annotations": {DRAINED_FOR: mark}}, "spec": {"unschedulable": unschedulable}}
+    status, _ = send("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", body, "application/merge-patch+json")
+    return status
+
+
+def _evict_pods(send: Send, node: str, log: list[str]) -> None:
+    status, pods = send("GET", _path("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"), None, "application/json")
+    if status != 200:
+        log.append(f"{node}: could not list its pods (HTTP {status}); trying again at the next run")
+        return
+    for pod in pods.get("items", []):
+        meta = pod["metadata"]
+        owners = [o.get("kind") for o in meta.get("ownerReferences") or []]
+        if "DaemonSet" in owners or MIRROR in (meta.get("annotations") or {}):
+            continue
+        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        ns, name = meta["namespace"], meta["name"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": ns}}
+        path = f"/api/v1/namespaces/{urllib.parse.quote(ns)}/pods/{urllib.parse.quote(name)}/eviction"
+        code, answer = send("POST", path, eviction, "application/json")
+        if code in (200, 201):
+            log.append(f"{node}: evicted {ns}/{name}")
+        elif code == 404:
+            log.append(f"{node}: {ns}/{name} is already gone")
+        elif code == 429:
+            log.append(f"{node}: {ns}/{name} not evicted yet, a PodDisruptionBudget forbids it now: trying again at the next run")
+        else:
+            log.append(f"{node}: evicting {ns}/{name} failed (HTTP {code}: {answer.get('message', '')})")
+
+
+def drain_group(group: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: int) -> list[str]:
+    """One run for one instance group; returns what it did, one line each."""
+    name = group["InstanceGroup"]
+    log: list[str] = []
+    end = plan_end(describe_plan(group["TrainingPlanArn"]), group.get("InstanceType", ""), now)
+    status, nodes = send("GET", _path("/api/v1/nodes", labelSelector=f"{GROUP_LABEL}={name}"), None, "application/json")
+    if status != 200:
+        return [f"group {name}: could not list its nodes (HTTP {status}); trying again at the next run"]
+    draining = end is not None and now >= end - TERMINATES_BEFORE_END_S - int(group["DrainSeconds"])
+    for node in nodes.get("items", []):
+        node_name = node["metadata"]["name"]
+        mark = (node["metadata"].get("annotations") or {}).get(DRAINED_FOR)
+        cordoned = bool(node.get("spec", {}).get("unschedulable"))
+        if mark and mark != str(end) and (int(mark) <= now or (end is not None and end > int(mark))):
+            _patch_node(send, node_name, False, None)
+            log.append(f"{node_name}: still here after the plan's end {mark} passed or moved: uncordoned")
+            mark, cordoned = None, False
+        if not draining:
+            continue
+        if not cordoned:
+            _patch_node(send, node_name, True, str(end))
+            log.append(f"{node_name}: cordoned for the plan's end {end}")
+        elif not mark:
+            log.append(f"{node_name}: already cordoned by someone else: its pods are evicted, its cordon is left to them")
+        _evict_pods(send, node_name, log)
+    return [f"group {name}: {line}" for line in log]
+
+
+def run(event: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: int) -> list[str]:
+    groups: Sequence[Mapping[str, Any]] = event["Groups"]
+    lines: list[str] = []
+    for group in groups:
+        lines += drain_group(group, describe_plan, send, now)
+    return lines
+
+
+def handler(event: Mapping[str, Any], _context: Any) -> list[str]:  # pragma: no cover - needs AWS
+    """The Lambda entry point: the EKS endpoint from DescribeCluster, an IAM token for it."""
+    import base64
+    import ssl
+    import tempfile
+    import time
+    import urllib.request
+
+    import boto3
+    import botocore.session
+
+    region, cluster_name = event["Region"], event["ClusterName"]
+    cluster = boto3.client("eks", region_name=region).describe_cluster(name=cluster_name)["cluster"]
+    sagemaker = boto3.client("sagemaker", region_name=region)
+    with tempfile.NamedTemporaryFile("wb", suffix=".pem") as ca:
+        ca.write(base64.b64decode(cluster["certificateAuthority"]["data"]))
+        ca.flush()
+        context = ssl.create_default_context(cafile=ca.name)
+        sts = botocore.session.get_session().create_client("sts", region_name=region)
+        sts.meta.events.register(
+            "before-sign.sts.GetCallerIdentity", lambda request, **_: request.headers.__setitem__("x-k8s-aws-id", cluster_name)
+        )
+        url = sts.generate_presigned_url("get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET")
+        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+        def send(method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> tuple[int, dict[str, Any]]:
+            data = json.dumps(body).encode() if body is not None else None
+            headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": "application/json"}
+            request = urllib.request.Request(cluster["endpoint"] + path, data=data, method=method, headers=headers)  # noqa: S310
+            try:
+                with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
+                    return response.status, json.loads(response.read() or b"{}")
+            except urllib.error.HTTPError as error:
+                return error.code, json.loads(error.read() or b"{}")
+
+        lines = run(event, lambda arn: sagemaker.describe_training_plan(TrainingPlanName=arn), send, int(time.time()))
+    for line in lines:
+        print(line)
+    return lines
