@@ -16,14 +16,23 @@ server does (`FakeKubernetes.send`):
   later); 500 when more than one budget selects the pod; 404 for a pod that does not exist. A
   budget here is `minAvailable` over the pods of its namespace whose labels match its selector:
   it allows a disruption while more than `minAvailable` of them are running.
+
+`serve(kube)` puts a FakeKubernetes behind a local HTTP server (http.server), so that the handler's
+real `urllib` path (its request, headers, JSON bodies, and HTTPError for a 4xx answer) reaches it;
+`CLUSTER_CA_PEM` is a self-signed test certificate (its key was thrown away) that stands for the
+cluster's CA, which DescribeCluster returns base64-encoded in `certificateAuthority.data`.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -125,3 +134,59 @@ class FakeKubernetes:
             self.pods.remove(pod)
             return 200, {"kind": "Status", "status": "Success"}
         return 404, {"message": f"the server could not find the requested resource ({method} {path})"}
+
+
+CLUSTER_CA_PEM = """-----BEGIN CERTIFICATE-----
+MIIBnDCCAUGgAwIBAgIUalWlF0Mjpg9Zri25UnFIn9OLYukwCgYIKoZIzj0EAwIw
+IjEgMB4GA1UEAwwXZm1pbmZyYS10ZXN0LWNsdXN0ZXItY2EwIBcNMjYxMjAyMDYz
+MDI4WhgPMjEyNjExMDgwNjMwMjhaMCIxIDAeBgNVBAMMF2ZtaW5mcmEtdGVzdC1j
+bHVzdGVyLWNhMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEhKLD2yhF04+a59+r
+vKqHrqF2vFmuLSpZ1m7iC7Ik65QQhcpqqSSKmlZTrHGRLIa2S5CkQcIdlrNaKLt8
+AWsWeqNTMFEwHQYDVR0OBBYEFK8A2Ww2uSsDcXlBR8fxAPmUOLrRMB8GA1UdIwQY
+MBaAFK8A2Ww2uSsDcXlBR8fxAPmUOLrRMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZI
+zj0EAwIDSQAwRgIhAJT10LlBI44VpVKal8fDsUKB/ZF+fukgTkGc+W/A6SpOAiEA
+n0igJ0rYsomLNl3kb+IPt2+4B6R9oNfkN3lnSw/2xyM=
+-----END CERTIFICATE-----
+"""
+
+
+@dataclass
+class Served:
+    """What the server saw: each request's method, path and headers."""
+
+    endpoint: str
+    requests: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+
+
+@contextmanager
+def serve(kube: FakeKubernetes) -> Iterator[Served]:
+    """`kube` behind http://127.0.0.1:PORT, answering each request with `kube.send`."""
+    served = Served(endpoint="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length)) if length else None
+            served.requests.append((self.command, self.path, dict(self.headers.items())))
+            status, answer = kube.send(self.command, self.path, body, self.headers.get("Content-Type", ""))
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_PATCH = do_POST = _answer
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    served.endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        server.shutdown()
+        server.server_close()

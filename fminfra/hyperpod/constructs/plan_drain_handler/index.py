@@ -134,42 +134,80 @@ def run(event: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: 
     return lines
 
 
-def handler(event: Mapping[str, Any], _context: Any) -> list[str]:  # pragma: no cover - needs AWS
-    """The Lambda entry point: the EKS endpoint from DescribeCluster, an IAM token for it."""
+def eks_token(cluster_name: str, region: str, session: Any) -> str:
+    """A Kubernetes bearer token for EKS: `k8s-aws-v1.` + base64url(presigned STS
+    GetCallerIdentity URL carrying the x-k8s-aws-id header) (docs/facts/eks.md#eks-iam-token-form)."""
     import base64
+
+    sts = session.create_client("sts", region_name=region, endpoint_url=f"https://sts.{region}.amazonaws.com")
+
+    def add_cluster_header(request: Any, **_: Any) -> None:
+        request.headers["x-k8s-aws-id"] = cluster_name
+
+    sts.meta.events.register("before-sign.sts.GetCallerIdentity", add_cluster_header)
+    url = sts.generate_presigned_url("get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET")
+    return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+def api_sender(endpoint: str, ca_file: str, token: str, urlopen: Callable[..., Any]) -> Send:
+    """`send` for the cluster's API server at `endpoint`: JSON over HTTPS, verified against the
+    cluster's CA, with the bearer token; an HTTP error answers its status and body."""
     import ssl
+    import urllib.error
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=ca_file)
+
+    def send(method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": "application/json"}
+        request = urllib.request.Request(endpoint + path, data=data, method=method, headers=headers)  # noqa: S310
+        try:
+            with urlopen(request, context=context, timeout=30) as response:
+                return int(response.status), json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as error:
+            return error.code, json.loads(error.read() or b"{}")
+
+    return send
+
+
+def handler(
+    event: Mapping[str, Any],
+    _context: Any,
+    *,
+    client: Callable[[str, str], Any] | None = None,
+    session: Any = None,
+    urlopen: Callable[..., Any] | None = None,
+    clock: Callable[[], float] | None = None,
+) -> list[str]:
+    """The Lambda entry point: the cluster's endpoint and CA from DescribeCluster, an IAM token for
+    it, then `run`. The keyword arguments are for tests: `client(service, region)` (default boto3's),
+    `session` (a botocore session for the token), `urlopen` (default urllib's), `clock` (time.time)."""
+    import base64
     import tempfile
     import time
     import urllib.request
 
-    import boto3
-    import botocore.session
+    if client is None:
+        import boto3
 
+        def client(service: str, region: str) -> Any:
+            return boto3.client(service, region_name=region)  # type: ignore[call-overload]
+
+    if session is None:
+        import botocore.session
+
+        session = botocore.session.get_session()
     region, cluster_name = event["Region"], event["ClusterName"]
-    cluster = boto3.client("eks", region_name=region).describe_cluster(name=cluster_name)["cluster"]
-    sagemaker = boto3.client("sagemaker", region_name=region)
+    cluster = client("eks", region).describe_cluster(name=cluster_name)["cluster"]
+    sagemaker = client("sagemaker", region)
+    token = eks_token(cluster_name, region, session)
     with tempfile.NamedTemporaryFile("wb", suffix=".pem") as ca:
         ca.write(base64.b64decode(cluster["certificateAuthority"]["data"]))
         ca.flush()
-        context = ssl.create_default_context(cafile=ca.name)
-        sts = botocore.session.get_session().create_client("sts", region_name=region)
-        sts.meta.events.register(
-            "before-sign.sts.GetCallerIdentity", lambda request, **_: request.headers.__setitem__("x-k8s-aws-id", cluster_name)
-        )
-        url = sts.generate_presigned_url("get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET")
-        token = "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
-
-        def send(method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> tuple[int, dict[str, Any]]:
-            data = json.dumps(body).encode() if body is not None else None
-            headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": "application/json"}
-            request = urllib.request.Request(cluster["endpoint"] + path, data=data, method=method, headers=headers)  # noqa: S310
-            try:
-                with urllib.request.urlopen(request, context=context, timeout=30) as response:  # noqa: S310
-                    return response.status, json.loads(response.read() or b"{}")
-            except urllib.error.HTTPError as error:
-                return error.code, json.loads(error.read() or b"{}")
-
-        lines = run(event, lambda arn: sagemaker.describe_training_plan(TrainingPlanName=arn), send, int(time.time()))
+        send = api_sender(cluster["endpoint"], ca.name, token, urlopen or urllib.request.urlopen)
+        now = int((clock or time.time)())
+        lines = run(event, lambda arn: sagemaker.describe_training_plan(TrainingPlanName=arn), send, now)
     for line in lines:
         print(line)
     return lines
