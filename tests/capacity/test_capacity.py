@@ -280,7 +280,7 @@ def test_on_demand_ec2_group(synth: Synth) -> None:
 
 def test_odcr_is_a_targeted_reservation_in_the_compute_az_and_placement_group(synth: Synth) -> None:
     """Inside a placement group the reservation is made through EC2's API: `AWS::EC2::CapacityReservation`'s
-    schema refuses every PlacementGroupArn (docs/facts/capacity.md#odcr-placement-group-arn-schema-defect)."""
+    schema refuses every PlacementGroupArn (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn)."""
     rid, res = _one(synth, "cap-ec2", CUSTOM_RESERVATION_TYPE, "CapacityReservationodcr")
     props = res["Properties"]
     assert props["InstanceType"] == "p5.48xlarge"
@@ -290,11 +290,16 @@ def test_odcr_is_a_targeted_reservation_in_the_compute_az_and_placement_group(sy
     assert props["InstancePlatform"] == "Linux/UNIX"
     assert props["EndDate"] == "2027-03-31T00:00:00Z"
     assert props["Tags"] == {"Name": "fminfra-cap-ec2-odcr", "fminfra:stack-id": {"Ref": "AWS::StackId"}}
-    assert props["ServiceToken"] == {"Fn::GetAtt": [_one(synth, "cap-ec2", "AWS::Lambda::Function", "CapacityReservationHandler")[0], "Arn"]}
+    assert props["ServiceToken"] == {
+        "Fn::GetAtt": [_one(synth, "cap-ec2", "AWS::Lambda::Function", "CapacityReservationHandler")[0], "Arn"]
+    }
     pg_lid, _ = _one(synth, "cap-ec2", "AWS::EC2::PlacementGroup", "PlacementGroupodcr")
     pg_name = {"Fn::GetAtt": [pg_lid, "GroupName"]}
     assert props["PlacementGroupArn"] == {"Fn::Join": ["", ["arn:aws:ec2:us-west-2:555555555555:placement-group/", pg_name]]}
-    assert all("PlacementGroupArn" not in r.get("Properties", {}) for r in synth.resources("cap-ec2", "Compute", "AWS::EC2::CapacityReservation").values())
+    assert all(
+        "PlacementGroupArn" not in r.get("Properties", {})
+        for r in synth.resources("cap-ec2", "Compute", "AWS::EC2::CapacityReservation").values()
+    )
     _, data = _lt(synth, "cap-ec2", "odcr")
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "capacity-reservations-only",

@@ -43,6 +43,8 @@ import jsonschema
 import regex
 from cfnlint.rules.formats.FormatKeyword import FormatKeyword
 
+from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE
+
 SCHEMAS = Path(cfnlint.data.schemas.__file__).parent
 
 
@@ -61,6 +63,10 @@ def _schema_file(name: str) -> dict[str, Any]:
 
 
 CUSTOM_RESOURCE = "AWS::CloudFormation::CustomResource"
+# Custom resources whose Ref and attributes are those of a CloudFormation type (their properties
+# are still checked as a custom resource's): fminfra's reservation in a placement group answers as
+# `AWS::EC2::CapacityReservation` (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn).
+ANSWERS_AS = {CUSTOM_RESERVATION_TYPE: "AWS::EC2::CapacityReservation"}
 
 
 def schema(resource_type: str, region: str) -> dict[str, Any] | None:
@@ -329,6 +335,7 @@ REF_SHAPES: dict[str, tuple[str, Shape]] = {
     "AWS::AutoScaling::AutoScalingGroup": ("AutoScalingGroupName", lambda r: r.name("AutoScalingGroupName", 255)),
     "AWS::CodeBuild::Project": ("Name", lambda r: r.name("Name", 150)),
     "AWS::EC2::CapacityReservation": ("Id", _prefixed("cr")),
+    CUSTOM_RESERVATION_TYPE: ("Id", _prefixed("cr")),
     "AWS::EC2::EIP": ("PublicIp", lambda r: f"203.0.113.{int(r.hex(2), 16) % 254 + 1}"),
     "AWS::EC2::InternetGateway": ("InternetGatewayId", _prefixed("igw")),
     "AWS::EC2::LaunchTemplate": ("LaunchTemplateId", _prefixed("lt")),
@@ -627,7 +634,7 @@ def reference_problems(stacks: list[Stack], resolver: Resolver | None = None) ->
             target = resources[lid]["Type"]
             name = attribute if attribute is not None else REF_SHAPES.get(target, ("", None))[0]
             where = f"{stack.name} {'Fn::GetAtt' if attribute else 'Ref'} {lid}{'.' + attribute if attribute else ''} ({target})"
-            target_schema = schema(target, stack.region)
+            target_schema = schema(ANSWERS_AS.get(target, target), stack.region)
             if target_schema is None:
                 continue  # reported by problems()
             if not name or (definition := schema_property(target_schema, name)) is None:

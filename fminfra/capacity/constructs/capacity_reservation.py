@@ -3,7 +3,7 @@ resource group that lets one launch template target several reservations.
 
 A reservation inside a cluster placement group is a custom resource (`Custom::EC2CapacityReservation`,
 handler `reservation_handler/index.py`) that calls EC2's API: `AWS::EC2::CapacityReservation`'s
-schema refuses every `PlacementGroupArn` (docs/facts/capacity.md#odcr-placement-group-arn-schema-defect).
+schema refuses every `PlacementGroupArn` (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -89,7 +90,7 @@ class OnDemandCapacityReservation(Construct):
             raise ValidationError(f"instance_platform must be one of {', '.join(INSTANCE_PLATFORMS)}, got {props.instance_platform!r}")
         self.cfn_reservation: ec2.CfnCapacityReservation | None = None
         self.custom_reservation: cdk.CustomResource | None = None
-        common = {
+        common: dict[str, Any] = {
             "instance_type": spec.name,
             "instance_count": props.instance_count,
             "instance_platform": props.instance_platform,
@@ -122,7 +123,7 @@ class OnDemandCapacityReservation(Construct):
         self.reservation_id = self.cfn_reservation.ref
         self.reservation_arn = self.cfn_reservation.attr_capacity_reservation_arn
 
-    def _in_placement_group(self, props: OnDemandCapacityReservationProps, common: dict[str, object]) -> cdk.CustomResource:
+    def _in_placement_group(self, props: OnDemandCapacityReservationProps, common: dict[str, Any]) -> cdk.CustomResource:
         """The reservation through EC2's API, with the property names CloudFormation's resource takes."""
         assert props.placement_group is not None
         stack = cdk.Stack.of(self)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE
+from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE, RESERVATION_TYPES
 from fminfra.core.assembly import Templates
 
 # What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
@@ -54,8 +54,7 @@ GUARDED_TYPES: dict[str, str] = {
     "AWS::APS::RuleGroupsNamespace": "alerting: the rules' pending and firing state, and alerts until it is recreated",
     "AWS::SageMaker::Cluster": "capacity and running work: the HyperPod nodes and the jobs on them",
     "AWS::EKS::Cluster": "capacity and running work: every workload and node of the cluster",
-    "AWS::EC2::CapacityReservation": "capacity: the reserved instances; a new reservation may not be granted",
-    CUSTOM_RESERVATION_TYPE: "capacity: the reserved instances; a new reservation may not be granted",
+    **dict.fromkeys(RESERVATION_TYPES, "capacity: the reserved instances; a new reservation may not be granted"),
     # Deleting a group terminates its instances (DeleteAutoScalingGroup: docs/facts/capacity.md#asg-delete-terminates-instances):
     # an ec2 training group renamed or removed loses its nodes and the jobs on them.
     "AWS::AutoScaling::AutoScalingGroup": "capacity and running work: the group's instances and the jobs on them",

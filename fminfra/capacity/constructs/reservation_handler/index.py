@@ -3,8 +3,8 @@ Reservation inside a cluster placement group, created through the EC2 API.
 
 `AWS::EC2::CapacityReservation` cannot take a placement group: its registry schema's pattern for
 `PlacementGroupArn` has a second `^` in the middle, so no ARN matches it, and CloudFormation
-validates registry resources against their schema (docs/facts/capacity.md#odcr-placement-group-arn-schema-defect).
-EC2's API accepts a real ARN, so this handler calls it with the properties CloudFormation's own
+validates registry resources against their schema (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn).
+EC2's API accepts a real ARN (docs/facts/capacity.md#odcr-ec2-accepts-placement-group-arn), so this handler calls it with the properties CloudFormation's own
 resource would send (same names) and behaves as that resource does:
 
 - Create: `CreateCapacityReservation` (ClientToken = the request id, so a retried invocation does
@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-# The schema's createOnlyProperties that this resource sets (checked against cfn-lint's copy of the
-# schema by tests/capacity/test_reservation_handler.py).
+# The schema's createOnlyProperties that this resource sets (docs/facts/capacity.md#odcr-handler-permissions;
+# checked against cfn-lint's copy of the schema by tests/capacity/test_reservation_handler.py).
 REPLACING = ("InstanceType", "InstancePlatform", "AvailabilityZoneId", "Tenancy", "EbsOptimized", "PlacementGroupArn")
 REQUIRED = ("InstanceType", "InstanceCount", "InstancePlatform", "AvailabilityZoneId", "PlacementGroupArn")
 # A reservation in one of these states holds no capacity: nothing to cancel
