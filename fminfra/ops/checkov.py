@@ -68,6 +68,22 @@ SKIPS: tuple[Skip, ...] = (
         )
         for check in ("CKV_AWS_115", "CKV_AWS_116")
     ),
+    *(
+        Skip(
+            check,
+            "AWS::Lambda::Function",
+            "CapacityReservationHandler",
+            f"fminfra's custom-resource handler that reserves capacity in a placement group (OnDemandCapacityReservation): {_LAMBDA_REASONS[check]}",
+        )
+        for check in ("CKV_AWS_115", "CKV_AWS_116")
+    ),
+    Skip(
+        "CKV_AWS_117",
+        "AWS::Lambda::Function",
+        "CapacityReservationHandler",
+        "fminfra's reservation handler calls only the EC2 API (Create/Modify/CancelCapacityReservation) through its public "
+        "endpoint; it reaches nothing inside the VPC, and in the VPC it would need a NAT path or an EC2 endpoint to do the same",
+    ),
     Skip(
         "CKV_AWS_115",
         "AWS::Lambda::Function",
