@@ -17,6 +17,11 @@ server does (`FakeKubernetes.send`):
   budget here is `minAvailable` over the pods of its namespace whose labels match its selector:
   it allows a disruption while more than `minAvailable` of them are running.
 
+- Authorization (docs/facts/eks.md#k8s-authorization-deny-403): a request whose (verb, resource)
+  is in `forbidden` (what the caller's RBAC does not allow, as `request_attributes` derives them
+  from the request the way the API server does) is answered 403 Forbidden with a Status whose
+  message names the user, verb and resource, before anything is read or changed.
+
 `serve(kube)` puts a FakeKubernetes behind a local HTTP server (http.server), so that the handler's
 real `urllib` path (its request, headers, JSON bodies, and HTTPError for a 4xx answer) reaches it;
 `CLUSTER_CA_PEM` is a self-signed test certificate (its key was thrown away) that stands for the
@@ -49,12 +54,28 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
+def request_attributes(method: str, path: str) -> tuple[str, str]:
+    """(verb, resource) of a core-group request as the API server derives them (requestinfo.go:
+    docs/facts/eks.md#k8s-rbac-request-attributes): GET without a name `list`, with one `get`;
+    PATCH `patch`; POST `create`; a subresource is `resource/subresource`."""
+    parts = urllib.parse.urlsplit(path).path.strip("/").split("/")[2:]  # after api/v1
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    resource = parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
+    named = len(parts) > 1
+    verb = {"GET": "get" if named else "list", "PATCH": "patch", "POST": "create", "DELETE": "delete"}[method]
+    return verb, resource
+
+
 @dataclass
 class FakeKubernetes:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: list[dict[str, Any]] = field(default_factory=list)
     budgets: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[str, str]] = field(default_factory=list)
+    # (verb, resource) the caller may not: answered 403.
+    forbidden: set[tuple[str, str]] = field(default_factory=set)
+    user: str = "arn:aws:sts::555555555555:assumed-role/fminfra-plan-drain/session"
 
     def add_node(self, name: str, group: str, *, unschedulable: bool = False, annotations: Mapping[str, str] | None = None) -> None:
         self.nodes[name] = {
@@ -90,6 +111,15 @@ class FakeKubernetes:
         url = urllib.parse.urlsplit(path)
         query = dict(urllib.parse.parse_qsl(url.query))
         parts = url.path.strip("/").split("/")
+        verb, resource = request_attributes(method, path)
+        if (verb, resource) in self.forbidden:
+            return 403, {
+                "kind": "Status",
+                "status": "Failure",
+                "reason": "Forbidden",
+                "code": 403,
+                "message": f'{resource} is forbidden: User "{self.user}" cannot {verb} resource "{resource}" in API group "" at the cluster scope',
+            }
         if method == "GET" and url.path == "/api/v1/nodes":
             key, _, value = query.get("labelSelector", "").partition("=")
             items = [n for n in self.nodes.values() if not key or n["metadata"]["labels"].get(key) == value]

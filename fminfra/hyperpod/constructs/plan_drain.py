@@ -16,7 +16,10 @@ its access to the cluster (docs/capacity.md, the HyperPod EKS timeline).
   delivers the handler's event as its input; its role, trusted by EventBridge Scheduler for this
   account only, may call `lambda:InvokeFunction` on this function only
   (docs/facts/eks.md#scheduler-execution-role). A run that fails is not retried: the next minute's
-  run reads everything again.
+  run reads everything again. Scheduler makes no second delivery (the target's RetryPolicy), and
+  Lambda's asynchronous queue none either: by default it runs a failed asynchronous invocation two
+  more times, so the function's asynchronous invocation config sets 0 retries and a maximum event
+  age of 60 s, the least Lambda allows (docs/facts/eks.md#lambda-async-retries).
 """
 
 from __future__ import annotations
@@ -149,6 +152,9 @@ class HyperPodPlanDrain(Construct):
             vpc_subnets=ec2.SubnetSelection(subnets=list(props.subnets)),
             security_groups=[cluster.cluster_security_group],
             description="Cordons and drains HyperPod EKS training-plan nodes before the plan ends (every minute)",
+            # Not Lambda's two retries of a failed asynchronous run (docs/facts/eks.md#lambda-async-retries).
+            retry_attempts=0,
+            max_event_age=cdk.Duration.seconds(60),
         )
         drop_redundant_role_dependency(self.function)
         self.event: dict[str, Any] = {

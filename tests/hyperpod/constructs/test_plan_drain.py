@@ -32,8 +32,9 @@ from fminfra.hyperpod.constructs.plan_drain import PLAN_DRAIN_GROUP, PLAN_DRAIN_
 from fminfra.hyperpod.constructs.plan_drain_handler import index
 from fminfra.hyperpod.rules import PLAN_DRAIN_RBAC_RULES, PLAN_DRAIN_SCHEDULE, plan_drained
 from tests.conftest import Synth
+from tests.contract import registry
 from tests.eks.constructs.test_accept_access import RBAC_SCHEMAS, schema_problems
-from tests.fakes.k8s_drain_fakes import CLUSTER_CA_PEM, FakeKubernetes, serve
+from tests.fakes.k8s_drain_fakes import CLUSTER_CA_PEM, FakeKubernetes, request_attributes, serve
 
 PLAN = "arn:aws:sagemaker:us-east-1:555555555555:training-plan/cap-eks-p5"
 MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
@@ -78,6 +79,7 @@ def test_a_hyperpod_eks_config_with_a_plan_deploys_the_drain_and_others_do_not(s
         "AWS::EKS::AccessEntry",
         "AWS::IAM::Policy",
         "AWS::IAM::Role",
+        "AWS::Lambda::EventInvokeConfig",
         "AWS::Lambda::Function",
         "AWS::Scheduler::Schedule",
     }
@@ -90,7 +92,7 @@ def test_a_hyperpod_eks_config_with_a_plan_deploys_the_drain_and_others_do_not(s
 def test_the_function_runs_as_the_installer_does(synth: Synth) -> None:
     template = synth.template("cap-eks", "Compute")["Resources"]
     (installer,) = [r for lid, r in template.items() if lid.startswith("HyperPodDependenciesFunction")]
-    function = _one(_drain(synth, "cap-eks"), "PlanDrainFunction")["Properties"]
+    (function,) = [r["Properties"] for r in _drain(synth, "cap-eks").values() if r["Type"] == "AWS::Lambda::Function"]
     assert function["VpcConfig"] == installer["Properties"]["VpcConfig"]  # the same subnets and security group
     assert function["Runtime"] == installer["Properties"]["Runtime"]
     assert function["Handler"] == "index.handler" and function["Timeout"] < 60  # within the schedule's minute
@@ -101,7 +103,7 @@ def test_the_schedule_delivers_the_handlers_event_every_minute(synth: Synth) -> 
     schedule = _one(drain, "PlanDrainSchedule")
     props = schedule["Properties"]
     assert props["ScheduleExpression"] == PLAN_DRAIN_SCHEDULE == "rate(1 minute)"
-    function_id = next(lid for lid in drain if lid.startswith("PlanDrainFunction"))
+    function_id = next(lid for lid, r in drain.items() if r["Type"] == "AWS::Lambda::Function")
     assert props["Target"]["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]}
     parts = props["Target"]["Input"]["Fn::Join"][1]
     event = json.loads("".join(p if isinstance(p, str) else "CLUSTER" for p in parts))
@@ -115,9 +117,30 @@ def test_the_schedule_delivers_the_handlers_event_every_minute(synth: Synth) -> 
     assert rbac_id in schedule["DependsOn"]
 
 
+def test_a_failed_run_is_not_retried_by_lambda_either(synth: Synth) -> None:
+    """Scheduler invokes the function asynchronously and Lambda's queue retries a failed run twice
+    by default (docs/facts/eks.md#lambda-async-retries): the function's EventInvokeConfig turns that off,
+    against the AWS::Lambda::EventInvokeConfig schema cfn-lint ships."""
+    drain = _drain(synth, "cap-eks")
+    function_id = next(lid for lid, r in drain.items() if r["Type"] == "AWS::Lambda::Function")
+    (config,) = [r["Properties"] for r in drain.values() if r["Type"] == "AWS::Lambda::EventInvokeConfig"]
+    assert config == {
+        "FunctionName": {"Ref": function_id},
+        "Qualifier": "$LATEST",
+        "MaximumRetryAttempts": 0,
+        "MaximumEventAgeInSeconds": 60,
+    }
+    resource_schema = registry.schema("AWS::Lambda::EventInvokeConfig", "us-east-1")
+    assert resource_schema is not None
+    resolved = {**config, "FunctionName": "fminfra-cap-eks-PlanDrainFunction"}  # Ref: the function's name
+    assert registry.schema_errors(resource_schema, resolved) == []
+    # Test of the test: the schema refuses what Lambda does not allow (retries 0-2, age from 60 s).
+    assert registry.schema_errors(resource_schema, {**resolved, "MaximumRetryAttempts": 3, "MaximumEventAgeInSeconds": 59})
+
+
 def test_the_roles_are_least_privilege(synth: Synth) -> None:
     drain = _drain(synth, "cap-eks")
-    function_id = next(lid for lid in drain if lid.startswith("PlanDrainFunction"))
+    function_id = next(lid for lid, r in drain.items() if r["Type"] == "AWS::Lambda::Function")
     assert _statements(drain, "PlanDrainScheduleRole") == [
         {"Action": "lambda:InvokeFunction", "Effect": "Allow", "Resource": {"Fn::GetAtt": [function_id, "Arn"]}, "Sid": "InvokePlanDrain"}
     ]
@@ -177,19 +200,6 @@ def test_the_rbac_is_a_cluster_role_bound_to_the_group_and_matches_the_kubernete
     assert binding["roleRef"]["name"] == PLAN_DRAIN_ROLE
     broken = {**binding, "subjects": [{"kind": "Group", "group": PLAN_DRAIN_GROUP}]}
     assert any("'name' is a required property" in p for p in k8s_problems(broken))
-
-
-def request_attributes(method: str, path: str) -> tuple[str, str]:
-    """(verb, resource) of a core-group request as the API server derives them (requestinfo.go):
-    GET without a name `list`, with one `get`; PATCH `patch`; POST `create`; a subresource is
-    `resource/subresource`."""
-    parts = urllib.parse.urlsplit(path).path.strip("/").split("/")[2:]  # after api/v1
-    if parts[:1] == ["namespaces"] and len(parts) > 2:
-        parts = parts[2:]
-    resource = parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
-    named = len(parts) > 1
-    verb = {"GET": "get" if named else "list", "PATCH": "patch", "POST": "create", "DELETE": "delete"}[method]
-    return verb, resource
 
 
 def denied(rules: Any, calls: list[tuple[str, str]]) -> list[tuple[str, str]]:

@@ -7,20 +7,31 @@ Event: {"Groups": [{"InstanceGroup": NAME, "TrainingPlanArn": ARN, "InstanceType
 
 1. The end: the earliest end not yet passed of the plan's reserved capacities of the group's
    instance type that are not Failed, else the plan's EndTime (DescribeTrainingPlan;
-   docs/facts/hyperpod.md#training-plan-reserved-capacities). SageMaker begins terminating 30
-   minutes before it (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination).
+   docs/facts/hyperpod.md#training-plan-reserved-capacities). A capacity without an EndTime (the
+   member is optional: a Pending one) gives no end, and with no end nothing is drained. SageMaker
+   begins terminating 30 minutes before it (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination).
 2. The group's nodes: those labelled `sagemaker.amazonaws.com/instance-group-name=NAME`
    (docs/facts/eks.md#hyperpod-node-instance-group-label).
 3. From end - 30 minutes - DrainSeconds until the end: each node is cordoned (`spec.unschedulable:
    true`, what `kubectl cordon` sets: docs/facts/eks.md#k8s-cordon-unschedulable) and marked with
    DRAINED_FOR (the end, epoch seconds); a node already unschedulable (an operator's cordon) is left
-   unmarked. Every pod on it but DaemonSet and mirror pods and finished pods is evicted through the
+   unmarked. A cordon the API server refuses (a 403: docs/facts/eks.md#k8s-authorization-deny-403,
+   a 409, any answer but 200) evicts nothing, since the pods could be scheduled back onto the still
+   schedulable node: it is logged with its status and tried again at the next run. Every pod on it but DaemonSet and mirror pods and finished pods is evicted through the
    Eviction API (policy/v1), which respects PodDisruptionBudgets: a 429 (a budget forbids it now) is
    tried again at the next run, a 404 is a pod already gone (docs/facts/eks.md#k8s-api-eviction).
    The pods learn of it as any eviction tells them: SIGTERM and their termination grace period.
 4. A node marked for an end that has passed (the node is still here: the plan was extended or its
    next capacity goes on) or that the current end is later than (the end moved) is uncordoned and
    unmarked. Only marked nodes: never one an operator cordoned.
+
+Errors: a group or a node that fails (DescribeTrainingPlan's error, a DRAINED_FOR a person
+set to something other than epoch seconds, an answer that is not JSON, a timeout or an unreachable
+API server, a refused cordon or eviction) is logged, one line, and the run goes on with the next
+node and the next group. Once every group was tried, `run` raises `DrainFailed` if any step failed,
+and `handler` prints every line before it re-raises, so that the invocation is a Lambda error
+(its Errors metric) with its log. Lambda does not retry it (docs/facts/eks.md#lambda-async-retries):
+the next minute's run reads everything again.
 
 Every collaborator comes in as an argument (`describe_plan`, `send`, `now`), so tests drive it with
 fakes (tests/fakes/k8s_drain_fakes.py).
@@ -57,7 +68,10 @@ def plan_end(plan: Mapping[str, Any], instance_type: str, now: int) -> int | Non
         for c in plan.get("ReservedCapacitySummaries") or []
         if (not instance_type or c.get("InstanceType") == instance_type) and c.get("Status") != "Failed"
     ]
-    ends = [_epoch(c["EndTime"]) for c in capacities] if capacities else [_epoch(plan["EndTime"])]
+    if capacities:
+        ends = [_epoch(c["EndTime"]) for c in capacities if c.get("EndTime")]
+    else:
+        ends = [_epoch(plan["EndTime"])] if plan.get("EndTime") else []
     ahead = [e for e in ends if e > now]
     return min(ahead) if ahead else None
 
@@ -66,16 +80,45 @@ def _path(base: str, **query: str) -> str:
     return f"{base}?{urllib.parse.urlencode(query)}" if query else base
 
 
-def _patch_node(send: Send, name: str, unschedulable: bool, mark: str | None) -> int:
+class DrainFailed(Exception):
+    """Raised by `run` once every group was tried, when a step failed; `lines` is the whole run's log."""
+
+    def __init__(self, lines: list[str], failures: int) -> None:
+        super().__init__(f"{failures} step(s) of the plan drain failed (the lines logged before this say which)")
+        self.lines = lines
+        self.failures = failures
+
+
+class _Log:
+    """One group's lines, each prefixed with the group; `failed` also counts the line as a failure."""
+
+    def __init__(self, group: str) -> None:
+        self.prefix = f"group {group}: "
+        self.lines: list[str] = []
+        self.failures = 0
+
+    def append(self, line: str) -> None:
+        self.lines.append(self.prefix + line)
+
+    def failed(self, line: str) -> None:
+        self.append(line)
+        self.failures += 1
+
+
+def _status(code: int, answer: Mapping[str, Any]) -> str:
+    message = answer.get("message", "")
+    return f"HTTP {code}: {message}" if message else f"HTTP {code}"
+
+
+def _patch_node(send: Send, name: str, unschedulable: bool, mark: str | None) -> tuple[int, dict[str, Any]]:
     body = {"metadata": {"annotations": {DRAINED_FOR: mark}}, "spec": {"unschedulable": unschedulable}}
-    status, _ = send("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", body, "application/merge-patch+json")
-    return status
+    return send("PATCH", f"/api/v1/nodes/{urllib.parse.quote(name)}", body, "application/merge-patch+json")
 
 
-def _evict_pods(send: Send, node: str, log: list[str]) -> None:
+def _evict_pods(send: Send, node: str, log: _Log) -> None:
     status, pods = send("GET", _path("/api/v1/pods", fieldSelector=f"spec.nodeName={node}"), None, "application/json")
     if status != 200:
-        log.append(f"{node}: could not list its pods (HTTP {status}); trying again at the next run")
+        log.failed(f"{node}: could not list its pods ({_status(status, pods)}); trying again at the next run")
         return
     for pod in pods.get("items", []):
         meta = pod["metadata"]
@@ -95,42 +138,69 @@ def _evict_pods(send: Send, node: str, log: list[str]) -> None:
         elif code == 429:
             log.append(f"{node}: {ns}/{name} not evicted yet, a PodDisruptionBudget forbids it now: trying again at the next run")
         else:
-            log.append(f"{node}: evicting {ns}/{name} failed (HTTP {code}: {answer.get('message', '')})")
+            log.failed(f"{node}: evicting {ns}/{name} failed ({_status(code, answer)}); trying again at the next run")
 
 
-def drain_group(group: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: int) -> list[str]:
-    """One run for one instance group; returns what it did, one line each."""
+def drain_group(group: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: int, log: _Log) -> None:
+    """One run for one instance group, into `log`; an error of one node is logged and the next node goes on."""
     name = group["InstanceGroup"]
-    log: list[str] = []
     end = plan_end(describe_plan(group["TrainingPlanArn"]), group.get("InstanceType", ""), now)
     status, nodes = send("GET", _path("/api/v1/nodes", labelSelector=f"{GROUP_LABEL}={name}"), None, "application/json")
     if status != 200:
-        return [f"group {name}: could not list its nodes (HTTP {status}); trying again at the next run"]
+        log.failed(f"could not list its nodes ({_status(status, nodes)}); trying again at the next run")
+        return
     draining = end is not None and now >= end - TERMINATES_BEFORE_END_S - int(group["DrainSeconds"])
     for node in nodes.get("items", []):
         node_name = node["metadata"]["name"]
-        mark = (node["metadata"].get("annotations") or {}).get(DRAINED_FOR)
-        cordoned = bool(node.get("spec", {}).get("unschedulable"))
-        if mark and mark != str(end) and (int(mark) <= now or (end is not None and end > int(mark))):
-            _patch_node(send, node_name, False, None)
-            log.append(f"{node_name}: still here after the plan's end {mark} passed or moved: uncordoned")
-            mark, cordoned = None, False
-        if not draining:
-            continue
-        if not cordoned:
-            _patch_node(send, node_name, True, str(end))
-            log.append(f"{node_name}: cordoned for the plan's end {end}")
-        elif not mark:
-            log.append(f"{node_name}: already cordoned by someone else: its pods are evicted, its cordon is left to them")
-        _evict_pods(send, node_name, log)
-    return [f"group {name}: {line}" for line in log]
+        try:
+            _drain_node(node, end, draining, send, now, log)
+        except Exception as error:
+            log.failed(f"{node_name}: skipped, {type(error).__name__}: {error}; the other nodes go on")
+
+
+def _drain_node(node: Mapping[str, Any], end: int | None, draining: bool, send: Send, now: int, log: _Log) -> None:
+    node_name = node["metadata"]["name"]
+    mark = (node["metadata"].get("annotations") or {}).get(DRAINED_FOR)
+    cordoned = bool(node.get("spec", {}).get("unschedulable"))
+    if mark is not None and not str(mark).isdigit():
+        log.failed(f"{node_name}: its {DRAINED_FOR} is {mark!r}, not an end in epoch seconds (not this drain's): skipped")
+        return
+    if mark and mark != str(end) and (int(mark) <= now or (end is not None and end > int(mark))):
+        status, answer = _patch_node(send, node_name, False, None)
+        if status != 200:
+            log.failed(f"{node_name}: uncordon refused ({_status(status, answer)}); trying again at the next run")
+            return
+        log.append(f"{node_name}: still here after the plan's end {mark} passed or moved: uncordoned")
+        mark, cordoned = None, False
+    if not draining:
+        return
+    if not cordoned:
+        status, answer = _patch_node(send, node_name, True, str(end))
+        if status != 200:
+            log.failed(f"{node_name}: cordon refused ({_status(status, answer)}): its pods are not evicted; trying again at the next run")
+            return
+        log.append(f"{node_name}: cordoned for the plan's end {end}")
+    elif not mark:
+        log.append(f"{node_name}: already cordoned by someone else: its pods are evicted, its cordon is left to them")
+    _evict_pods(send, node_name, log)
 
 
 def run(event: Mapping[str, Any], describe_plan: DescribePlan, send: Send, now: int) -> list[str]:
+    """One run for every group; returns what it did, one line each. An error of one group is logged
+    and the next group goes on; then `DrainFailed` (with every line) if any step failed."""
     groups: Sequence[Mapping[str, Any]] = event["Groups"]
     lines: list[str] = []
+    failures = 0
     for group in groups:
-        lines += drain_group(group, describe_plan, send, now)
+        log = _Log(str(group.get("InstanceGroup")))
+        try:
+            drain_group(group, describe_plan, send, now, log)
+        except Exception as error:
+            log.failed(f"failed, {type(error).__name__}: {error}; the other groups go on")
+        lines += log.lines
+        failures += log.failures
+    if failures:
+        raise DrainFailed(lines, failures)
     return lines
 
 
@@ -158,15 +228,24 @@ def api_sender(endpoint: str, ca_file: str, token: str, urlopen: Callable[..., A
 
     context = ssl.create_default_context(cafile=ca_file)
 
+    def answer(data: bytes) -> dict[str, Any]:
+        # Not every answer is a JSON object: a proxy's page, or an API server that answers text/plain
+        # (docs/facts/eks.md#k8s-authorization-deny-403); its text is the message.
+        try:
+            parsed = json.loads(data or b"{}")
+        except ValueError:
+            parsed = None
+        return parsed if isinstance(parsed, dict) else {"message": data[:300].decode(errors="replace")}
+
     def send(method: str, path: str, body: Mapping[str, Any] | None, content_type: str) -> tuple[int, dict[str, Any]]:
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {token}", "Content-Type": content_type, "Accept": "application/json"}
         request = urllib.request.Request(endpoint + path, data=data, method=method, headers=headers)  # noqa: S310
         try:
             with urlopen(request, context=context, timeout=30) as response:
-                return int(response.status), json.loads(response.read() or b"{}")
+                return int(response.status), answer(response.read())
         except urllib.error.HTTPError as error:
-            return error.code, json.loads(error.read() or b"{}")
+            return error.code, answer(error.read())
 
     return send
 
@@ -207,7 +286,12 @@ def handler(
         ca.flush()
         send = api_sender(cluster["endpoint"], ca.name, token, urlopen or urllib.request.urlopen)
         now = int((clock or time.time)())
-        lines = run(event, lambda arn: sagemaker.describe_training_plan(TrainingPlanName=arn), send, now)
+        try:
+            lines = run(event, lambda arn: sagemaker.describe_training_plan(TrainingPlanName=arn), send, now)
+        except DrainFailed as failed:
+            for line in failed.lines:
+                print(line)
+            raise
     for line in lines:
         print(line)
     return lines
