@@ -255,7 +255,9 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
     assert "Placement" not in block_data
     # With starts_at the group waits at 0 and one schedule sizes it at the block's start.
     assert block["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
-    (schedule,) = synth.resources("cap-eks", "Compute", "AWS::Scheduler::Schedule").values()
+    # (cap-eks also has the training-plan drain's rate schedule: tests/hyperpod/constructs/test_plan_drain.py.)
+    schedules = synth.resources("cap-eks", "Compute", "AWS::Scheduler::Schedule").values()
+    (schedule,) = [s for s in schedules if s["Properties"]["ScheduleExpression"].startswith("at(")]
     assert schedule["Properties"]["ScheduleExpression"] == "at(2027-01-10T11:30:00)"
     assert "ScalingConfig" in json.dumps(schedule["Properties"]["Target"]["Input"])
 
