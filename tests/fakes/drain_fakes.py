@@ -390,6 +390,15 @@ args = sys.argv[1:]
 opts = dict(a.split("=", 1) for a in args if "=" in a)
 if "--noheader" not in args or opts.get("--format") != "%i" or "--nodelist" not in opts:
     sys.exit(f"squeue: fake supports --noheader --nodelist=N --format=%i, got {args}")
+# FAKE_SQUEUE_FAILS=N: the first N calls find slurmctld not answering, as squeue reports it: a
+# message on stderr and exit status 1 (squeue(1), EXIT STATUS; docs/facts/jobs.md#slurm-squeue-exit-status).
+fails = int(os.environ.get("FAKE_SQUEUE_FAILS", "0"))
+counter = os.environ["FAKE_SLURM_STATE"] + ".squeue-calls"
+calls = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(calls + 1))
+if calls < fails:
+    sys.stderr.write("squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation\n")
+    sys.exit(1)
 state = load()
 for j in running(state, opts["--nodelist"]):
     print(j)

@@ -383,6 +383,8 @@ def add_clusters(
             public_access_cidrs=compute.eks.public_access_cidrs,
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
+            # the HyperPod EKS plan drain applies its RBAC through the kubectl provider
+            kubectl_manifests=compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
