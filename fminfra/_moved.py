@@ -27,7 +27,7 @@ MOVED = {
     "fminfra.commands.accept_eks": "fminfra.ops.accept.eks",
     "fminfra.commands.accept_manifests": "fminfra.ops.accept.manifests",
     "fminfra.commands.accept_remote": "fminfra.ops.accept.remote",
-    "fminfra.commands.accept_results": "fminfra.ops.accept.results",
+    "fminfra.commands.accept_results": "fminfra.ops.accept.node.results",
     "fminfra.commands.assembly": "fminfra.core.assembly",
     "fminfra.commands.aws": "fminfra.ops.aws",
     "fminfra.commands.capacity_blocks": "fminfra.ops.capacity_blocks",

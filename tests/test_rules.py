@@ -20,7 +20,7 @@ NOT_RULES = {
     # construct's (test_the_handler_checks_the_rules_patterns).
     "hyperpod/constructs/dependencies_handler/index.py": "a Lambda handler's own copy",
     # Parsers of what other programs print, not rules of fminfra's inputs.
-    "ops/accept/results.py": "parses nccl-tests, torchrun and fio output",
+    "ops/accept/node/results.py": "parses nccl-tests, torchrun and fio output",
     "ops/guard/replacements.py": "parses ${...} references of Fn::Sub",
     "core/versions.py": "the format of scripts/node/versions.env, which the node scripts read too",
     "core/regions.py": "the AZ ID form, below every concept (core)",

@@ -8,6 +8,10 @@ from datetime import UTC, datetime, time, timedelta
 
 from fminfra.core.rules import Pattern
 
+# The custom resource that stands for `AWS::EC2::CapacityReservation` inside a placement group
+# (fminfra/capacity/constructs/capacity_reservation.py); the tools read it as that type.
+CUSTOM_RESERVATION_TYPE = "Custom::EC2CapacityReservation"
+RESERVATION_TYPES = ("AWS::EC2::CapacityReservation", CUSTOM_RESERVATION_TYPE)
 RESERVATION_ID = Pattern(r"^cr-[0-9a-f]{17}$", "'cr-' followed by 17 lowercase hex digits")
 TRAINING_PLAN_ARN_RULE = re.compile(
     r"^arn:aws[a-z-]*:sagemaker:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):training-plan/[a-zA-Z0-9](-*[a-zA-Z0-9]){0,63}$"

@@ -30,7 +30,7 @@ from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, 
 from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
-from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE
+from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE, empty_stack_problem
 from fminfra.storage.config import StorageConfig
 
 
@@ -112,6 +112,14 @@ class EnvironmentConfig(Model):
                     f"({self.account}, {self.region}), got {topic['account']}, {topic['region']}",
                 )
             )
+        obs = self.observability
+        if problem := empty_stack_problem(
+            prometheus=obs.prometheus,
+            emails=obs.alerts.emails,
+            existing_topic=obs.alerts.sns_topic_arn is not None,
+            file_system=self.storage is not None and self.storage.lustre is not None,
+        ):
+            problems.append(error("observability.alerts.sns_topic_arn", problem))
         _raise_problems(problems)
         return self
 

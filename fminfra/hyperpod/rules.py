@@ -33,6 +33,8 @@ TEAM_NAME = Pattern(
 QUOTA_MAX_INSTANCE_TYPES = 15
 PRIORITY_CLASSES_MAX = 10
 PRIORITY_WEIGHT_MAX = 100
+# The Lambdas of HyperPodDependencies and HyperPodPlanDrain reach AWS's APIs (and GitHub) through a NAT.
+NAT_SUBNETS_PROBLEM = "subnets must list at least one private subnet with a route to a NAT gateway, got none"
 # The dependency chart's commit (HyperPodDependencies; its Lambda handler checks the same pattern, in its own folder).
 COMMIT = Pattern(r"^[0-9a-f]{40}$", "a full 40-character lowercase hex commit")
 # Regions with an image of HyperPod's health-monitoring agent; elsewhere the dependency chart pulls
@@ -100,3 +102,26 @@ EKS_NODE_ENI_ACTIONS = (
     "ec2:UnassignPrivateIpAddresses",
 )
 POD_IDENTITY_ACTION = "eks-auth:AssumeRoleForPodIdentity"
+
+
+# The HyperPod EKS training-plan drain (`HyperPodPlanDrain`, its handler plan_drain_handler/index.py).
+# It drains the training-plan groups of an EKS-orchestrated cluster; Slurm nodes drain themselves
+# (scripts/node/drain_before_plan_end.sh). It runs every minute, as its handler's docstring says
+# (docs/facts/eks.md#scheduler-lambda-templated-target). In Kubernetes it lists and patches the
+# groups' nodes (cordon, uncordon), lists the pods of a node across namespaces, and creates evictions:
+# the requests the handler sends, as the API server authorizes them (a GET without a name is `list`,
+# PATCH `patch`, a POST to pods/NAME/eviction `create` on `pods/eviction`:
+# docs/facts/eks.md#k8s-rbac-request-attributes); `get` on nodes beside them, for an operator's check.
+PLAN_DRAIN_CAPACITY = "training-plan"
+PLAN_DRAIN_SCHEDULE = "rate(1 minute)"
+PLAN_DRAIN_RBAC_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+)
+
+
+def plan_drained(orchestrator: str, capacity_type: str) -> bool:
+    """Whether the HyperPod EKS plan drain drains a group: a training-plan group of a HyperPod
+    cluster orchestrated by EKS."""
+    return orchestrator == "eks" and capacity_type == PLAN_DRAIN_CAPACITY

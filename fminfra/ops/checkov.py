@@ -68,6 +68,37 @@ SKIPS: tuple[Skip, ...] = (
         )
         for check in ("CKV_AWS_115", "CKV_AWS_116")
     ),
+    *(
+        Skip(
+            check,
+            "AWS::Lambda::Function",
+            "CapacityReservationHandler",
+            f"fminfra's custom-resource handler that reserves capacity in a placement group (OnDemandCapacityReservation): {_LAMBDA_REASONS[check]}",
+        )
+        for check in ("CKV_AWS_115", "CKV_AWS_116")
+    ),
+    Skip(
+        "CKV_AWS_117",
+        "AWS::Lambda::Function",
+        "CapacityReservationHandler",
+        "fminfra's reservation handler calls only the EC2 API (Create/Modify/CancelCapacityReservation) through its public "
+        "endpoint; it reaches nothing inside the VPC, and in the VPC it would need a NAT path or an EC2 endpoint to do the same",
+    ),
+    Skip(
+        "CKV_AWS_115",
+        "AWS::Lambda::Function",
+        "PlanDrainFunction",
+        "fminfra's HyperPod EKS plan drain (HyperPodPlanDrain), invoked once a minute by its schedule and done within the minute "
+        "(timeout 55 s), so at most about one run at a time; a reserved concurrency would take from the account's unreserved "
+        "pool, which Lambda keeps at a minimum, and fail the deploy in an account with a low concurrency quota",
+    ),
+    Skip(
+        "CKV_AWS_116",
+        "AWS::Lambda::Function",
+        "PlanDrainFunction",
+        "fminfra's HyperPod EKS plan drain (HyperPodPlanDrain): a failed run has nothing a dead-letter queue could keep for later; "
+        "the next run, a minute after, reads the plan and the nodes again and does what is left (its schedule retries nothing)",
+    ),
     Skip(
         "CKV_AWS_117",
         "AWS::Lambda::Function",

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
+from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
@@ -207,7 +208,7 @@ def items_from_templates(
                     assumption=f"desired size {desired}; at the maximum {maximum} it costs {maximum}/{desired or 1}x",
                 )
             )
-        elif kind == "AWS::EC2::CapacityReservation":
+        elif kind in RESERVATION_TYPES:
             itype, count = props.get("InstanceType"), int(props.get("InstanceCount") or 0)
             group_name = re.sub(r"Reservation[0-9A-F]{8}$", "", lid.removeprefix("CapacityReservation"))
             items.append(Item(RESERVED, f"ODCR for {group_name}: {count} x {itype}", count, "instance-hour", f"ec2:{itype}"))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
@@ -90,7 +91,7 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
 
     # Capacity sources and GPU groups.
     for lid, kind, props in resources:
-        if kind == "AWS::EC2::CapacityReservation":
+        if kind in RESERVATION_TYPES:
             box = pic.add(Box(f"odcr_{_id(lid)}", f"ODCR {props.get('InstanceCount')} x {props.get('InstanceType')}", pic.compute_az))
             _ = box
     groups_by_name = {g.name: g for g in cfg.compute.instance_groups}

@@ -19,7 +19,11 @@
 # FMINFRA_DRAIN_MARGIN_SECONDS before them. The drain is drain_lib.sh's Slurm drain: the node DRAIN,
 # FMINFRA_DRAIN_SIGNAL (USR1) to its jobs, then DOWN for jobs still running at the deadline. A node
 # is drained once per end (a marker under FMINFRA_ROOT/var/lib/fminfra); a node without scontrol
-# records no drain and tries again at the next poll. `install` copies the scripts to
+# records no drain and tries again at the next poll. A node drained for an end that then passes
+# with the node still there (the plan was extended, or its next capacity goes on), or for an end
+# that moved later, is resumed (`scontrol update State=RESUME`), but only while its Slurm Reason is
+# still the one this script set ("fminfra: training plan ends ..."): a node an operator drained
+# stays drained. `install` copies the scripts to
 # /opt/fminfra/node and gives the unit a PATH with /opt/slurm/bin (drain_lib.sh's install_service).
 #
 # Settings (environment; on_create.sh sets them from provisioning_parameters.json's plan_drains):
@@ -47,6 +51,9 @@ PLAN_TERMINATES_BEFORE_END_S=1800
 UNIT=fminfra-plan-drain.service
 SCRIPT=$NODE_DIR/$(basename "${BASH_SOURCE[0]}")
 STATE_DIR=$FMINFRA_ROOT/var/lib/fminfra
+# The Slurm Reason this script's drain sets (drain_lib.sh prefixes "fminfra: "); a node whose
+# Reason starts with it was drained here, and only such a node is resumed.
+PLAN_DRAIN_REASON="fminfra: training plan ends"
 # When `check` last found the drain still ahead: the epoch second it starts.
 DRAIN_AT=
 
@@ -107,6 +114,42 @@ plan_end() {
     printf '%s\n' "$next"
 }
 
+# This node's Slurm Reason (sinfo %E; docs/facts/jobs.md#slurm-sinfo-reason); one line per partition: the first.
+slurm_reason() {
+    sinfo --noheader --nodes="$1" --format=%E | head -n 1
+}
+
+# resume_if_continued END: for each end this node drained for (its marker) that is not END and has
+# passed, or that END (the end ahead now) is later than, the capacity went on: RESUME the node
+# (docs/facts/jobs.md#slurm-resume-node), if its Reason is still this script's.
+resume_if_continued() {
+    local end=$1 marker drained node reason
+    for marker in "$STATE_DIR"/plan-drained-*; do
+        [[ -f $marker ]] || continue
+        drained=${marker##*-}
+        [[ $drained =~ ^[0-9]+$ && $drained != "$end" ]] || continue
+        if ((drained > $(now))) && { [[ -z $end ]] || ((end < drained)); }; then
+            continue # the end drained for is still ahead
+        fi
+        command -v scontrol >/dev/null || return 0
+        node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
+        reason=$(slurm_reason "$node") || {
+            log WARN "slurm: could not read the reason of $node; trying again at the next poll"
+            return 0
+        }
+        if [[ $reason == "$PLAN_DRAIN_REASON"* ]]; then
+            log INFO "slurm: $node is still here after the plan's end $(date -u -d "@$drained" +%Y-%m-%dT%H:%M:%SZ) passed or moved: resuming it"
+            scontrol update NodeName="$node" State=RESUME || {
+                log WARN "slurm: could not resume $node; trying again at the next poll"
+                return 0
+            }
+        else
+            log INFO "slurm: $node was drained for $(date -u -d "@$drained" +%Y-%m-%dT%H:%M:%SZ) but its reason is now '$reason' (not this script's): left as it is"
+        fi
+        rm -f "$marker"
+    done
+}
+
 cmd_check() {
     local end reclaim drain_at until marker
     require_settings
@@ -115,6 +158,7 @@ cmd_check() {
         log WARN "could not read the end of $FMINFRA_PLAN_ARN; trying again at the next poll"
         return 0
     }
+    resume_if_continued "$end"
     if [[ -z $end ]]; then
         log INFO "every reserved capacity of $FMINFRA_PLAN_ARN${FMINFRA_INSTANCE_TYPE:+ for $FMINFRA_INSTANCE_TYPE} has ended: nothing to drain for"
         return 0
@@ -138,7 +182,7 @@ cmd_check() {
         return 1
     fi
     log INFO "plan $FMINFRA_PLAN_ARN ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ): draining until $(date -u -d "@$until" +%Y-%m-%dT%H:%M:%SZ)"
-    drain_slurm "$until" "training plan ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
+    drain_slurm "$until" "${PLAN_DRAIN_REASON#fminfra: } $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
     mkdir -p "$STATE_DIR"
     : >"$marker"
 }

@@ -37,13 +37,24 @@ slurm_jobs_on() {
 }
 
 drain_slurm() {
-    local until=$1 reason=$2 node jobs
+    local until=$1 reason=$2 node jobs="" listed
     node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
     log INFO "slurm: draining $node (no new jobs), signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
     scontrol update NodeName="$node" State=DRAIN Reason="fminfra: $reason" ||
         log WARN "slurm: could not set $node DRAIN"
     scancel --signal="$FMINFRA_DRAIN_SIGNAL" --full --nodelist="$node" || log WARN "slurm: scancel --signal failed"
-    while jobs=$(slurm_jobs_on "$node") && [[ -n $jobs ]] && (($(now) < until)); do
+    # Only an empty list from a squeue that answered means no jobs: a failed squeue (exit 1, e.g.
+    # slurmctld not answering: docs/facts/jobs.md#slurm-squeue-exit-status) says nothing about
+    # the jobs, so the drain keeps asking until the deadline and then sets the node DOWN.
+    while :; do
+        if listed=$(slurm_jobs_on "$node"); then
+            jobs=$listed
+            [[ -n $jobs ]] || break
+        else
+            log WARN "slurm: squeue failed: the jobs on $node are unknown, asking again"
+            jobs="(unknown: squeue failed)"$'\n'
+        fi
+        (($(now) < until)) || break
         drain_tick
         sleep "$FMINFRA_DRAIN_POLL_SECONDS"
     done

@@ -163,6 +163,7 @@ def test_wheel_carries_every_package_data_file(built: Built) -> None:
     assert "fminfra/ops/pricing/prices.yaml" in expected_package_data()  # once missing from the wheel
     assert "fminfra/_scripts/node/bootstrap.sh" in expected_package_data()
     assert "fminfra/hyperpod/constructs/dependencies_handler/index.py" in built.names  # the installer Lambda's asset
+    assert "fminfra/hyperpod/constructs/plan_drain_handler/index.py" in built.names  # the plan drain Lambda's asset
 
 
 @pytest.mark.slow

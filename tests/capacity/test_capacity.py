@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from fminfra import catalog
+from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE
 from fminfra.cli.main import main
 from fminfra.config import load_config, parse_config
 from fminfra.core.errors import ConfigError
@@ -278,17 +279,27 @@ def test_on_demand_ec2_group(synth: Synth) -> None:
 
 
 def test_odcr_is_a_targeted_reservation_in_the_compute_az_and_placement_group(synth: Synth) -> None:
-    rid, res = _one(synth, "cap-ec2", "AWS::EC2::CapacityReservation", "CapacityReservationodcr")
+    """Inside a placement group the reservation is made through EC2's API: `AWS::EC2::CapacityReservation`'s
+    schema refuses every PlacementGroupArn (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn)."""
+    rid, res = _one(synth, "cap-ec2", CUSTOM_RESERVATION_TYPE, "CapacityReservationodcr")
     props = res["Properties"]
     assert props["InstanceType"] == "p5.48xlarge"
     assert props["InstanceCount"] == 3
     assert props["AvailabilityZoneId"] == "usw2-az2"
     assert props["InstanceMatchCriteria"] == "targeted"
     assert props["InstancePlatform"] == "Linux/UNIX"
-    assert (props["EndDateType"], props["EndDate"]) == ("limited", "2027-03-31T00:00:00Z")
+    assert props["EndDate"] == "2027-03-31T00:00:00Z"
+    assert props["Tags"] == {"Name": "fminfra-cap-ec2-odcr", "fminfra:stack-id": {"Ref": "AWS::StackId"}}
+    assert props["ServiceToken"] == {
+        "Fn::GetAtt": [_one(synth, "cap-ec2", "AWS::Lambda::Function", "CapacityReservationHandler")[0], "Arn"]
+    }
     pg_lid, _ = _one(synth, "cap-ec2", "AWS::EC2::PlacementGroup", "PlacementGroupodcr")
     pg_name = {"Fn::GetAtt": [pg_lid, "GroupName"]}
     assert props["PlacementGroupArn"] == {"Fn::Join": ["", ["arn:aws:ec2:us-west-2:555555555555:placement-group/", pg_name]]}
+    assert all(
+        "PlacementGroupArn" not in r.get("Properties", {})
+        for r in synth.resources("cap-ec2", "Compute", "AWS::EC2::CapacityReservation").values()
+    )
     _, data = _lt(synth, "cap-ec2", "odcr")
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "capacity-reservations-only",
@@ -299,7 +310,7 @@ def test_odcr_is_a_targeted_reservation_in_the_compute_az_and_placement_group(sy
 
 
 def test_odcr_example_and_open_ended_reservation(synth: Synth) -> None:
-    _, res = _one(synth, "ec2-odcr", "AWS::EC2::CapacityReservation", "CapacityReservationtrainers")
+    _, res = _one(synth, "ec2-odcr", CUSTOM_RESERVATION_TYPE, "CapacityReservationtrainers")
     assert res["Properties"]["InstanceCount"] == 4 and res["Properties"]["AvailabilityZoneId"] == "use2-az2"
     _, serve = _one(synth, "cap-ec2", "AWS::EC2::CapacityReservation", "CapacityReservationserve")
     # An inference node group's ODCR holds max_size instances; placement none: no group ARN.

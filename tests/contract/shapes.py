@@ -250,6 +250,28 @@ EC2_CAPACITY_RESERVATION = CreateApi(
     },
 )
 
+# The same call made by fminfra's handler for a reservation in a placement group
+# (fminfra/capacity/constructs/reservation_handler/index.py), with the same property names.
+EC2_CUSTOM_CAPACITY_RESERVATION = CreateApi(
+    resource_type="Custom::EC2CapacityReservation",
+    service="ec2",
+    operation="CreateCapacityReservation",
+    members={
+        "ServiceToken": None,  # CloudFormation's: the handler's ARN
+        "ServiceTimeout": None,  # CloudFormation's: how long it waits for the handler
+        "AvailabilityZoneId": "AvailabilityZoneId",
+        "EbsOptimized": "EbsOptimized",
+        "EndDate": "EndDate",
+        "InstanceCount": "InstanceCount",
+        "InstanceMatchCriteria": "InstanceMatchCriteria",
+        "InstancePlatform": "InstancePlatform",
+        "InstanceType": "InstanceType",
+        "PlacementGroupArn": "PlacementGroupArn",
+        "Tags": None,  # a map the handler sends as TagSpecifications (its test checks the request)
+        "Tenancy": "Tenancy",
+    },
+)
+
 # HyperPod task governance (docs/facts/hyperpod.md#hyperpod-compute-quota-schema).
 _TAGS = {"Tags": "Tags", "Tags[].Key": "Key", "Tags[].Value": "Value"}
 _QUOTA_RESOURCE = {
@@ -308,6 +330,7 @@ CREATE_APIS = {
         EKS_NODEGROUP,
         EC2_LAUNCH_TEMPLATE,
         EC2_CAPACITY_RESERVATION,
+        EC2_CUSTOM_CAPACITY_RESERVATION,
         SAGEMAKER_COMPUTE_QUOTA,
         SAGEMAKER_CLUSTER_SCHEDULER_CONFIG,
     )

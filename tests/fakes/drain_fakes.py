@@ -1,7 +1,7 @@
 """Fakes for the node's drain at a Capacity Block's end (scripts/node/drain_on_terminate.sh): an
 Auto Scaling group with a termination lifecycle hook, the instance metadata service the node reads
 it from, the `aws` CLI the node completes it with, a Slurm controller (`scontrol`, `scancel`,
-`squeue`) and `kubectl drain`.
+`squeue`, `sinfo`) and `kubectl drain`.
 
 What they model, and where that comes from:
 
@@ -38,7 +38,11 @@ What they model, and where that comes from:
   takes no new jobs and its running jobs go on; DOWN ends them. `scancel --signal=SIG` sends the
   signal to the jobs' steps and, only with --full (or --batch), to the batch script; `--nodelist`
   picks the jobs on those nodes. `squeue --noheader --nodelist=N --format=%i` lists the running
-  jobs' ids. Each job is a real process whose pid the state holds; a job is running while it lives.
+  jobs' ids. `scontrol update NodeName=N State=RESUME` returns a DRAIN or DOWN node to service
+  and clears its Reason (docs/facts/jobs.md#slurm-resume-node); `sinfo --noheader --nodes=N
+  --format=%E` prints the node's Reason (docs/facts/jobs.md#slurm-sinfo-reason; "none" for a node
+  without one, which nothing here relies on). Each job is a real process whose pid the state
+  holds; a job is running while it lives.
 - kubectl drain (docs/facts/eks.md#kubectl-drain): the node is cordoned (unschedulable) first;
   daemon set pods stop the drain without --ignore-daemonsets and are never evicted; pods no
   controller manages stop it without --force; pods with emptyDir stop it without
@@ -342,7 +346,8 @@ if new not in ("DRAIN", "DOWN", "RESUME"):
     print(f"scontrol: invalid node state specified", file=sys.stderr); sys.exit(1)
 if new in ("DRAIN", "DOWN") and not opts.get("reason"):
     print("You must specify a reason when DOWNING or DRAINING a node. Request denied", file=sys.stderr); sys.exit(1)
-state["nodes"][node] = {"state": new, "reason": opts.get("reason", "")}
+# RESUME returns a DRAIN or DOWN node to service and clears its Reason.
+state["nodes"][node] = {"state": "IDLE", "reason": ""} if new == "RESUME" else {"state": new, "reason": opts.get("reason", "")}
 record(state, f"node {node} {new}")
 if new == "DOWN":
     for j in running(state, node):
@@ -385,9 +390,32 @@ args = sys.argv[1:]
 opts = dict(a.split("=", 1) for a in args if "=" in a)
 if "--noheader" not in args or opts.get("--format") != "%i" or "--nodelist" not in opts:
     sys.exit(f"squeue: fake supports --noheader --nodelist=N --format=%i, got {args}")
+# FAKE_SQUEUE_FAILS=N: the first N calls find slurmctld not answering, as squeue reports it: a
+# message on stderr and exit status 1 (squeue(1), EXIT STATUS; docs/facts/jobs.md#slurm-squeue-exit-status).
+fails = int(os.environ.get("FAKE_SQUEUE_FAILS", "0"))
+counter = os.environ["FAKE_SLURM_STATE"] + ".squeue-calls"
+calls = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(calls + 1))
+if calls < fails:
+    sys.stderr.write("squeue: error: slurm_load_jobs error: Socket timed out on send/recv operation\n")
+    sys.exit(1)
 state = load()
 for j in running(state, opts["--nodelist"]):
     print(j)
+"""
+)
+
+_SINFO = (
+    _SLURM_COMMON
+    + r"""
+args = sys.argv[1:]
+opts = dict(a.split("=", 1) for a in args if "=" in a)
+if "--noheader" not in args or opts.get("--format") != "%E" or "--nodes" not in opts:
+    sys.exit(f"sinfo: fake supports --noheader --nodes=N --format=%E, got {args}")
+state = load()
+node = state["nodes"].get(opts["--nodes"])
+if node is not None:
+    print(node["reason"] or "none")
 """
 )
 
@@ -455,7 +483,7 @@ def install_fakes(bin_dir: Path, *, slurm: bool = True, kubectl: bool = False) -
     bin_dir.mkdir(parents=True, exist_ok=True)
     programs = {"aws": _AWS}
     if slurm:
-        programs |= {"scontrol": _SCONTROL, "scancel": _SCANCEL, "squeue": _SQUEUE}
+        programs |= {"scontrol": _SCONTROL, "scancel": _SCANCEL, "squeue": _SQUEUE, "sinfo": _SINFO}
     if kubectl:
         programs["kubectl"] = _KUBECTL
     for name, body in programs.items():

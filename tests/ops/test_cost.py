@@ -11,6 +11,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
+from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.cli.main import main
 from fminfra.config import load_config
 from fminfra.ops.cost import HOURS_PER_MONTH, RESERVED, RUNNING, UPFRONT, estimate
@@ -157,7 +158,7 @@ def test_baseline_shows_the_monthly_cost_before_and_after(synth: Synth, tmp_path
     templates = read_templates(synth.outdir, "cost-ec2")
     for template in templates.values():
         for res in template.get("Resources", {}).values():
-            if res["Type"] == "AWS::EC2::CapacityReservation":
+            if res["Type"] in RESERVATION_TYPES:
                 res["Properties"]["InstanceCount"] = 1
     write_baseline(templates, tmp_path)
     config = str(ROOT / "tests" / "configs" / "cost-ec2.yaml")

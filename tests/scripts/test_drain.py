@@ -126,6 +126,34 @@ def test_a_job_that_ignores_the_signal_is_ended_at_the_deadline_before_ec2_recla
     assert completed < reclaim_at.timestamp()
 
 
+def test_a_failed_squeue_does_not_end_the_drain(tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:
+    """squeue exits 1 when slurmctld does not answer (docs/facts/jobs.md#slurm-squeue-exit-status): that
+    says nothing about the jobs, so the drain keeps asking; a job still there at the deadline is ended."""
+    _slurm_node_running(tmp_path, env_base, jobs, "303", STUBBORN_JOB)
+    reclaim_at = datetime.now(UTC) + timedelta(seconds=9)
+    env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_MARGIN_SECONDS="3"), "FAKE_SQUEUE_FAILS": "2"}
+    model = _group(600)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    assert "squeue failed" in result.stderr and "has no jobs left" not in result.stderr
+    slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
+    assert slurm["log"] == [f"node {NODE} DRAIN", "job 303 signalled USR1", f"node {NODE} DOWN", "job 303 ended (node DOWN)"]
+    (completed,) = model.times("completed")
+    assert model.times("scale-in")[0] + 2 < completed < reclaim_at.timestamp()
+
+
+def test_the_squeue_fake_fails_as_squeue_does(tmp_path: Path, env_base: dict[str, str]) -> None:
+    install_fakes(tmp_path / "bin")
+    slurm_state(Path(env_base["FAKE_SLURM_STATE"]), NODE, {})
+    env = {**os.environ, **env_base, "FAKE_SQUEUE_FAILS": "1"}
+    argv = ["squeue", "--noheader", f"--nodelist={NODE}", "--format=%i"]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    assert (first.returncode, first.stdout) == (1, "") and "slurm_load_jobs error" in first.stderr
+    assert (second.returncode, second.stdout) == (0, "")
+
+
 def test_kubernetes_node_is_cordoned_and_its_pods_evicted_before_the_hook_completes(tmp_path: Path, env_base: dict[str, str]) -> None:
     install_fakes(tmp_path / "bin", slurm=False, kubectl=True)
     kubeconfig = tmp_path / "kubeconfig"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fminfra.core.versions import load_versions
-from fminfra.ops.accept.results import busbw_at, parse_nccl_tests, read_fsx_results
+from fminfra.ops.accept.node.results import busbw_at, parse_nccl_tests, read_fsx_results
 from tests.fakes.slurm_fakes import DATA, JOBS, FakeCluster, make_cluster
 
 DIGEST = "sha256:" + "ab" * 32

@@ -225,14 +225,16 @@ def test_a_plan_of_two_capacities_drains_before_the_first_ends_and_again_before_
     assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
     assert f"training plan ends {first_end:%Y-%m-%dT%H:%M:%SZ}" in _slurm(env)["nodes"][NODE]["reason"]  # type: ignore[index]
     # The first capacity has ended; the second's drain time has come: it drains again.
-    second_end = datetime.now(UTC).replace(microsecond=0) + TERMINATIONS_BEFORE_END + timedelta(seconds=540)
+    second_end = (
+        datetime.now(UTC).replace(microsecond=0) + TERMINATIONS_BEFORE_END + timedelta(seconds=570)
+    )  # never the first end, however fast the first check ran
     capacities[0]["EndTime"] = now - timedelta(seconds=1)
     capacities[1].update(StartTime=now, EndTime=second_end, Status="Active")
     _plan(env, second_end, capacities)
     _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
     again = _run(typed)
-    assert again.returncode == 0, again.stderr
-    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert _slurm(env).get("log") == [f"node {NODE} DRAIN", "job 201 signalled USR1"], again.stderr
     assert f"training plan ends {second_end:%Y-%m-%dT%H:%M:%SZ}" in _slurm(env)["nodes"][NODE]["reason"]  # type: ignore[index]
 
 
@@ -336,3 +338,64 @@ def test_without_scontrol_no_drain_is_recorded(tmp_path: Path, env: dict[str, st
     again = _run(env)
     assert again.returncode == 0, again.stderr
     assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+
+
+def _drained_before(env: dict[str, str], end: datetime, reason: str) -> None:
+    """A node this script drained for `end` (its marker), whose Slurm Reason is now `reason`."""
+    state_dir = Path(env["FMINFRA_ROOT"]) / "var/lib/fminfra"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / f"plan-drained-{int(end.timestamp())}").touch()
+    slurm = _slurm(env)
+    slurm["nodes"] = {NODE: {"state": "DRAIN", "reason": reason}}
+    Path(env["FAKE_SLURM_STATE"]).write_text(json.dumps(slurm))
+
+
+def test_a_node_still_there_after_the_end_it_drained_for_is_resumed(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The plan went on (extended, or its next capacity): the end passed and SageMaker did not
+    terminate the node, so the drain is undone."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    now = datetime.now(UTC).replace(microsecond=0)
+    passed = now - timedelta(minutes=5)
+    _drained_before(env, passed, f"fminfra: training plan ends {passed:%Y-%m-%dT%H:%M:%SZ}")
+    _plan(env, now + timedelta(days=7))
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} RESUME"]
+    assert _slurm(env)["nodes"][NODE] == {"state": "IDLE", "reason": ""}  # type: ignore[index]
+    again = _run(env)
+    assert again.returncode == 0 and _slurm(env)["log"] == [f"node {NODE} RESUME"]
+
+
+def test_a_drained_node_whose_plan_end_moved_later_is_resumed(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    _plan(env, datetime.now(UTC).replace(microsecond=0) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    assert _run(env).returncode == 0
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+    _plan(env, datetime.now(UTC) + timedelta(days=14))  # the plan was extended
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1", f"node {NODE} RESUME"]
+
+
+def test_a_node_an_operator_drained_is_not_resumed(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:
+    """After this script's drain, an operator drained the node for a reason of their own."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    passed = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    _drained_before(env, passed, "disk replacement")
+    _plan(env, datetime.now(UTC) + timedelta(days=7))
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert "log" not in _slurm(env)
+    assert _slurm(env)["nodes"][NODE] == {"state": "DRAIN", "reason": "disk replacement"}  # type: ignore[index]
+    assert "not this script's" in result.stderr
+
+
+def test_the_fake_sinfo_refuses_another_format(env: dict[str, str]) -> None:
+    """Test of the test: the fake answers only the query the script makes."""
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {})
+    result = subprocess.run(["sinfo", "--noheader", f"--nodes={NODE}", "--format=%T"], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode != 0

@@ -1,5 +1,10 @@
 """EC2 capacity reservations for GPU groups: a targeted On-Demand Capacity Reservation, and a
-resource group that lets one launch template target several reservations."""
+resource group that lets one launch template target several reservations.
+
+A reservation inside a cluster placement group is a custom resource (`Custom::EC2CapacityReservation`,
+handler `reservation_handler/index.py`) that calls EC2's API: `AWS::EC2::CapacityReservation`'s
+schema refuses every `PlacementGroupArn` (docs/facts/capacity.md#cfn-schema-capacity-reservation-placement-group-arn).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +12,28 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_resourcegroups as resourcegroups
 from constructs import Construct
 
 from fminfra import catalog
-from fminfra.capacity.rules import RESERVATION_ID, utc_timestamp
+from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE, RESERVATION_ID, utc_timestamp
 from fminfra.core.errors import ValidationError
 from fminfra.core.regions import is_az_id
+from fminfra.policy.constructs.acknowledge import acknowledge, drop_redundant_role_dependency, nag_text
+
+HANDLER_DIR = Path(__file__).parent / "reservation_handler"
+# The handler's construct id in the stack: one function serves every reservation of the stack.
+HANDLER_ID = "CapacityReservationHandler"
+# The tag the handler puts on what it reserves; its role may modify and cancel only reservations
+# that carry this stack's id in it.
+STACK_TAG = "fminfra:stack-id"
 
 INSTANCE_PLATFORMS = ("Linux/UNIX", "Red Hat Enterprise Linux", "SUSE Linux", "Ubuntu Pro", "Windows")
 
@@ -36,7 +53,9 @@ class OnDemandCapacityReservationProps:
     reservation_name: the Name tag; include the environment name. Default: none.
 
     A reservation is not stateful data: deleting the stack cancels it, which is what stops its
-    billing, so it takes no removal policy.
+    billing, so it takes no removal policy. With a placement group it is a custom resource that
+    behaves as `AWS::EC2::CapacityReservation` does (same properties; a change to a create-only
+    one replaces it).
     """
 
     instance_type: str
@@ -53,7 +72,9 @@ class OnDemandCapacityReservation(Construct):
     `EfaLaunchTemplate` does, with `capacity-reservations-only`) use it. It bills from creation
     whether or not instances run.
 
-    Attributes: `cfn_reservation`, `reservation_id`, `reservation_arn`.
+    Attributes: `reservation_id`, `reservation_arn`, and the resource: `cfn_reservation` (an
+    `AWS::EC2::CapacityReservation`, without a placement group) or `custom_reservation` (a
+    `Custom::EC2CapacityReservation`, inside one); the other is None.
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: OnDemandCapacityReservationProps) -> None:
@@ -67,22 +88,26 @@ class OnDemandCapacityReservation(Construct):
             raise ValidationError(f"end_date must carry a time zone, got {props.end_date.isoformat()}")
         if props.instance_platform not in INSTANCE_PLATFORMS:
             raise ValidationError(f"instance_platform must be one of {', '.join(INSTANCE_PLATFORMS)}, got {props.instance_platform!r}")
-        placement_group_arn = None
+        self.cfn_reservation: ec2.CfnCapacityReservation | None = None
+        self.custom_reservation: cdk.CustomResource | None = None
+        common: dict[str, Any] = {
+            "instance_type": spec.name,
+            "instance_count": props.instance_count,
+            "instance_platform": props.instance_platform,
+            "availability_zone_id": props.availability_zone_id,
+            "instance_match_criteria": "targeted",
+            "tenancy": "default",
+            "ebs_optimized": True,
+        }
         if props.placement_group is not None:
-            placement_group_arn = cdk.Stack.of(self).format_arn(
-                service="ec2", resource="placement-group", resource_name=props.placement_group.placement_group_name
-            )
+            self.custom_reservation = self._in_placement_group(props, common)
+            self.reservation_id: str = self.custom_reservation.ref
+            self.reservation_arn: str = self.custom_reservation.get_att_string("CapacityReservationArn")
+            return
         self.cfn_reservation = ec2.CfnCapacityReservation(
             self,
             "Reservation",
-            instance_type=spec.name,
-            instance_count=props.instance_count,
-            instance_platform=props.instance_platform,
-            availability_zone_id=props.availability_zone_id,
-            instance_match_criteria="targeted",
-            tenancy="default",
-            ebs_optimized=True,
-            placement_group_arn=placement_group_arn,
+            **common,
             end_date_type="limited" if props.end_date else "unlimited",
             end_date=utc_timestamp(props.end_date) if props.end_date else None,
             tag_specifications=(
@@ -95,8 +120,106 @@ class OnDemandCapacityReservation(Construct):
                 else None
             ),
         )
-        self.reservation_id: str = self.cfn_reservation.ref
-        self.reservation_arn: str = self.cfn_reservation.attr_capacity_reservation_arn
+        self.reservation_id = self.cfn_reservation.ref
+        self.reservation_arn = self.cfn_reservation.attr_capacity_reservation_arn
+
+    def _in_placement_group(self, props: OnDemandCapacityReservationProps, common: dict[str, Any]) -> cdk.CustomResource:
+        """The reservation through EC2's API, with the property names CloudFormation's resource takes."""
+        assert props.placement_group is not None
+        stack = cdk.Stack.of(self)
+        handler = reservation_handler(stack)
+        resource = cdk.CustomResource(
+            self,
+            "Reservation",
+            service_token=handler.function_arn,
+            resource_type=CUSTOM_RESERVATION_TYPE,
+            service_timeout=cdk.Duration.minutes(15),
+            properties={
+                **{"".join(w.capitalize() for w in k.split("_")): v for k, v in common.items()},
+                "PlacementGroupArn": stack.format_arn(
+                    service="ec2", resource="placement-group", resource_name=props.placement_group.placement_group_name
+                ),
+                **({"EndDate": utc_timestamp(props.end_date)} if props.end_date else {}),
+                # The handler's role may change only what carries this stack's tag.
+                "Tags": {**({"Name": props.reservation_name} if props.reservation_name else {}), STACK_TAG: stack.stack_id},
+            },
+        )
+        # The role's policy must exist before the first invocation.
+        policy = handler.role.node.try_find_child("DefaultPolicy") if handler.role is not None else None
+        if policy is not None:
+            resource.node.add_dependency(policy)
+        return resource
+
+
+def reservation_handler(stack: cdk.Stack) -> lambda_.Function:
+    """The stack's one `Custom::EC2CapacityReservation` handler, made on first use. Its role may
+    reserve only with this stack's tag, and modify, tag and cancel only what carries it; the
+    actions are those CloudFormation's own handlers use (docs/facts/capacity.md#odcr-handler-permissions)."""
+    found = stack.node.try_find_child(HANDLER_ID)
+    if isinstance(found, lambda_.Function):
+        return found
+    reservations = stack.format_arn(service="ec2", resource="capacity-reservation", resource_name="*")
+    role = iam.Role(
+        stack,
+        f"{HANDLER_ID}Role",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AWSLambdaBasicExecutionRole")],
+        description="Creates, modifies and cancels the stack's capacity reservations in placement groups",
+    )
+    acknowledge(
+        role,
+        "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]",
+        "The reservation handler's role; this AWS managed policy only lets it write its own CloudWatch logs",
+    )
+    own = {"StringEquals": {f"aws:ResourceTag/{STACK_TAG}": stack.stack_id}}
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="Reserve",
+            actions=["ec2:CreateCapacityReservation"],
+            resources=[reservations],
+            conditions={"StringEquals": {f"aws:RequestTag/{STACK_TAG}": stack.stack_id}},
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="TagOnReserve",
+            actions=["ec2:CreateTags"],
+            resources=[reservations],
+            conditions={"StringEquals": {"ec2:CreateAction": "CreateCapacityReservation"}},
+        )
+    )
+    role.add_to_principal_policy(
+        iam.PolicyStatement(
+            sid="ChangeOwn",
+            actions=["ec2:CancelCapacityReservation", "ec2:CreateTags", "ec2:DeleteTags", "ec2:ModifyCapacityReservation"],
+            resources=[reservations],
+            conditions=own,
+        )
+    )
+    role.add_to_principal_policy(iam.PolicyStatement(sid="Read", actions=["ec2:DescribeCapacityReservations"], resources=["*"]))
+    policy = role.node.try_find_child("DefaultPolicy")
+    assert policy is not None
+    acknowledge(policy, "IAM5[Resource::*]", "ec2:DescribeCapacityReservations takes no resource")
+    acknowledge(
+        policy,
+        f"IAM5[Resource::{nag_text(stack, reservations)}]",
+        "a reservation's id exists only once EC2 creates it: creating needs this stack's tag on the request, and modifying, "
+        "tagging and cancelling need it on the reservation",
+    )
+    function = lambda_.Function(
+        stack,
+        HANDLER_ID,
+        runtime=lambda_.Runtime.PYTHON_3_14,
+        architecture=lambda_.Architecture.ARM_64,
+        handler="index.on_event",
+        code=lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+        role=role,
+        timeout=cdk.Duration.minutes(15),
+        memory_size=256,
+        description="Custom::EC2CapacityReservation: capacity reservations in cluster placement groups, through the EC2 API",
+    )
+    drop_redundant_role_dependency(function)
+    return function
 
 
 @dataclass(frozen=True, kw_only=True)

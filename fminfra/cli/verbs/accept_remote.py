@@ -21,8 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sessions and between sacct polls (default 30)")
     p.add_argument(
         "--remote-python",
-        default="/fsx/fminfra/.venv/bin/python",
-        help="Python with this fminfra version installed, on the node (default /fsx/fminfra/.venv/bin/python)",
+        default="python3",
+        help="the node's Python, 3.10 or later, standard library only: the gate ships its own code (default python3)",
     )
     p.add_argument("--remote-user", default="ubuntu", help="run as this user on the node ('' = root; default ubuntu)")
 

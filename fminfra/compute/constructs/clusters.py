@@ -39,6 +39,7 @@ from fminfra.eks.rules import REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
+from fminfra.hyperpod.constructs.plan_drain import HyperPodPlanDrain, HyperPodPlanDrainProps, PlanDrainGroup
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
 from fminfra.hyperpod.constructs.task_governance import TaskGovernance, TaskGovernanceProps, TeamQuota
 from fminfra.hyperpod.rules import (
@@ -141,12 +142,15 @@ class HyperPodOnEksSpec:
     dependencies_commit, dependencies_values: the HyperPod dependency chart (`HyperPodDependenciesProps`).
     task_governance: the teams' quotas. Default: none.
     accept_access: the acceptance role's access. Default: none.
+    plan_drain: the training-plan groups `HyperPodPlanDrain` drains before their plan ends.
+      Default: none (no drain is deployed).
     """
 
     dependencies_commit: str
     dependencies_values: Mapping[str, object]
     task_governance: TaskGovernanceSpec | None = None
     accept_access: AcceptAccessSpec | None = None
+    plan_drain: Sequence[PlanDrainGroup] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +203,7 @@ class Clusters(Construct):
     """The EKS cluster, the HyperPod cluster and the inference node groups of `props`, in `scope`.
 
     Attributes (None where not built): `eks`, `dependencies`, `kueue`, `scraper`, `lifecycle`,
-    `hyperpod`, `task_governance`, `inference_node_groups` (name -> node group).
+    `hyperpod`, `task_governance`, `plan_drain`, `inference_node_groups` (name -> node group).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: ClustersProps) -> None:
@@ -215,6 +219,7 @@ class Clusters(Construct):
         self.lifecycle: LifecycleScripts | None = None
         self.hyperpod: HyperPodCluster | None = None
         self.task_governance: TaskGovernance | None = None
+        self.plan_drain: HyperPodPlanDrain | None = None
         self.inference_node_groups: dict[str, InferenceNodeGroup] = {}
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
@@ -356,6 +361,14 @@ class Clusters(Construct):
                 # The namespace of the team accept's jobs queue in, after the quotas that create it.
                 after = [self.task_governance] if self.task_governance is not None else []
                 add_accept_access(stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after)
+            if on_eks.plan_drain:
+                # Training-plan groups: drained from outside the nodes before the plan ends (docs/capacity.md).
+                assert props.eks is not None
+                self.plan_drain = HyperPodPlanDrain(
+                    stack,
+                    "PlanDrain",
+                    HyperPodPlanDrainProps(cluster=self.eks.cluster, subnets=props.eks.subnets, groups=on_eks.plan_drain),
+                )
         cdk.CfnOutput(stack, "HyperPodClusterName", value=spec.cluster_name, description="SageMaker HyperPod cluster")
         cdk.CfnOutput(stack, "HyperPodClusterArn", value=self.hyperpod.cluster_arn, description="SageMaker HyperPod cluster ARN")
         cdk.CfnOutput(

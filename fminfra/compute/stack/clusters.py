@@ -53,9 +53,11 @@ from fminfra.eks.constructs.kueue import GpuFlavor
 from fminfra.eks.rules import INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScriptsProps, lifecycle_bucket_name
+from fminfra.hyperpod.constructs.plan_drain import PlanDrainGroup
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME as TASK_GOVERNANCE_ADDON
 from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from fminfra.hyperpod.constructs.task_governance import TeamQuota
+from fminfra.hyperpod.rules import plan_drained
 from fminfra.network.stack import NetworkStack, removal_policy
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
@@ -381,6 +383,8 @@ def add_clusters(
             public_access_cidrs=compute.eks.public_access_cidrs,
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
+            # the HyperPod EKS plan drain applies its RBAC through the kubectl provider
+            kubectl_manifests=compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -416,6 +420,7 @@ def add_clusters(
                 dependencies_values=hyperpod_dependency_values(cfg),
                 task_governance=task_governance(cfg),
                 accept_access=accept_access(cfg),
+                plan_drain=plan_drain_groups(cfg),
             )
     return Clusters(
         stack,
@@ -455,6 +460,21 @@ def data_access(cfg: EnvironmentConfig, data_bucket: s3.IBucket | None) -> DataA
         read_only_prefixes=bucket.read_only_prefixes,
         read_write_prefixes=bucket.read_write_prefixes,
     )
+
+
+def plan_drain_groups(cfg: EnvironmentConfig) -> list[PlanDrainGroup]:
+    """The groups the HyperPod EKS plan drain drains (`fminfra.hyperpod.rules.plan_drained`): each
+    with its plan, its `ml.` type and its drain (`drain_minutes`) in seconds."""
+    return [
+        PlanDrainGroup(
+            instance_group=g.name,
+            training_plan_arn=g.capacity.training_plan_arn,
+            instance_type=g.spec.hyperpod_name,
+            drain_seconds=int(g.capacity.drain.total_seconds()),
+        )
+        for g in cfg.compute.instance_groups
+        if plan_drained(cfg.compute.orchestrator, g.capacity.type) and g.capacity.training_plan_arn
+    ]
 
 
 def task_governance(cfg: EnvironmentConfig) -> TaskGovernanceSpec | None:

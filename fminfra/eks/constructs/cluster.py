@@ -58,7 +58,9 @@ class EksClusterProps:
     admin_principal_arns: IAM roles/users given AmazonEKSClusterAdminPolicy through access entries.
     public_access_cidrs: CIDRs allowed to a public API endpoint. Default: none, private endpoint only.
     helm_charts: charts installed through the kubectl provider (a Lambda in the VPC). Default: none.
-    kubectl_layer: the Lambda layer with kubectl and helm, required with helm_charts.
+    kubectl_layer: the Lambda layer with kubectl and helm, required with helm_charts or kubectl_manifests.
+    kubectl_manifests: the cluster's kubectl provider also without charts, for manifests others
+      apply to it (`eks.KubernetesManifest`, the HyperPod EKS plan drain's RBAC). Default: False.
     removal_policy: of the secrets-encryption KMS key. Default: RETAIN.
     system_node_count: nodes of an untainted CPU managed node group (`<cluster_name>-system`,
       label fminfra/role=system) for CoreDNS and other system pods. Default: 0, no such group.
@@ -75,6 +77,7 @@ class EksClusterProps:
     public_access_cidrs: Sequence[str] = ()
     helm_charts: Sequence[HelmChartSpec] = ()
     kubectl_layer: lambda_.ILayerVersion | None = None
+    kubectl_manifests: bool = False
     removal_policy: cdk.RemovalPolicy = cdk.RemovalPolicy.RETAIN
     system_node_count: int = 0
     system_node_instance_type: str = "m6i.large"
@@ -101,8 +104,9 @@ class EksCluster(Construct):
             raise ValidationError(f"addon_versions must pin {', '.join(REQUIRED_ADDONS)}; missing: {', '.join(missing)}")
         if len(props.subnets) < 2:
             raise ValidationError(f"subnets must span at least two AZs (EKS requires it), got {len(props.subnets)} subnet(s)")
-        if props.helm_charts and props.kubectl_layer is None:
-            raise ValidationError("kubectl_layer is required when helm_charts are given")
+        kubectl_provider = bool(props.helm_charts) or props.kubectl_manifests
+        if kubectl_provider and props.kubectl_layer is None:
+            raise ValidationError("kubectl_layer is required when helm_charts or kubectl_manifests are given")
         if props.system_node_count < 0:
             raise ValidationError(f"system_node_count must be 0 or more, got {props.system_node_count}")
 
@@ -120,7 +124,7 @@ class EksCluster(Construct):
         )
         subnet_selection = [ec2.SubnetSelection(subnets=list(props.subnets))]
         kubectl = None
-        if props.helm_charts:
+        if kubectl_provider:
             assert props.kubectl_layer is not None  # checked above
             kubectl = eks.KubectlProviderOptions(kubectl_layer=props.kubectl_layer, private_subnets=list(props.subnets))
         self.cluster = eks.Cluster(
@@ -144,7 +148,7 @@ class EksCluster(Construct):
             "IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy]",
             "EKS requires this AWS managed policy on the cluster role; AWS keeps it in step with what the control plane needs",
         )
-        if props.helm_charts:
+        if kubectl_provider:
             self._acknowledge_kubectl_provider()
         # The subnets are imported from the Network stack, which CDK cannot tag from here.
         cdk.Annotations.of(self.cluster).acknowledge_warning(

@@ -22,7 +22,7 @@ from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
-from fminfra.hyperpod.rules import COMMIT
+from fminfra.hyperpod.rules import COMMIT, NAT_SUBNETS_PROBLEM
 from fminfra.policy.constructs.acknowledge import acknowledge, drop_redundant_role_dependency
 
 HANDLER_DIR = Path(__file__).parent / "dependencies_handler"
@@ -58,6 +58,26 @@ class HyperPodDependenciesProps:
     namespace: str = NAMESPACE
 
 
+def vpc_lambda_role(scope: Construct, description: str, who: str) -> iam.Role:
+    """`Role` in scope: the role of a Lambda function in the cluster's private subnets, with the AWS
+    managed policies for its logs and its network interfaces (acknowledged as such), nothing else yet."""
+    names = ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
+    role = iam.Role(
+        scope,
+        "Role",
+        assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(f"service-role/{n}") for n in names],
+        description=description,
+    )
+    for name in names:
+        acknowledge(
+            role,
+            f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{name}]",
+            f"{who} runs in the private subnets: these AWS managed policies only let it write its logs and attach its ENIs",
+        )
+    return role
+
+
 class HyperPodDependencies(Construct):
     """Installs the HyperPod dependency chart at deploy time; `resource` is the custom resource
     (make the HyperPod cluster depend on it). Attributes: `function`, `role`, `access_entry`, `resource`."""
@@ -67,24 +87,9 @@ class HyperPodDependencies(Construct):
         if problem := COMMIT.problem(props.commit):
             raise ValidationError(f"commit {problem}")
         if not props.subnets:
-            raise ValidationError("subnets must list at least one private subnet with a route to a NAT gateway, got none")
+            raise ValidationError(NAT_SUBNETS_PROBLEM)
         cluster = props.cluster
-        self.role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name(f"service-role/{n}")
-                for n in ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole")
-            ],
-            description="Installs the HyperPod dependency Helm chart into the EKS cluster",
-        )
-        for name in ("AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole"):
-            acknowledge(
-                self.role,
-                f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/{name}]",
-                "The installer Lambda runs in the private subnets: these AWS managed policies only let it write its logs and attach its ENIs",
-            )
+        self.role = vpc_lambda_role(self, "Installs the HyperPod dependency Helm chart into the EKS cluster", "The installer Lambda")
         self.role.add_to_principal_policy(iam.PolicyStatement(actions=["eks:DescribeCluster"], resources=[cluster.cluster_arn]))
         # Cluster admin inside Kubernetes: the chart creates namespaces, CRDs, cluster roles and DaemonSets.
         self.access_entry = eks.AccessEntry(

@@ -32,3 +32,16 @@ def scrape_interval_problem(seconds: int) -> str | None:
         f"must be {SCRAPE_INTERVAL_MIN_SECONDS} to {SCRAPE_INTERVAL_MAX_SECONDS} seconds "
         f"(the AMP managed collector refuses intervals below {SCRAPE_INTERVAL_MIN_SECONDS} s), got {seconds}"
     )
+
+
+def empty_stack_problem(*, prometheus: bool, emails: list[str], existing_topic: bool, file_system: bool) -> str | None:
+    """Why the Observability stack would hold no resource (None when it holds one): CloudFormation
+    refuses a template without resources (docs/facts/observability.md#cfn-template-needs-a-resource).
+    An existing topic is imported, not created; the rest of the stack is Prometheus, the topic's
+    email subscriptions and the file system's alarms."""
+    if prometheus or emails or not existing_topic or file_system:
+        return None
+    return (
+        "with prometheus: false, no alerts.emails and no storage.lustre, the Observability stack would have no resource "
+        "(CloudFormation refuses an empty template); set prometheus: true, add alerts.emails or leave sns_topic_arn out"
+    )

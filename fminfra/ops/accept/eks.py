@@ -34,7 +34,7 @@ import yaml
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.accept import checks as accept
 from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
-from fminfra.ops.accept.results import ResultError, nccl_ofi_provider, ofi_provider_found
+from fminfra.ops.accept.node.results import ResultError, nccl_ofi_provider, ofi_provider_found
 from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s

@@ -16,8 +16,11 @@ ListClusterNodes the first Running node of the login group, or of the controller
 cluster has no login group. One short session starts `fminfra accept` in the background on the node
 (its log and exit code under the run folder on FSx, so nothing depends on a session lasting as long
 as the jobs); later short sessions read the log's new bytes and, at the end, the exit code, which
-becomes this command's. The environment's config and its pipeline.yaml entry travel inside the
-command; the node must have the same fminfra version installed (`--remote-python`).
+becomes this command's. What runs there travels inside the starting session: the plan (jobs and
+thresholds, made here from the config and pipeline.yaml), the scripts the jobs run, and
+`fminfra.ops.accept.node`, which needs only the node's python3 (standard library, Python 3.10:
+docs/facts/hyperpod.md#hyperpod-slurm-ami-python). So the node needs nothing installed, and runs
+the code of this fminfra version, whatever was deployed before.
 
 EKS: `fminfra accept` reaches the cluster from here (Kubernetes API with an IAM token); this command
 hands EKS environments to it unchanged.
@@ -35,11 +38,15 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
+import io
 import json
+import os
 import shlex
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,20 +55,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-import fminfra
 from fminfra.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME, EnvironmentConfig
-from fminfra.config.loader import read_yaml
 from fminfra.config.pipeline import DEFAULT_PIPELINE_FILE, gate_enabled, load_pipeline
+from fminfra.core.resources import scripts_root
 from fminfra.ops import accept as accept_command
+from fminfra.ops.accept import node as node_package
 from fminfra.ops.accept import slurm as accept
 from fminfra.ops.accept.checks import _overrides, end_dry_run, read_instance_thresholds
 from fminfra.ops.common import EXIT_CHECK_FAILED, EXIT_OK, UsageError, load_configs
 
 # The session document that runs one command and ends (docs/facts/jobs.md#hyperpod-ssm-target).
 SSM_DOCUMENT = "AWS-StartNonInteractiveCommand"
-REMOTE_ROOT = f"{accept.FSX_MOUNT}/fminfra-accept"
 BEGIN, END, EXIT, SIZE = "FMINFRA-BEGIN", "FMINFRA-END", "FMINFRA-EXIT=", "FMINFRA-LOG-BYTES="
 MAX_SILENT_POLLS = 5  # polls in a row that bring back nothing readable, or fail to run, before giving up
 SESSION_TIMEOUT_S = 300  # one session: a poll reads a few KiB, the start ships the config
@@ -119,55 +123,65 @@ def find_node(sagemaker: Any, name: str, group: str) -> Node:
 # --- what runs on the node -----------------------------------------------------------------------------
 
 
-def _ship(text: str, path: str) -> str:
-    return f"printf %s {base64.b64encode(text.encode()).decode()} | base64 -d > {shlex.quote(path)}"
+def _ship(data: bytes, path: str) -> str:
+    return f"printf %s {base64.b64encode(data).decode()} | base64 -d > {shlex.quote(path)}"
 
 
-def pipeline_entry(path: Path | None, cfg: EnvironmentConfig) -> dict[str, Any] | None:
-    """This environment's pipeline.yaml, reduced to its own entry (config path: next to the file)."""
-    path = path or DEFAULT_PIPELINE_FILE
-    if not path.exists():
-        return None
-    _, configs = load_pipeline(path)
-    data = read_yaml(path)
-    for raw, loaded in zip(data["environments"], configs, strict=True):
-        if loaded.name == cfg.name:
-            return {**data, "environments": [{**raw, "config": f"{cfg.name}.yaml"}]}
-    return None
+# The name `fminfra.ops.accept.node` travels under (its imports are relative), and what of scripts/
+# the jobs read: scripts/jobs and what its common.sh reads from ../node.
+NODE_PACKAGE = "fminfra_accept_node"
+NODE_SCRIPTS = ("jobs", "node/versions.env", "node/manifest.sh")
 
 
-def start_script(cfg: EnvironmentConfig, config_text: str, pipeline: dict[str, Any] | None, ns: argparse.Namespace) -> str:
-    """Write the config (and pipeline entry) to the run folder, check fminfra's version, start accept."""
-    run = f"{REMOTE_ROOT}/{ns.run_id}"
+def node_bundle() -> bytes:
+    """lib/fminfra_accept_node/ and scripts/ for the run folder, a .tar.gz (the same bytes for the same files)."""
+    package = Path(node_package.__file__).parent
+    members = [(f"lib/{NODE_PACKAGE}/{f.name}", f) for f in sorted(package.glob("*.py"))]
+    for name in NODE_SCRIPTS:
+        top = scripts_root() / name
+        files = sorted(f for f in top.rglob("*") if f.is_file() and "__pycache__" not in f.parts) if top.is_dir() else [top]
+        members += [(f"scripts/{f.relative_to(scripts_root()).as_posix()}", f) for f in files]
+    out = io.BytesIO()
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as gz, tarfile.open(fileobj=gz, mode="w") as tar:
+        for arcname, path in members:
+            info = tarfile.TarInfo(arcname)
+            data = path.read_bytes()
+            info.size, info.mode = len(data), 0o755 if os.access(path, os.X_OK) else 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def start_script(plan: accept.Plan, ns: argparse.Namespace) -> str:
+    """Check the node's python3, unpack the node code and the scripts, write the plan, start the run."""
+    node_plan = plan.for_node()
+    run = node_plan.run_dir
     python = shlex.quote(ns.remote_python)
-    version = fminfra.__version__
-    args = [f"{run}/{cfg.name}.yaml", "--run-id", ns.run_id, "--timeout-minutes", f"{ns.timeout_minutes:g}"]
-    args += ["--poll-seconds", f"{ns.poll_seconds:g}", "--report", f"{run}/accept.json"]
-    if pipeline is not None:
-        args += ["--pipeline", f"{run}/pipeline.yaml"]
-    accept_cmd = f"{python} -m fminfra accept {shlex.join(args)}"
-    background = f"{accept_cmd} > gate.log 2>&1; echo $? > gate.exit.tmp; mv gate.exit.tmp gate.exit"
+    want = ".".join(map(str, node_package.PYTHON_VERSION))
+    args = ["../plan.json", "--timeout-s", f"{ns.timeout_minutes * 60:g}", "--poll-s", f"{ns.poll_seconds:g}"]
+    node_cmd = f"cd lib && {python} -s -m {NODE_PACKAGE} {shlex.join(args)}"
+    background = f"{node_cmd} > ../gate.log 2>&1; echo $? > ../gate.exit.tmp; mv ../gate.exit.tmp ../gate.exit"
+    version_check = f"import sys; sys.exit(sys.version_info[:2] < {node_package.PYTHON_VERSION!r})"
     lines = [
         "set -eu",
         f"mkdir -p {shlex.quote(run)} && cd {shlex.quote(run)}",
         f"echo {BEGIN}",
-        _ship(config_text, f"{cfg.name}.yaml"),
-    ]
-    if pipeline is not None:
-        lines.append(_ship(yaml.safe_dump(pipeline, sort_keys=False), "pipeline.yaml"))
-    lines += [
-        f"if ! {python} -c {shlex.quote(f'import sys, fminfra; sys.exit(fminfra.__version__ != {version!r})')}; then",
-        f"  echo {EXIT}2; echo 'fminfra {version} is not installed for {ns.remote_python} on this node'; echo {END}; exit 0",
+        f"if ! {python} -c {shlex.quote(version_check)}; then",
+        f"  echo {EXIT}2; echo 'accept-remote: {ns.remote_python} on this node is not Python {want} or later, which the gate runs on"
+        f" (the HyperPod Slurm AMI has had 3.10 since 2025-05-13: update the cluster software, or give --remote-python)'",
+        f"  echo {END}; exit 0",
         "fi",
+        _ship(node_bundle(), "bundle.tar.gz"),
+        "tar -xzf bundle.tar.gz && rm bundle.tar.gz",
+        _ship(node_plan.to_json().encode(), "plan.json"),
         f"setsid nohup bash -c {shlex.quote(background)} < /dev/null > /dev/null 2>&1 &",
         f"echo started; echo {END}",
     ]
     return "\n".join(lines) + "\n"
 
 
-def poll_script(run_id: str, offset: int) -> str:
+def poll_script(run_dir: str, offset: int) -> str:
     """The exit code if accept has ended (read first: then the log is complete), then the log's new bytes."""
-    run = shlex.quote(f"{REMOTE_ROOT}/{run_id}")
+    run = shlex.quote(run_dir)
     return "\n".join(
         [
             f"cd {run} || exit 0",
@@ -271,18 +285,19 @@ def session(runner: Runner, region: str, node: Node, script: str, user: str) -> 
 
 def run_remote(
     node: Node,
-    cfg: EnvironmentConfig,
+    plan: accept.Plan,
     start: str,
     ns: argparse.Namespace,
     runner: Runner = _run_session,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
+    cfg, run_dir = plan.cfg, plan.run_dir
     print(f"accept-remote {cfg.name}: {node.target} (group {node.group}), run {ns.run_id}", flush=True)
     reply = session(runner, cfg.region, node, start, ns.remote_user)
     if reply is None:
         raise UsageError(f"accept-remote: {node.target}: the starting session brought nothing back; the run may not have started")
-    if reply.exit_code is not None:  # refused before accept started (version check)
+    if reply.exit_code is not None:  # refused before accept started (the node's python3)
         print(reply.text, flush=True)
         return reply.exit_code
     # accept's own timeout, plus time for its last sacct poll, scancel and the report
@@ -291,7 +306,7 @@ def run_remote(
     while True:
         sleep(ns.poll_seconds)
         try:
-            reply = session(runner, cfg.region, node, poll_script(ns.run_id, offset), ns.remote_user)
+            reply = session(runner, cfg.region, node, poll_script(run_dir, offset), ns.remote_user)
             why = "brought nothing back"
         except SessionFailed as exc:  # throttled (start-session: 3 TPS), node briefly unreachable: poll again
             reply, why = None, str(exc).removeprefix("accept-remote: ")
@@ -307,11 +322,11 @@ def run_remote(
             if reply.log_bytes is not None:
                 offset = max(offset, reply.log_bytes)
             if reply.exit_code is not None:
-                print(f"accept-remote {cfg.name}: fminfra accept exited {reply.exit_code}; report {REMOTE_ROOT}/{ns.run_id}/accept.json")
+                print(f"accept-remote {cfg.name}: fminfra accept exited {reply.exit_code}; report {run_dir}/accept.json")
                 return reply.exit_code
         if clock() >= deadline:
             print(
-                f"accept-remote {cfg.name}: no result from the node after {ns.timeout_minutes:g} + 10 minutes; see {REMOTE_ROOT}/{ns.run_id}/gate.log",
+                f"accept-remote {cfg.name}: no result from the node after {ns.timeout_minutes:g} + 10 minutes; see {run_dir}/gate.log",
                 file=sys.stderr,
             )
             return EXIT_CHECK_FAILED
@@ -335,14 +350,14 @@ def _as_accept_namespace(ns: argparse.Namespace) -> argparse.Namespace:
 
 
 def command(ns: argparse.Namespace) -> int:
-    [(path, cfg)] = load_configs([ns.config])
+    [(_, cfg)] = load_configs([ns.config])
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept-remote: --timeout-minutes and --poll-seconds must be greater than 0")
-    pipeline = pipeline_entry(ns.pipeline, cfg)
-    if ns.if_gated and pipeline is not None:
-        loaded, configs = load_pipeline(ns.pipeline or DEFAULT_PIPELINE_FILE)
-        entry = next(e for e, c in zip(loaded.environments, configs, strict=True) if c.name == cfg.name)
-        if not gate_enabled(entry, cfg):
+    pipeline_file = ns.pipeline or DEFAULT_PIPELINE_FILE
+    if ns.if_gated and pipeline_file.exists():
+        loaded, configs = load_pipeline(pipeline_file)
+        entry = next((e for e, c in zip(loaded.environments, configs, strict=True) if c.name == cfg.name), None)
+        if entry is not None and not gate_enabled(entry, cfg):
             print(f"accept-remote {cfg.name}: the acceptance gate is off (pipeline.yaml accept.gate, or no training GPUs): nothing to run")
             return EXIT_OK
     orchestrator = cfg.compute.orchestrator
@@ -353,7 +368,8 @@ def command(ns: argparse.Namespace) -> int:
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")
-    start = start_script(cfg, Path(path).read_text(encoding="utf-8"), pipeline, ns)
+    plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
+    start = start_script(plan, ns)
     group = node_group(cfg)
     if ns.dry_run:
         target = f"sagemaker-cluster:<cluster-id>_{group}-<instance-id>"
@@ -365,9 +381,10 @@ def command(ns: argparse.Namespace) -> int:
         print(f"# which runs this script as {ns.remote_user or 'root'}:")
         print(start, end="")
         print(f"# then every {ns.poll_seconds:g} s, until gate.exit appears:")
-        print(poll_script(ns.run_id, 0))
-        print("# and on the node, `fminfra accept` does:")
-        plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
+        print(poll_script(plan.run_dir, 0))
+        print("# plan.json, as the script writes it:")
+        print(plan.for_node().to_json(), end="")
+        print(f"# and on the node, {NODE_PACKAGE} (python3 -m, from lib/) runs that plan:")
         accept.print_plan(plan)
         return end_dry_run("accept-remote", cfg.name, plan.missing)
     import boto3
@@ -382,4 +399,4 @@ def command(ns: argparse.Namespace) -> int:
         raise UsageError(
             "accept-remote: the AWS CLI (aws) and the Session Manager plugin (session-manager-plugin) must be on PATH: they run the session"
         )
-    return run_remote(node, cfg, start, ns)
+    return run_remote(node, plan, start, ns)

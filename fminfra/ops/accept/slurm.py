@@ -1,7 +1,7 @@
 """`fminfra accept ENV`: prove a deployed environment trains, with the acceptance jobs of scripts/jobs/.
 
-On a Slurm (HyperPod) environment it runs on the cluster's login node, where fminfra is installed
-and /fsx is mounted: it copies the scripts to the shared file system, submits with `sbatch` per
+On a Slurm (HyperPod) environment it runs on the cluster's login node, where /fsx is mounted (the
+run itself is `node.runner`, which `accept-remote` ships there instead): it copies the scripts to the shared file system, submits with `sbatch` per
 training group an nccl-tests job on two nodes, the PyTorch DDP smoke job and the FSx fio probe on
 the whole group, waits (`sacct`) while printing each job's state, then reads the results, prints
 a table and writes a JSON report. `--dry-run` prints what would be submitted, offline, anywhere.
@@ -25,37 +25,21 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
+import fminfra
 from fminfra.config import EnvironmentConfig
 from fminfra.config.pipeline import AcceptThresholds
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
-from fminfra.ops.accept.checks import (
-    Check,
-    NcclThreshold,
-    SlurmJob,
-    ddp_check,
-    fsx_checks,
-    missing_for_a_run,
-    nccl_checks,
-    nccl_threshold,
-    report_checks,
-)
+from fminfra.ops.accept.checks import NcclThreshold, SlurmJob, missing_for_a_run, nccl_threshold
 from fminfra.ops.accept.manifests import NCCL_NODES, no_nccl_note
-from fminfra.ops.accept.results import (
-    ResultError,
-)
+from fminfra.ops.accept.node import runner
 from fminfra.ops.common import UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
 from fminfra.storage.rules import FSX_MOUNT
-
-DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
 def unpinned_image() -> str | None:
@@ -76,6 +60,18 @@ class Plan:
     fsx_baseline_gb_per_s: float | None
     image_unpinned: str | None = None
     notes: list[str] = field(default_factory=list)
+
+    def for_node(self) -> runner.NodePlan:
+        """What the login node needs of the plan (`fminfra accept-remote` ships it as JSON)."""
+        return runner.NodePlan(
+            environment=self.cfg.name,
+            fsx_mount=FSX_MOUNT,
+            run_dir=self.run_dir,
+            jobs=self.jobs,
+            nccl=self.nccl,
+            fsx_baseline_gb_per_s=self.fsx_baseline_gb_per_s,
+            fminfra_version=fminfra.__version__,
+        )
 
     @property
     def missing(self) -> list[str]:
@@ -146,76 +142,13 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
 # --- running on the login node ---------------------------------------------------------------------
 
 
-def _run(cmd: list[str]) -> str:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise UsageError(f"{shlex.join(cmd)}: exit {result.returncode}: {(result.stderr or result.stdout).strip()}")
-    return result.stdout
-
-
-def job_state(job_id: str) -> str:
-    """The job's state from `sacct -X -n -P -o State` (PENDING, RUNNING, COMPLETED, FAILED, ...)."""
-    lines = [line for line in _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State"]).splitlines() if line.strip()]
-    return lines[0].split()[0] if lines else "PENDING"
-
-
-def wait_for(jobs: dict[str, str], timeout_s: float, poll_s: float, clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
-    """Poll every job until it ends or the timeout passes; print each change of state."""
-    states = dict.fromkeys(jobs, "SUBMITTED")
-    deadline = clock() + timeout_s
-    while True:
-        for job_id, name in jobs.items():
-            if states[job_id] in DONE_STATES:
-                continue
-            state = job_state(job_id)
-            if state != states[job_id]:
-                print(f"{datetime.now(UTC):%H:%M:%S} {name} (job {job_id}): {state}", flush=True)
-                states[job_id] = state
-        if all(s in DONE_STATES for s in states.values()) or clock() >= deadline:
-            return states
-        time.sleep(poll_s)
-
-
-def evaluate(plan: Plan, run_dir: Path, states: dict[str, str], ids: dict[SlurmJob, str]) -> list[Check]:
-    checks: list[Check] = []
-    for job in plan.jobs:
-        folder = run_dir / job.results
-        state = states.get(ids[job], "?")
-        name = f"{job.kind} {job.group}"
-        if state not in DONE_STATES:
-            checks.append(Check(name, "FAIL", "-", f"job {ids[job]} did not finish in time (last state {state}); cancelled"))
-            continue
-        if state != "COMPLETED":
-            checks.append(Check(name, "FAIL", "-", f"job {ids[job]} ended {state} (see {folder})"))
-            continue
-        try:
-            if job.kind == "nccl":
-                checks.extend(nccl_checks(job, folder, plan.nccl[job.group], job.efa))
-            elif job.kind == "ddp":
-                checks.append(ddp_check(job, folder))
-            else:
-                checks.extend(fsx_checks(job, folder, plan.fsx_baseline_gb_per_s))
-        except ResultError as exc:
-            checks.append(Check(name, "FAIL", "-", str(exc)))
-    return checks
-
-
 def run_on_login_node(plan: Plan, timeout_s: float, poll_s: float, report: Path | None) -> int:
-    if shutil.which("sbatch") is None or shutil.which("sacct") is None:
-        raise UsageError("accept: sbatch/sacct not found; run `fminfra accept` on the cluster's login node, or use --dry-run")
-    run_dir = Path(plan.run_dir)
-    if not Path(FSX_MOUNT).is_dir():
-        raise UsageError(f"accept: {FSX_MOUNT} is not mounted on this node; the jobs and results must be on the shared file system")
-    for job in plan.jobs:
-        (run_dir / job.results).mkdir(parents=True, exist_ok=True)
-    shutil.copytree(scripts_root(), run_dir / "scripts", dirs_exist_ok=True)
-    ids: dict[SlurmJob, str] = {}
-    for job in plan.jobs:
-        ids[job] = _run(job.sbatch(str(run_dir))).strip().split(";")[0]
-        print(f"submitted {job.kind} {job.group}: job {ids[job]}", flush=True)
-    states = wait_for({v: f"{k.kind} {k.group}" for k, v in ids.items()}, timeout_s, poll_s)
-    for job_id, state in states.items():
-        if state not in DONE_STATES:
-            subprocess.run(["scancel", job_id], check=False)
-    checks = evaluate(plan, run_dir, states, ids)
-    return report_checks(checks, report or run_dir / "accept.json", {"environment": plan.cfg.name, "run_dir": str(run_dir)})
+    """`fminfra accept` on the login node: the scripts into the run folder, then what
+    `fminfra accept-remote` ships and starts there (`node.runner`), in process."""
+    node_plan = plan.for_node()
+    try:
+        runner.check_login_node(node_plan)
+        shutil.copytree(scripts_root(), Path(plan.run_dir) / "scripts", dirs_exist_ok=True)
+        return runner.run(node_plan, timeout_s, poll_s, report)
+    except runner.NodeError as exc:
+        raise UsageError(str(exc)) from None

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE, RESERVATION_TYPES
 from fminfra.core.assembly import Templates
 
 # What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
@@ -53,7 +54,7 @@ GUARDED_TYPES: dict[str, str] = {
     "AWS::APS::RuleGroupsNamespace": "alerting: the rules' pending and firing state, and alerts until it is recreated",
     "AWS::SageMaker::Cluster": "capacity and running work: the HyperPod nodes and the jobs on them",
     "AWS::EKS::Cluster": "capacity and running work: every workload and node of the cluster",
-    "AWS::EC2::CapacityReservation": "capacity: the reserved instances; a new reservation may not be granted",
+    **dict.fromkeys(RESERVATION_TYPES, "capacity: the reserved instances; a new reservation may not be granted"),
     # Deleting a group terminates its instances (DeleteAutoScalingGroup: docs/facts/capacity.md#asg-delete-terminates-instances):
     # an ec2 training group renamed or removed loses its nodes and the jobs on them.
     "AWS::AutoScaling::AutoScalingGroup": "capacity and running work: the group's instances and the jobs on them",
@@ -100,6 +101,10 @@ EXTRA_CREATE_ONLY: dict[str, dict[str, str]] = {
 
 DEFAULT_REGION = "us-east-1"
 
+# Custom resources that behave as a CloudFormation type: they replace on that type's create-only
+# properties (the handler's REPLACING, checked against the schema by tests/capacity/test_reservation_handler.py).
+SCHEMA_OF: dict[str, str] = {CUSTOM_RESERVATION_TYPE: "AWS::EC2::CapacityReservation"}
+
 # HyperPod instance-group properties whose change deletes or replaces the group's nodes, with what
 # the sources say (docs/facts/hyperpod.md#hyperpod-instance-group-update-deletes-nodes); the schema
 # updates InstanceGroups in place (docs/facts/hyperpod.md#hyperpod-cluster-create-only-properties). A removed
@@ -123,7 +128,7 @@ def schema_create_only(resource_type: str, region: str = DEFAULT_REGION) -> tupl
     from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
     try:
-        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, resource_type)
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, SCHEMA_OF.get(resource_type, resource_type))
     except Exception:  # cfn-lint raises its own ResourceNotFoundError for unknown types/regions
         return ()
     return tuple(schema.schema.get("createOnlyProperties") or ())

@@ -16,7 +16,13 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 K8S_DIR = "kubernetes_validate/kubernetes-json-schema/v1.34.0-local-strict/"
-KINDS = ("namespace-v1.json", "role-rbac-v1.json", "rolebinding-rbac-v1.json")
+KINDS = (
+    "namespace-v1.json",
+    "role-rbac-v1.json",
+    "rolebinding-rbac-v1.json",
+    "clusterrole-rbac-v1.json",
+    "clusterrolebinding-rbac-v1.json",
+)
 
 
 def _crds_record() -> object:

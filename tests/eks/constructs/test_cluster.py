@@ -11,6 +11,8 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 
 from fminfra.core.errors import ValidationError
 from fminfra.core.versions import version
@@ -165,6 +167,24 @@ def test_construct_rejects_unsupported_version_and_missing_addons_and_counts() -
     addons = dict.fromkeys(PINNED_ADDONS, "v1")
     with pytest.raises(ValidationError, match=r"^system_node_count must be 0 or more, got -1$"):
         EksCluster(stack, "C", EksClusterProps(kubernetes_version="1.34", addon_versions=addons, system_node_count=-1, **base))
+    with pytest.raises(ValidationError, match=r"^kubectl_layer is required when helm_charts or kubectl_manifests are given$"):
+        EksCluster(stack, "D", EksClusterProps(kubernetes_version="1.34", addon_versions=addons, kubectl_manifests=True, **base))
+
+
+def test_kubectl_manifests_get_a_kubectl_provider_without_charts() -> None:
+    """A cluster without charts has no kubectl provider, and a manifest on it fails synth (the
+    HyperPod EKS plan drain's RBAC did, tests/app/test_validate_synth.py); kubectl_manifests gives it one."""
+    stack = cdk.Stack(cdk.App(), "T", env=cdk.Environment(account="111111111111", region="us-west-2"))
+    vpc = ec2.Vpc.from_vpc_attributes(stack, "Vpc", vpc_id="vpc-1", availability_zones=["a", "b"], private_subnet_ids=["s-1", "s-2"])
+    base = {"cluster_name": "c", "kubernetes_version": "1.34", "supported_versions": ["1.34"], "vpc": vpc, "subnets": vpc.private_subnets}
+    addons = dict.fromkeys(PINNED_ADDONS, "v1")
+    without = EksCluster(stack, "Without", EksClusterProps(addon_versions=addons, kubectl_layer=KubectlV34Layer(stack, "L1"), **base))
+    assert without.cluster.kubectl_provider is None
+    with_manifests = EksCluster(
+        stack, "With", EksClusterProps(addon_versions=addons, kubectl_layer=KubectlV34Layer(stack, "L2"), kubectl_manifests=True, **base)
+    )
+    assert with_manifests.cluster.kubectl_provider is not None
+    eks.KubernetesManifest(stack, "Manifest", cluster=with_manifests.cluster, manifest=[{"apiVersion": "v1", "kind": "Namespace"}])
 
 
 def _node_role_sids(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
@@ -235,7 +255,9 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
     assert "Placement" not in block_data
     # With starts_at the group waits at 0 and one schedule sizes it at the block's start.
     assert block["ScalingConfig"] == {"MinSize": 0, "DesiredSize": 0, "MaxSize": 1}
-    (schedule,) = synth.resources("cap-eks", "Compute", "AWS::Scheduler::Schedule").values()
+    # (cap-eks also has the training-plan drain's rate schedule: tests/hyperpod/constructs/test_plan_drain.py.)
+    schedules = synth.resources("cap-eks", "Compute", "AWS::Scheduler::Schedule").values()
+    (schedule,) = [s for s in schedules if s["Properties"]["ScheduleExpression"].startswith("at(")]
     assert schedule["Properties"]["ScheduleExpression"] == "at(2027-01-10T11:30:00)"
     assert "ScalingConfig" in json.dumps(schedule["Properties"]["Target"]["Input"])
 

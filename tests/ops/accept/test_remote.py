@@ -23,10 +23,11 @@ import pytest
 from botocore.stub import Stubber
 
 from fminfra.cli.main import main as cli_main
-from fminfra.config.pipeline import load_pipeline
 from fminfra.ops import accept as accept_command
 from fminfra.ops.accept import checks as accept_checks
 from fminfra.ops.accept import remote as accept_remote
+from fminfra.ops.accept import slurm as accept_slurm
+from fminfra.ops.accept.node.runner import NodePlan
 from fminfra.ops.accept.remote import Node, find_node, parse_reply, run_remote, start_script
 from fminfra.ops.common import UsageError, load_configs
 from tests.conftest import ROOT, SHIPPED_NAMES
@@ -93,7 +94,7 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
         "aws ssm start-session --region us-west-2 --target 'sagemaker-cluster:<cluster-id>_login-<instance-id>'"
         " --document-name AWS-StartNonInteractiveCommand --parameters file://command.json"
     ) in out
-    assert "fminfra accept /fsx/fminfra-accept/r1/dev.yaml --run-id r1" in out
+    assert "cd lib && python3 -s -m fminfra_accept_node ../plan.json --timeout-s 3600 --poll-s 30" in out
     # what is printed is what is sent: the parameters decode to the script printed below them
     lines = out.splitlines()
     params = json.loads(lines[lines.index("# command.json, exactly:") + 1])
@@ -187,11 +188,11 @@ class FakeNode:
         self.calls: list[list[str]] = []
         self.empty_sessions = empty_sessions
         self.python = tmp_path / "python"
-        # a Python with fminfra installed, as far as the scripts can tell
+        # a python3 of the version the node code needs (or not), whose run prints and exits as told
         self.python.write_text(
             "#!/bin/bash\n"
             f'if [ "$1" = -c ]; then exit {0 if version_ok else 1}; fi\n'
-            'echo "accept $*"; echo "PASS nccl all_reduce workers 436.95 GB/s"\n'
+            'echo "node $*"; echo "PASS nccl all_reduce workers 436.95 GB/s"\n'
             f"exit {accept_rc}\n"
         )
         self.python.chmod(0o755)
@@ -216,13 +217,15 @@ def _ns(fake: FakeNode, **extra: Any) -> argparse.Namespace:
 def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeNode, clock: Any = None, runner: Any = None) -> int:
     import time
 
-    monkeypatch.setattr(accept_remote, "REMOTE_ROOT", str(tmp_path / "fsx"))
-    [(path, cfg)] = load_configs(["dev"])
-    entry = accept_remote.pipeline_entry(ROOT / "pipeline.yaml", cfg)
+    monkeypatch.setattr(accept_slurm, "FSX_MOUNT", str(tmp_path / "fsx"))
+    [(_, cfg)] = load_configs(["dev"])
     ns = _ns(fake)
-    start = start_script(cfg, Path(path).read_text(), entry, ns)
+    plan = accept_slurm.slurm_plan(
+        cfg, "r1", accept_checks._overrides(ROOT / "pipeline.yaml", "dev"), accept_checks.read_instance_thresholds()
+    )
+    start = start_script(plan, ns)
     node = Node("aa11bbbbb222", "login", "i-0ccc")
-    return run_remote(node, cfg, start, ns, runner=runner or fake, sleep=lambda s: time.sleep(0.05), clock=clock or time.monotonic)
+    return run_remote(node, plan, start, ns, runner=runner or fake, sleep=lambda s: time.sleep(0.05), clock=clock or time.monotonic)
 
 
 def test_remote_accept_passes_and_streams_its_log(
@@ -232,11 +235,12 @@ def test_remote_accept_passes_and_streams_its_log(
     assert _run(tmp_path, monkeypatch, fake) == 0
     out = capsys.readouterr().out
     assert "PASS nccl all_reduce workers 436.95 GB/s" in out and "fminfra accept exited 0" in out
-    run = tmp_path / "fsx" / "r1"
-    # what travelled: the config and a one-environment pipeline.yaml that fminfra itself loads
-    pipeline, configs = load_pipeline(run / "pipeline.yaml")
-    assert [c.name for c in configs] == ["dev"] and pipeline.environments[0].config == "dev.yaml"
-    assert "accept " + str(run / "dev.yaml") + " --run-id r1" in (run / "gate.log").read_text()
+    run = tmp_path / "fsx" / "fminfra-accept" / "r1"
+    # what travelled: the plan with pipeline.yaml's thresholds, the node code, the jobs' scripts
+    plan = NodePlan.from_json((run / "plan.json").read_text(), "plan.json")
+    assert plan.nccl["workers"].fail_gbps == 250 and plan.run_dir == str(run)
+    assert (run / "lib" / "fminfra_accept_node" / "runner.py").is_file() and (run / "scripts" / "jobs" / "common.sh").is_file()
+    assert "node -s -m fminfra_accept_node ../plan.json --timeout-s 60 --poll-s 0.01" in (run / "gate.log").read_text()
     assert all(c[c.index("--target") + 1] == "sagemaker-cluster:aa11bbbbb222_login-i-0ccc" for c in fake.calls)
 
 
@@ -262,9 +266,9 @@ def _empty_after_start(real: Any, count: int) -> Any:
     return wrapped
 
 
-def test_a_node_without_fminfra_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_node_with_an_older_python_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(tmp_path, monkeypatch, FakeNode(tmp_path, version_ok=False)) == 2
-    assert "fminfra 0.2.0 is not installed for" in capsys.readouterr().out
+    assert "on this node is not Python 3.10 or later" in capsys.readouterr().out
 
 
 def test_a_silent_node_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -382,3 +386,41 @@ def test_an_environment_without_training_groups_is_handed_to_accept(capsys: pyte
 
     assert cli_main(["accept-remote", str(ROOT / "tests" / "configs" / "eks-inference-only.yaml"), "--dry-run"]) == 0
     assert "no training groups" in capsys.readouterr().out
+
+
+def test_a_fresh_node_runs_the_gate_with_nothing_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A node as the HyperPod Slurm AMI leaves it: the fake Slurm cluster on PATH, and `python3` a
+    Python without site-packages (-S: the standard library only, no fminfra, no PyYAML). With the
+    verb's own defaults (`--remote-python`), the session's command carries all the node runs, and
+    the jobs' results come back as the checks' table, exit code and report."""
+    import sys
+
+    import fminfra
+    from fminfra.cli.verbs import accept_remote as verb
+    from tests.fakes.slurm_fakes import ddp_result_line, make_cluster
+
+    cluster = make_cluster(tmp_path / "node")
+    for key, value in cluster.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("FAKE_ENROOT_VERSION", "4.1.2")
+    (cluster.state / "ddp.txt").write_text(ddp_result_line(41.5, 1.2, 0.2) + "\n")
+    monkeypatch.setenv("FAKE_TORCHRUN_OUTPUT", str(cluster.state / "ddp.txt"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    (cluster.bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    (cluster.bin / "python3").chmod(0o755)
+    monkeypatch.setattr(accept_slurm, "FSX_MOUNT", str(cluster.root))
+    parser = argparse.ArgumentParser()
+    verb.add_arguments(parser)
+    ns = parser.parse_args(["dev", "--run-id", "r1", "--poll-seconds", "0.01", "--remote-user", ""])
+    [(_, cfg)] = load_configs(["dev"])
+    plan = accept_slurm.slurm_plan(
+        cfg, "r1", accept_checks._overrides(ROOT / "pipeline.yaml", "dev"), accept_checks.read_instance_thresholds()
+    )
+    node = Node("aa11bbbbb222", "login", "i-0ccc")
+    assert run_remote(node, plan, start_script(plan, ns), ns, runner=FakeNode(tmp_path), sleep=lambda s: None) == 0
+    out = capsys.readouterr().out
+    assert "PASS nccl all_reduce workers" in out and "436.95 GB/s" in out and "PASS ddp workers" in out
+    report = json.loads((cluster.root / "fminfra-accept" / "r1" / "accept.json").read_text())
+    assert (report["result"], report["fminfra_version"]) == ("PASS", fminfra.__version__)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fminfra.ops.accept.results import (
+from fminfra.ops.accept.node.results import (
     GIB,
     DdpResult,
     ResultError,
