@@ -340,11 +340,13 @@ class Preflight:
         if group.capacity.type != "capacity-block" or cap.starts_at is None or cap.ends_at is None:
             return
         if start is not None and end is not None and (cap.starts_at != start or cap.ends_at != end):
+            extended = cap.starts_at == start and end > cap.ends_at
             self.add(
                 "FAIL",
                 subject,
                 "window matches the config",
-                f"the block runs {utc_timestamp(start)} to {utc_timestamp(end)}; the config says {utc_timestamp(cap.starts_at)} to {utc_timestamp(cap.ends_at)}",
+                f"the block runs {utc_timestamp(start)} to {utc_timestamp(end)}; the config says {utc_timestamp(cap.starts_at)} to {utc_timestamp(cap.ends_at)}"
+                + (f" (the block was extended: set ends_at to {utc_timestamp(end)})" if extended else ""),
             )
 
     # ----------------------------------------------------------------------------------------
@@ -399,7 +401,21 @@ class Preflight:
                 self.add("PASS", subject, check, f"the deploy puts BlockStart at {start} and BlockEnd at {end}")
             return
         same_window = running_block_end == scale_in_at or (not pending and scale_in_at <= self.now)
-        if not same_window:
+        # An extended block (PurchaseCapacityBlockExtension: docs/facts/capacity.md#capacity-block-extension)
+        # keeps its start and ends later: only BlockEnd's start time changes, to a time still ahead,
+        # which PutScheduledUpdateGroupAction accepts; BlockStart's properties stay, so CloudFormation
+        # makes no call for it (docs/facts/capacity.md#asg-scheduled-action-past-and-run).
+        extended = running_block_end is not None and running_block_end < scale_in_at and scale_in_at > self.now
+        if extended and int(deployed["MaxSize"]) == group.count:
+            assert running_block_end is not None
+            self.add(
+                "PASS",
+                subject,
+                check,
+                f"the block ends later than deployed (extended): the deploy moves BlockEnd from {utc_timestamp(running_block_end)} "
+                f"to {end} and leaves BlockStart ({start}, has run) and the group's size as they are",
+            )
+        elif not same_window:
             self.add(
                 "FAIL",
                 subject,

@@ -77,12 +77,19 @@ aws_autoscaling() {
 }
 
 # The drain's deadline: the budget from now, and never within the margin of the block's reclaim.
+# A reclaim time already passed is the end of a block that was extended after this instance was
+# launched (its launch template version carries the old end; docs/facts/capacity.md#capacity-block-extension):
+# EC2 has not reclaimed the instance, so the budget alone bounds the drain.
 deadline() {
     local by_budget by_block
     by_budget=$(($(now) + FMINFRA_DRAIN_BUDGET_SECONDS))
     if [[ -n $FMINFRA_DRAIN_NOT_AFTER ]]; then
         by_block=$(($(date -u -d "$FMINFRA_DRAIN_NOT_AFTER" +%s) - FMINFRA_DRAIN_MARGIN_SECONDS))
-        ((by_block < by_budget)) && by_budget=$by_block
+        if ((by_block <= $(now))); then
+            log INFO "the block's reclaim at $FMINFRA_DRAIN_NOT_AFTER has passed with this instance running (the block was extended): the drain takes its budget"
+        elif ((by_block < by_budget)); then
+            by_budget=$by_block
+        fi
     fi
     printf '%s\n' "$by_budget"
 }

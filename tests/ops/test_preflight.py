@@ -482,6 +482,29 @@ def test_a_count_change_inside_a_running_block_fails(aws: Aws, deployed: list[_D
     assert status == "FAIL" and reason.startswith("count changes from 2 to 3 while the block runs")
 
 
+def test_an_extended_block_moves_only_its_scale_in(aws: Aws, deployed: list[_DeployedGroup]) -> None:
+    """A running block extended by a week (PurchaseCapacityBlockExtension, docs/facts/capacity.md#capacity-block-extension):
+    the reservation ends later; with ends_at moved the deploy puts BlockEnd again, at a time still ahead,
+    and leaves BlockStart, which has run, as it is."""
+    deployed.append(_DeployedGroup(2, "2027-01-10T11:30:00+00:00", "2027-01-17T10:50:00+00:00"))
+    deployed[0].ran("BlockStart")
+    extended = _reservation(EndDate=datetime(2027, 1, 24, 11, 30, tzinfo=UTC))
+    aws.reservation(extended)
+    rows = aws.run(_cfg(capacity={**BLOCK1, "ends_at": "2027-01-24T11:30:00Z"}))
+    assert _schedule_rows(rows) == [
+        (
+            "PASS",
+            "the block ends later than deployed (extended): the deploy moves BlockEnd from 2027-01-17T10:50:00Z to "
+            "2027-01-24T10:50:00Z and leaves BlockStart (2027-01-10T11:30:00Z, has run) and the group's size as they are",
+        )
+    ]
+    assert not _rows(rows, "FAIL")
+    # Before ends_at is moved, the window check says what to do.
+    aws.reservation(extended)
+    (fail,) = [r for r in _rows(aws.run(_cfg(capacity=BLOCK1)), "FAIL") if r[1] == "window matches the config"]
+    assert fail[2].endswith("(the block was extended: set ends_at to 2027-01-24T11:30:00Z)")
+
+
 def test_block_1_then_block_2(aws: Aws, deployed: list[_DeployedGroup]) -> None:
     """The sequence a team runs: block 2's window while block 1's scale-in is pending fails (the
     deploy would move it and block 1 would never drain); once it has run, block 2's window puts

@@ -143,6 +143,26 @@ def test_a_failed_squeue_does_not_end_the_drain(tmp_path: Path, env_base: dict[s
     assert model.times("scale-in")[0] + 2 < completed < reclaim_at.timestamp()
 
 
+def test_a_passed_reclaim_time_of_an_extended_block_leaves_the_jobs_their_budget(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The instance was launched before its block was extended: its settings carry the old reclaim
+    time, now passed (docs/facts/capacity.md#capacity-block-extension). EC2 has not reclaimed it, so
+    the jobs get the drain's budget, not an immediate DOWN."""
+    _slurm_node_running(tmp_path, env_base, jobs, "404", STUBBORN_JOB)
+    old_reclaim = datetime.now(UTC) - timedelta(days=6)
+    env = {**env_base, **_until(old_reclaim, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_BUDGET_SECONDS="5")}
+    model = _group(600)
+    with MetadataServer(model, INSTANCE, K8S_NODE) as server:
+        result = _watch(env, model, server)
+    assert result.returncode == 0, result.stderr
+    assert "has passed with this instance running (the block was extended)" in result.stderr
+    slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
+    assert slurm["log"] == [f"node {NODE} DRAIN", "job 404 signalled USR1", f"node {NODE} DOWN", "job 404 ended (node DOWN)"]
+    (completed,) = model.times("completed")
+    assert completed - model.times("scale-in")[0] >= 4
+
+
 def test_the_squeue_fake_fails_as_squeue_does(tmp_path: Path, env_base: dict[str, str]) -> None:
     install_fakes(tmp_path / "bin")
     slurm_state(Path(env_base["FAKE_SLURM_STATE"]), NODE, {})
