@@ -38,13 +38,14 @@ from fminfra.eks.rules import (
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
     EXTENDED_SUPPORT_USD_PER_HOUR,
-    IAM_PRINCIPAL_ARN_RULE,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
     STANDARD_SUPPORT_USD_PER_HOUR,
     SUPPORT_END_WARNING_DAYS,
     k8s_problems,
     open_endpoint_problem,
+    principal_arn_problem,
+    reserved_label_problem,
     unquoted_version_problem,
 )
 from fminfra.hyperpod.rules import (
@@ -295,6 +296,7 @@ class InferenceNodeGroupConfig(_GroupConfig):
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
         k8s = [error("labels", p) for key, value in self.labels.items() for p in k8s_problems(key, value)]
+        k8s += [error("labels", p) for key in self.labels if (p := reserved_label_problem(key))]
         k8s += [error(f"taints[{i}]", p) for i, taint in enumerate(self.taints) for p in k8s_problems(taint.key, taint.value)]
         _raise_problems(k8s)
         if self.capacity.type == "capacity-block" and self.capacity.drain_minutes is not None:
@@ -528,13 +530,7 @@ class EksConfig(Model):
     @field_validator("admin_principal_arns")
     @classmethod
     def _arns(cls, value: list[str]) -> list[str]:
-        _raise_problems(
-            [
-                error(f"[{i}]", f"must be an IAM role or user ARN, got {arn!r}")
-                for i, arn in enumerate(value)
-                if not IAM_PRINCIPAL_ARN_RULE.match(arn)
-            ]
-        )
+        _raise_problems([error(f"[{i}]", problem) for i, arn in enumerate(value) if (problem := principal_arn_problem(arn))])
         return value
 
     @field_validator("public_access_cidrs")

@@ -27,6 +27,7 @@ from fminfra.core.regional import (
 )
 from fminfra.core.regions import az_id_problem
 from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, TAG_KEY_MAX, TAG_VALUE_MAX
+from fminfra.eks.rules import NODEGROUP_NAME_MAX
 from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
@@ -101,6 +102,16 @@ class EnvironmentConfig(Model):
                         f"compute.instance_groups[{i}].capacity.training_plan_arn",
                         f"the training plan is in {plan['account']}, {plan['region']}; HyperPod uses plans of its own account and "
                         f"region ({self.account}, {self.region})",
+                    )
+                )
+        for i, igroup in enumerate(self.compute.inference_node_groups):
+            name = self.physical_name(igroup.name)
+            if len(name) > NODEGROUP_NAME_MAX:
+                problems.append(
+                    error(
+                        f"compute.inference_node_groups[{i}].name",
+                        f"the node group's EKS name {name!r} is {len(name)} characters; EKS allows at most {NODEGROUP_NAME_MAX} "
+                        f"(fminfra-ENV-NAME): shorten the group name to at most {NODEGROUP_NAME_MAX - len(self.physical_name(''))} characters",
                     )
                 )
         topic = SNS_TOPIC_ARN_RULE.match(self.observability.alerts.sns_topic_arn or "")

@@ -88,7 +88,7 @@ class AcceptThresholds(_Model):
 class PipelineEnvironment(_Model):
     """One environment the pipeline deploys, in order."""
 
-    config: str = Field(description="Path of the environment's config file, relative to the repository root.")
+    config: str = Field(description="Path of the environment's config file, relative to the folder of pipeline.yaml (the repository root).")
     approval: bool = Field(
         default=False,
         description="true: a manual approval after this environment's checks and before its deploy; on GitHub, required reviewers on its environment.",
@@ -184,7 +184,9 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
     for i, env in enumerate(pipeline.environments):
         config_path = root / env.config
         if not config_path.is_file():
-            problems.append(f"{file}: environments[{i}].config: no such file {env.config!r}")
+            problems.append(
+                f"{file}: environments[{i}].config: no such file {env.config!r} (paths are relative to the folder of {path.name}, {root})"
+            )
             continue
         try:
             configs.append(load_config(config_path))

@@ -39,8 +39,26 @@ _K8S_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 K8S_KEY_RULE = re.compile(rf"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?{_K8S_NAME}$")
 K8S_VALUE_RULE = re.compile(rf"^({_K8S_NAME})?$")
 K8S_PREFIX_MAX = 253
-# An IAM role or user (or an assumed-role session) that may administer a cluster (EKS access entries).
-IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[a-zA-Z-]+/.+$")
+# An IAM role or user that may administer a cluster (EKS access entries): not an STS session,
+# which EKS refuses as a principal, nor a group, which is no principal
+# (docs/facts/eks.md#eks-access-entry-principal).
+IAM_PRINCIPAL_ARN_RULE = re.compile(r"^arn:aws[a-z-]*:iam::[0-9]{12}:(role|user)/.+$")
+_ASSUMED_ROLE = re.compile(r"^arn:(aws[a-z-]*):sts::([0-9]{12}):assumed-role/([^/]+)/.+$")
+
+
+def principal_arn_problem(arn: str) -> str | None:
+    """What is wrong with an access entry's principal ARN, or None."""
+    if IAM_PRINCIPAL_ARN_RULE.match(arn):
+        return None
+    if session := _ASSUMED_ROLE.match(arn):
+        partition, account, role = session.groups()
+        return (
+            f"must be an IAM role or user ARN; {arn!r} is an STS session, which EKS access entries refuse: use the role's ARN "
+            f"(arn:{partition}:iam::{account}:role/{role}, with the role's path if it has one)"
+        )
+    return f"must be an IAM role or user ARN (arn:aws:iam::ACCOUNT:role/NAME or user/NAME; not a group or an STS session), got {arn!r}"
+
+
 # `validate` and `plan` warn this many days before a version leaves EKS standard support (EKS
 # announces the end at least 60 days ahead: docs/facts/eks.md#eks-standard-support-notice).
 SUPPORT_END_WARNING_DAYS = 60
@@ -64,6 +82,22 @@ def open_endpoint_problem(cidr: str) -> str:
 DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 # Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
 REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# Label key prefixes EKS refuses on a managed node group: "Label cannot contain reserved prefixes
+# [kubernetes.io/, k8s.io/, eks.amazonaws.com/]", subdomains included (docs/facts/eks.md#eks-nodegroup-reserved-label-prefixes).
+RESERVED_LABEL_PREFIXES = ("kubernetes.io/", "k8s.io/", "eks.amazonaws.com/")
+# EKS node group names: at most 63 characters (docs/facts/eks.md#eks-nodegroup-name-length).
+NODEGROUP_NAME_MAX = 63
+
+
+def reserved_label_problem(key: str) -> str | None:
+    """A managed node group label key EKS refuses for its prefix, or None."""
+    prefix = key.split("/", 1)[0] + "/" if "/" in key else ""
+    for reserved in RESERVED_LABEL_PREFIXES:
+        if prefix == reserved or prefix.endswith("." + reserved):
+            return f"key {key!r} has a prefix EKS reserves ({', '.join(RESERVED_LABEL_PREFIXES)}, subdomains included): use a prefix of your own"
+    return None
 
 
 def k8s_problems(key: str, value: str) -> list[str]:

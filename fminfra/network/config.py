@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.errors import ValidationError
 from fminfra.core.findings import error
-from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION, is_az_id, region_of_az_id
 from fminfra.core.rules import LOG_RETENTION_DAYS, one_of_problem
 from fminfra.network.rules import AZ_NAME_RULE, SubnetPlan, plan_subnets
 
@@ -91,7 +91,15 @@ class NetworkConfig(Model):
         if not is_az_id(self.compute_az_id):
             raise Problems([error("compute_az_id", az_form_problem(self.compute_az_id))])
         if self.compute_az_id not in self.az_ids:
-            raise Problems([error("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)})")])
+            regions = {region_of_az_id(az) for az in self.az_ids} - {None}
+            own = region_of_az_id(self.compute_az_id)
+            hint = (
+                f"; az_ids are AZ IDs of {', '.join(sorted(r for r in regions if r))}, compute_az_id of {own}: list the AZ IDs of the "
+                "environment's region"
+                if own is not None and regions and own not in regions
+                else ""
+            )
+            raise Problems([error("compute_az_id", f"{self.compute_az_id!r} is not one of az_ids ({', '.join(self.az_ids)}){hint}")])
         try:
             self.subnets()
         except ValidationError as exc:

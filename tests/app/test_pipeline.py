@@ -426,7 +426,10 @@ def _pipeline_file(tmp_path: Path, **changes: Any) -> Path:
         ({"account": 444444444444}, "account: must be a quoted string of 12 digits (YAML reads an unquoted number as an integer)"),
         ({"source": {"connection_arn": "arn:aws:s3:::x", "repository": "a/b"}}, "source.connection_arn: must be arn:aws:codeconnections:"),
         ({"stages": []}, "stages: unknown field"),
-        ({"environments": [{"config": "config/nope.yaml"}]}, "environments[0].config: no such file 'config/nope.yaml'"),
+        (
+            {"environments": [{"config": "config/nope.yaml"}]},
+            "environments[0].config: no such file 'config/nope.yaml' (paths are relative to the folder of pipeline.yaml, ",
+        ),
         ({"environments": [{"config": "a.yaml"}, {"config": "a.yaml"}]}, "environments: each config once, repeated: a.yaml"),
         ({"environments": []}, "environments: List should have at least 1 item"),
     ],

@@ -174,10 +174,10 @@ def test_kubernetes_labels_and_taints_follow_kubernetes_syntax(labels: dict[str,
     assert info.value.problems == [f"f.yaml: compute.inference_node_groups[0].{fragment}" + info.value.problems[0].split(fragment, 1)[1]]
     # Valid prefixed keys and empty values pass.
     group["labels"], group["taints"] = (
-        {"fminfra.io/tier": "", "app.kubernetes.io/name": "serve"},
+        {"fminfra.io/tier": "", "example.com/name": "serve"},
         [{"key": "nvidia.com/gpu", "value": "true"}],
     )
-    assert parse_config(data).compute.inference_node_groups[0].labels["app.kubernetes.io/name"] == "serve"
+    assert parse_config(data).compute.inference_node_groups[0].labels["example.com/name"] == "serve"
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,3 +264,72 @@ def test_the_support_warning_says_what_extended_support_costs() -> None:
         w.message for w in parse_config(pinned, "f.yaml").warnings(date(2026, 12, 3)) if w.path == "compute.eks.kubernetes_version"
     ]
     assert "Move to 1.35 (the newest supported" in inference
+
+
+# --- what EKS refuses that the schema would let through (newcomer read) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arn", "expected"),
+    [
+        (
+            "arn:aws:sts::111122223333:assumed-role/Admin/alice",
+            "compute.eks.admin_principal_arns[0]: must be an IAM role or user ARN; 'arn:aws:sts::111122223333:assumed-role/Admin/alice' "
+            "is an STS session, which EKS access entries refuse: use the role's ARN (arn:aws:iam::111122223333:role/Admin, "
+            "with the role's path if it has one)",
+        ),
+        (
+            "arn:aws:iam::111122223333:group/admins",
+            "compute.eks.admin_principal_arns[0]: must be an IAM role or user ARN (arn:aws:iam::ACCOUNT:role/NAME or user/NAME; "
+            "not a group or an STS session), got 'arn:aws:iam::111122223333:group/admins'",
+        ),
+    ],
+)
+def test_an_access_entry_principal_must_be_a_role_or_user(arn: str, expected: str) -> None:
+    """docs/facts/eks.md#eks-access-entry-principal: no STS session principal, and a group is no principal."""
+    data = copy.deepcopy(STAGING)
+    data["compute"].setdefault("eks", {})["admin_principal_arns"] = [arn]
+    assert _error(data) == f"f.yaml: {expected}"
+
+
+def test_role_and_user_principals_are_accepted() -> None:
+    data = copy.deepcopy(STAGING)
+    arns = ["arn:aws:iam::111122223333:role/platform/Admin", "arn:aws:iam::111122223333:user/alice"]
+    data["compute"].setdefault("eks", {})["admin_principal_arns"] = arns
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.eks is not None and cfg.compute.eks.admin_principal_arns == arns
+
+
+@pytest.mark.parametrize("key", ["kubernetes.io/role", "node-role.kubernetes.io/gpu", "k8s.io/x", "eks.amazonaws.com/compute-type"])
+def test_a_node_group_label_with_a_prefix_eks_reserves_is_refused(key: str) -> None:
+    """docs/facts/eks.md#eks-nodegroup-reserved-label-prefixes."""
+    data = copy.deepcopy(INFERENCE)
+    data["compute"]["inference_node_groups"][0]["labels"] = {key: "gpu"}
+    assert f"labels: key {key!r} has a prefix EKS reserves (kubernetes.io/, k8s.io/, eks.amazonaws.com/" in _error(data)
+
+
+def test_labels_with_own_prefixes_are_accepted() -> None:
+    data = copy.deepcopy(INFERENCE)
+    data["compute"]["inference_node_groups"][0]["labels"] = {"example.com/team": "llm", "mykubernetes.io/x": "y", "tier": "a"}
+    parse_config(data, "f.yaml")
+
+
+def test_a_node_group_name_eks_cannot_take_is_refused() -> None:
+    """docs/facts/eks.md#eks-nodegroup-name-length: fminfra-ENV-NAME at most 63 characters."""
+    data = copy.deepcopy(INFERENCE)
+    name = data["name"]
+    room = 63 - len(f"fminfra-{name}-")
+
+    def rename(new: str) -> None:
+        group = data["compute"]["inference_node_groups"][0]
+        old, group["name"] = group["name"], new
+        for team in (data["compute"].get("eks") or {}).get("scheduling", {}).get("teams", []):
+            team["instances"] = {new if g == old else g: n for g, n in team.get("instances", {}).items()}
+
+    rename("a" * room)
+    parse_config(data, "f.yaml")
+    rename("a" * (room + 1))
+    assert _error(data) == (
+        f"f.yaml: compute.inference_node_groups[0].name: the node group's EKS name 'fminfra-{name}-{'a' * (room + 1)}' is 64 "
+        f"characters; EKS allows at most 63 (fminfra-ENV-NAME): shorten the group name to at most {room} characters"
+    )

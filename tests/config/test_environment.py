@@ -65,6 +65,13 @@ BAD_CASES = [
     (
         DEV,
         "network.az_ids",
+        ["euw1-az1", "euw1-az2"],
+        "f.yaml: network.compute_az_id: 'usw2-az4' is not one of az_ids (euw1-az1, euw1-az2); az_ids are AZ IDs of eu-west-1, "
+        "compute_az_id of us-west-2: list the AZ IDs of the environment's region",
+    ),
+    (
+        DEV,
+        "network.az_ids",
         ["usw2-az1", "use1-az2", "usw2-az4"],
         "f.yaml: network.az_ids[1]: 'use1-az2' belongs to us-east-1, not us-west-2 (its AZ IDs start with usw2-)",
     ),
