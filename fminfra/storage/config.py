@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field, field_validator, model_validator
 
 from fminfra.core.config_base import Model, Problems, _raise_problems
-from fminfra.core.findings import Finding, error, warning
+from fminfra.core.findings import Finding, error
 from fminfra.storage.rules import (
     BUCKET_NAME,
     FILE_SYSTEM_PATH_RULE,
@@ -21,6 +21,7 @@ from fminfra.storage.rules import (
     LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
     S3_PREFIX_RULE,
     lustre_capacity_problem,
+    lustre_efa_capacity_problem,
     lustre_metadata_below_automatic_problem,
     lustre_metadata_iops_problem,
 )
@@ -161,6 +162,15 @@ class LustreConfig(Model):
             )
         if self.storage_capacity_gib is not None and (problem := lustre_capacity_problem(self.storage_capacity_gib)):
             problems.append(error("storage_capacity_gib", problem))
+        if (
+            persistent
+            and self.efa
+            and not problems
+            and self.storage_capacity_gib is not None
+            and (problem := lustre_efa_capacity_problem(self.storage_capacity_gib, self.mb_per_tib))
+        ):
+            # FSx creates an EFA-enabled file system only on its tier's step (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+            problems.append(error("storage_capacity_gib", problem))
         if self.target_throughput_gb_per_s is not None and self.target_throughput_gb_per_s <= 0:
             problems.append(error("target_throughput_gb_per_s", f"must be greater than 0 GB/s, got {self.target_throughput_gb_per_s}"))
         elif not problems and self.capacity_gib > LUSTRE_MAX_CAPACITY_GIB:
@@ -250,8 +260,8 @@ class LustreConfig(Model):
         assert self.target_throughput_gb_per_s is not None  # the validator requires one of them
         gib = lustre_capacity_for_throughput(self.target_throughput_gb_per_s, self.mb_per_tib)
         if self.efa:
-            # An EFA-enabled file system grows in its tier's step: derive a capacity on the step, so
-            # that the file system can grow later (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+            # FSx creates and grows an EFA-enabled file system only in its tier's step: derive a
+            # capacity on the step (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
             step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
             gib = -(-gib // step) * step
         return gib
@@ -262,19 +272,7 @@ class LustreConfig(Model):
 
     def warnings(self) -> list[Finding]:
         """Problems that do not reject the config (relative paths, messages)."""
-        out: list[Finding] = []
-        if self.efa:
-            step = LUSTRE_EFA_CAPACITY_STEP_GIB[self.mb_per_tib]
-            if self.capacity_gib % step:
-                field = "storage_capacity_gib" if self.storage_capacity_gib is not None else "target_throughput_gb_per_s"
-                out.append(
-                    warning(
-                        field,
-                        f"an EFA-enabled file system at {self.mb_per_tib} MB/s/TiB grows in steps of {step} GiB; "
-                        f"{self.capacity_gib} GiB is not a multiple (documented for increases only, so creation may still succeed)",
-                    )
-                )
-        return out
+        return []
 
 
 class BucketConfig(Model):

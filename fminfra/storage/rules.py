@@ -16,8 +16,8 @@ LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB = (125, 250, 500, 1000)
 LUSTRE_DEFAULT_THROUGHPUT_MB_PER_TIB = 500
 # SCRATCH_2 has a fixed baseline of 200 MB/s/TiB (bursting higher): FSx performance table.
 LUSTRE_SCRATCH_2_BASELINE_MB_PER_TIB = 200
-# EFA-enabled file systems grow in these steps (FSx "increase storage capacity" page); documented
-# for increases only, so a capacity off the step is a warning, not a rejection (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
+# An EFA-enabled file system is created and grown in these steps of its throughput tier (MB/s/TiB ->
+# GiB); FSx refuses a capacity off the step (docs/facts/storage.md#fsx-lustre-efa-capacity-steps).
 LUSTRE_EFA_CAPACITY_STEP_GIB = {125: 38400, 250: 19200, 500: 9600, 1000: 4800}
 LUSTRE_METADATA_IOPS_SMALL = (1500, 3000, 6000)
 LUSTRE_METADATA_IOPS_MAX = 192000
@@ -53,6 +53,17 @@ def lustre_capacity_valid(gib: int) -> bool:
 
 def lustre_capacity_problem(gib: int) -> str | None:
     return None if lustre_capacity_valid(gib) else f"must be 1200, 2400 or a multiple of 2400 GiB, got {gib}"
+
+
+def lustre_efa_capacity_problem(gib: int, mb_per_tib: int) -> str | None:
+    """A capacity off the EFA step of its tier, which FSx refuses for an EFA-enabled file system."""
+    step = LUSTRE_EFA_CAPACITY_STEP_GIB[mb_per_tib]
+    if gib > 0 and gib % step == 0:
+        return None
+    return (
+        f"must be a multiple of {step} GiB for an EFA-enabled file system at {mb_per_tib} MB/s/TiB "
+        f"(steps by tier: {', '.join(f'{t}: {s}' for t, s in LUSTRE_EFA_CAPACITY_STEP_GIB.items())}), got {gib}"
+    )
 
 
 # What AUTOMATIC mode provisions for an SSD file system, by storage capacity (GiB, upper bound of each

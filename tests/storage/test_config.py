@@ -274,24 +274,33 @@ def test_defaults() -> None:
     assert scratch.metadata is None and scratch.mb_per_tib == 200
 
 
-def test_efa_capacity_step_is_a_warning_not_a_rejection(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = _lustre(**CAPACITY_ONLY | {"storage_capacity_gib": 7200})
-    cfg = parse_config(data)
-    expected = (
-        "storage.lustre.storage_capacity_gib: warning: an EFA-enabled file system at 1000 MB/s/TiB grows in steps of 4800 GiB; "
-        "7200 GiB is not a multiple (documented for increases only, so creation may still succeed)"
-    )
-    assert format_warnings("f.yaml", cfg) == [f"f.yaml: {expected}"]
+@pytest.mark.parametrize(
+    ("tier", "gib", "step"),
+    [(1000, 2400, 4800), (1000, 7200, 4800), (500, 4800, 9600), (250, 9600, 19200), (125, 19200, 38400)],
+)
+def test_an_efa_capacity_off_its_tiers_step_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tier: int, gib: int, step: int
+) -> None:
+    # FSx refuses to create an EFA-enabled file system below or off its tier's step
+    # (docs/facts/storage.md#fsx-lustre-efa-capacity-steps): validate says so, one line, exit 2.
     path = tmp_path / "efa.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert main(["validate", str(path)]) == 0
-    out = capsys.readouterr()
-    assert out.out == f"{path}: ok\n" and out.err == f"{path}: {expected}\n"
-    assert main(["plan", str(path)]) == 0
-    assert capsys.readouterr().err == f"WARN {expected.replace(': warning:', ':')}\n"
-    # On a multiple of the step, or without EFA, there is nothing to warn about.
-    assert parse_config(_lustre(**CAPACITY_ONLY | {"storage_capacity_gib": 9600})).warnings() == []
+    path.write_text(yaml.safe_dump(_lustre(**CAPACITY_ONLY | {"storage_capacity_gib": gib, "throughput_mb_per_tib": tier})))
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: storage.lustre.storage_capacity_gib: must be a multiple of {step} GiB for an EFA-enabled file system "
+        f"at {tier} MB/s/TiB (steps by tier: 125: 38400, 250: 19200, 500: 9600, 1000: 4800), got {gib}\n"
+    )
+
+
+def test_an_efa_capacity_on_its_tiers_step_or_without_efa_passes() -> None:
+    for tier, step in ((125, 38400), (250, 19200), (500, 9600), (1000, 4800)):
+        for gib in (step, 3 * step):
+            fields = {"storage_capacity_gib": gib, "throughput_mb_per_tib": tier, "metadata": {"mode": "automatic"}}
+            assert parse_config(_lustre(**CAPACITY_ONLY | fields)).warnings() == []
     assert parse_config(_lustre(**CAPACITY_ONLY | {"storage_capacity_gib": 7200, "efa": False})).warnings() == []
+    # The shipped prod config: 43200 GiB derived at 1000 MB/s/TiB is 9 x 4800.
+    prod = parse_config(PROD).storage
+    assert prod is not None and prod.lustre is not None and prod.lustre.efa and prod.lustre.capacity_gib == 9 * 4800
 
 
 def test_validate_rejects_bad_storage_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

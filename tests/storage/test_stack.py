@@ -380,6 +380,11 @@ def _fs(scope: tuple[cdk.Stack, ec2.IVpc, ec2.ISubnet], **kwargs: Any) -> Lustre
         ({"deployment_type": "SCRATCH_1"}, "deployment_type must be PERSISTENT_2 or SCRATCH_2, got 'SCRATCH_1'"),
         ({"deployment_type": "SCRATCH_2", "efa_enabled": True}, "efa_enabled requires PERSISTENT_2, got SCRATCH_2"),
         (
+            {"efa_enabled": True, "throughput_mb_per_tib": 1000},
+            "storage_capacity_gib must be a multiple of 4800 GiB for an EFA-enabled file system at 1000 MB/s/TiB "
+            "(steps by tier: 125: 38400, 250: 19200, 500: 9600, 1000: 4800), got 2400",
+        ),
+        (
             {"deployment_type": "SCRATCH_2", "throughput_mb_per_tib": 250},
             "throughput_mb_per_tib is for PERSISTENT_2 only, got 250 with SCRATCH_2",
         ),

@@ -22,6 +22,9 @@ A resource of any type whose custom name (`name_property`) stays the same while 
 change replaces it fails too: CloudFormation cannot replace a custom-named resource, so the deploy
 fails and rolls back (see `custom_name_findings`).
 
+An in-place update the service refuses fails too (the deploy fails and rolls back): a changed
+`PerUnitStorageThroughput` on an EFA-enabled FSx for Lustre file system (see `refused_update_findings`).
+
 Each finding names the stack, the logical id, the type and the property. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
 """
@@ -201,7 +204,8 @@ class Finding:
     logical_id: str
     resource_type: str
     # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod: "shrunk" (a group removed or
-    # its count lowered) | "reprovisioned" (a group's nodes replaced); "unreplaceable" (a custom name)
+    # its count lowered) | "reprovisioned" (a group's nodes replaced); "unreplaceable" (a custom name),
+    # "refused" (an in-place update the service refuses): both fail the deploy
     action: str
     property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
     detail: str
@@ -209,7 +213,7 @@ class Finding:
 
     def __str__(self) -> str:
         prefix = "ALLOWED " if self.allowed else ""
-        verb = "would fail the deploy" if self.action == "unreplaceable" else f"would be {self.action}"
+        verb = "would fail the deploy" if self.action in ("unreplaceable", "refused") else f"would be {self.action}"
         return f"{prefix}{self.stack}: {self.logical_id} ({self.resource_type}) {verb}: {self.property}: {self.detail}"
 
 
@@ -353,6 +357,33 @@ def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[
     return "RetentionInDays", f"shortened from {was if was is not None else 'never expire'} to {now} days: older log events are deleted"
 
 
+def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(property path, detail) for each in-place change of one resource that its service refuses, so
+    that CloudFormation's update fails and rolls back: `PerUnitStorageThroughput` of an FSx for Lustre
+    file system that is EFA-enabled before and after (enabling or disabling EFA replaces it instead):
+    FSx cannot change the throughput tier of an EFA-enabled file system
+    (docs/facts/storage.md#fsx-lustre-efa-requirements)."""
+    if old.get("Type") != "AWS::FSx::FileSystem" or new.get("Type") != "AWS::FSx::FileSystem":
+        return []
+    was_lustre = (old.get("Properties") or {}).get("LustreConfiguration") or {}
+    now_lustre = (new.get("Properties") or {}).get("LustreConfiguration") or {}
+    if not isinstance(was_lustre, dict) or not isinstance(now_lustre, dict):
+        return []
+    if was_lustre.get("EfaEnabled") is not True or now_lustre.get("EfaEnabled") is not True:
+        return []
+    was, now = was_lustre.get("PerUnitStorageThroughput", _MISSING), now_lustre.get("PerUnitStorageThroughput", _MISSING)
+    if was == now:
+        return []
+    return [
+        (
+            "LustreConfiguration.PerUnitStorageThroughput",
+            f"changed from {_show(was)} to {_show(now)} on an EFA-enabled file system: FSx cannot change the throughput tier "
+            "of an EFA-enabled file system, so the update fails and rolls back; keep the tier (grow the storage capacity "
+            "for more throughput), or create a new file system",
+        )
+    ]
+
+
 def _group_name(group: Any) -> str:
     name = group.get("InstanceGroupName") if isinstance(group, dict) else None
     return name if isinstance(name, str) else _show(name)
@@ -459,8 +490,8 @@ def custom_name_detail(cause: str, prop: str, name: Any) -> str:
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
     """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
     a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), every
-    HyperPod instance group it shrinks or reprovisions, and every resource of any type it would
-    replace under the same custom name."""
+    HyperPod instance group it shrinks or reprovisions, every in-place update its service refuses,
+    and every resource of any type it would replace under the same custom name."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
     for stack, template in after.items():
@@ -499,6 +530,9 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
             if rtype == "AWS::SageMaker::Cluster" and (stack, lid) not in replaced:
                 for action, prop, detail in instance_group_findings(res, new):
                     add(action, prop, detail)
+            if not direct and (stack, lid) not in replaced:
+                for prop, detail in refused_update_findings(res, new):
+                    findings.append(Finding(stack, lid, rtype, "refused", prop, detail, allowed=lid in allowed))
             if rtype in DATA_TYPES:
                 for prop, detail in _policy_findings(res, new):
                     add("unprotected", prop, detail)

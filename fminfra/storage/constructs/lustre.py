@@ -29,6 +29,7 @@ from fminfra.storage.rules import (
     LUSTRE_REPOSITORY_EVENTS,
     LUSTRE_THROUGHPUT_TIERS_MB_PER_TIB,
     lustre_capacity_problem,
+    lustre_efa_capacity_problem,
     lustre_metadata_iops_problem,
 )
 
@@ -124,6 +125,10 @@ def _validate(props: LustreFileSystemProps) -> None:
             )
     if props.efa_enabled and not persistent:
         raise ValidationError(f"efa_enabled requires PERSISTENT_2, got {dt}")
+    if props.efa_enabled and (
+        problem := lustre_efa_capacity_problem(gib, props.throughput_mb_per_tib or DEFAULT_THROUGHPUT_MB_PER_TIB)
+    ):  # docs/facts/storage.md#fsx-lustre-efa-capacity-steps
+        raise ValidationError(f"storage_capacity_gib {problem}")
     if props.kms_key is not None and not persistent:
         raise ValidationError(f"kms_key applies to PERSISTENT_2 only (SCRATCH_2 uses keys FSx manages), got {dt}")
     if props.data_compression not in COMPRESSION_TYPES:

@@ -78,9 +78,14 @@ def _throughput(resources: dict[str, Any]) -> None:
     resources[FSX_ID]["Properties"]["LustreConfiguration"]["PerUnitStorageThroughput"] = 500
 
 
-def _run(tmp_path: Path, change: Any, *extra: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    before = _write(tmp_path / "before", {"dev-Storage": BEFORE})
-    after = _write(tmp_path / "after", {"dev-Storage": _after(change)})
+def _run(
+    tmp_path: Path, change: Any, *extra: str, capsys: pytest.CaptureFixture[str], base: dict[str, Any] | None = None
+) -> tuple[int, str]:
+    base = BEFORE if base is None else base
+    before = _write(tmp_path / "before", {"dev-Storage": base})
+    after_template = copy.deepcopy(base)
+    change(after_template["Resources"])
+    after = _write(tmp_path / "after", {"dev-Storage": after_template})
     code = main(["guard", "--baseline", str(before), "--templates", str(after), *extra])
     captured = capsys.readouterr()
     return code, captured.out + captured.err
@@ -120,11 +125,37 @@ def test_subnet_change_comes_from_the_cfn_schema_and_deployment_type_from_the_ta
     assert "(replacement (FSx: the deployment type is fixed at creation))" in out
 
 
-@pytest.mark.parametrize("change", [_tags_only, _throughput], ids=["tags-only", "throughput"])
-def test_guard_passes_in_place_updates(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any) -> None:
-    code, out = _run(tmp_path, change, capsys=capsys)
+# The same file system without EFA: FSx changes its throughput tier in place.
+WITHOUT_EFA = _after(_efa)
+
+
+@pytest.mark.parametrize(
+    ("change", "base"), [(_tags_only, BEFORE), (_throughput, WITHOUT_EFA)], ids=["tags-only", "throughput-without-efa"]
+)
+def test_guard_passes_in_place_updates(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, base: dict[str, Any]) -> None:
+    code, out = _run(tmp_path, change, capsys=capsys, base=base)
     assert code == 0, out
     assert out == "guard: ok: 2 stateful resources compared\n"
+
+
+def test_guard_fails_a_throughput_tier_change_on_an_efa_file_system(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # FSx cannot change the throughput tier of an EFA-enabled file system (docs/facts/storage.md#fsx-lustre-efa-requirements):
+    # CloudFormation updates PerUnitStorageThroughput in place, FSx refuses, the stack update fails and rolls back.
+    code, out = _run(tmp_path, _throughput, capsys=capsys)
+    assert code == 1, out
+    assert out.splitlines() == [
+        f"dev-Storage: {FSX_ID} (AWS::FSx::FileSystem) would fail the deploy: LustreConfiguration.PerUnitStorageThroughput: "
+        "changed from 250 to 500 on an EFA-enabled file system: FSx cannot change the throughput tier of an EFA-enabled file system, "
+        "so the update fails and rolls back; keep the tier (grow the storage capacity for more throughput), or create a new file system",
+        "guard: FAIL: 1 stateful resource change(s) would delete or replace data or nodes, or fail the deploy; "
+        "allow a deliberate one with --allow LOGICAL_ID",
+    ]
+    # Disabling EFA together with the tier is a replacement (EfaEnabled), reported once as such, not as a refused update.
+    findings = guard.compare_templates({"dev-Storage": BEFORE}, {"dev-Storage": _after(lambda r: (_efa(r), _throughput(r)))})
+    assert [(f.action, f.property) for f in findings] == [("replaced", "LustreConfiguration.EfaEnabled")]
+    # --allow lets it through, still printed.
+    code, out = _run(tmp_path / "allow", _throughput, "--allow", FSX_ID, capsys=capsys)
+    assert code == 0 and out.startswith(f"ALLOWED dev-Storage: {FSX_ID} (AWS::FSx::FileSystem) would fail the deploy:"), out
 
 
 def test_allow_lets_a_named_change_through(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
