@@ -112,6 +112,13 @@ def utc_timestamp(value: datetime) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# A group (an Auto Scaling group or an EKS node group) targets one Capacity Block by its id: Auto
+# Scaling "can only target one Capacity Block at a time" (docs/facts/capacity.md#capacity-block-one-per-group).
+ONE_BLOCK_PER_GROUP = (
+    "a group targets one Capacity Block (Auto Scaling and EKS take one block's id); give each block its own group, "
+    "or use type reservation for several On-Demand Capacity Reservations"
+)
+
 MAX_INSTANCES_PER_BLOCK = 64
 MAX_DURATION_DAYS = 182
 # An offering can run slightly longer than the longest duration asked for (it ends at 11:30 UTC).

@@ -22,6 +22,7 @@ from fminfra.capacity.rules import (
     MAX_BLOCK_LENGTH,
     MAX_DRAIN_MINUTES,
     MAX_DURATION_DAYS,
+    ONE_BLOCK_PER_GROUP,
     RESERVATION_ID,
     RESERVATION_PLACEMENT_WARNING,
     TRAINING_PLAN_ARN_RULE,
@@ -117,6 +118,8 @@ class CapacityConfig(Model):
             problems.append(error("reservation_ids", "must list at least one reservation id"))
         if self.reservation_ids and len(set(self.reservation_ids)) != len(self.reservation_ids):
             problems.append(error("reservation_ids", "reservation ids must be unique"))
+        elif self.type == "capacity-block" and self.reservation_ids and len(self.reservation_ids) > 1:
+            problems.append(error("reservation_ids", f"{ONE_BLOCK_PER_GROUP}, got {', '.join(self.reservation_ids)}"))
         if self.training_plan_arn is not None and not TRAINING_PLAN_ARN_RULE.match(self.training_plan_arn):
             problems.append(
                 error(

@@ -158,17 +158,21 @@ def config_snippet(reservations: list[dict[str, Any]] | dict[str, Any], zone_ids
         reservations = [reservations]
     parts: list[str] = []
     for (az_id, instance_type, start, end), found in _segments(reservations, zone_ids).items():
-        ids = [r["CapacityReservationId"] for r in found]
-        total = sum(int(r.get("TotalInstanceCount") or 0) for r in found)
-        az_name = found[0].get("AvailabilityZone", "?")
-        label = f"Capacity Block {ids[0]}" if len(ids) == 1 else f"Capacity Block reservations {', '.join(ids)}"
-        lines = [f"# {label}: {total} x {instance_type} in {az_id} ({az_name}); network.compute_az_id must be {az_id}"]
-        if not is_az_id(az_id):
-            lines.append(f"# {az_id} is not an Availability Zone ID: {GB200_SUPPORT}")
-        lines += ["capacity:", "  type: capacity-block", f"  reservation_ids: [{', '.join(ids)}]"]
-        if start and end:
-            lines += [f'  starts_at: "{start}"', f'  ends_at: "{end}"']
-        parts.append("\n".join(lines))
+        # A group targets one block (docs/facts/capacity.md#capacity-block-one-per-group): one
+        # snippet, for one group, per reservation, even of one purchase.
+        for r in found:
+            rid = r["CapacityReservationId"]
+            az_name = r.get("AvailabilityZone", "?")
+            count = int(r.get("TotalInstanceCount") or 0)
+            lines = [f"# Capacity Block {rid}: {count} x {instance_type} in {az_id} ({az_name}); network.compute_az_id must be {az_id}"]
+            if len(found) > 1:
+                lines.append(f"# one of {len(found)} reservations with this window: give each its own group (count {count})")
+            if not is_az_id(az_id):
+                lines.append(f"# {az_id} is not an Availability Zone ID: {GB200_SUPPORT}")
+            lines += ["capacity:", "  type: capacity-block", f"  reservation_ids: [{rid}]"]
+            if start and end:
+                lines += [f'  starts_at: "{start}"', f'  ends_at: "{end}"']
+            parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
 

@@ -111,6 +111,12 @@ REJECTIONS = [
         "f.yaml: compute.instance_groups[0].capacity.drain_minutes: not allowed with type odcr (it takes: end_date)",
     ),
     (
+        _group(EC2, placement="none", capacity={**BLOCK, "reservation_ids": ["cr-0123456789abcdef0", "cr-0123456789abcdef1"]}),
+        "f.yaml: compute.instance_groups[0].capacity.reservation_ids: a group targets one Capacity Block (Auto Scaling and EKS take "
+        "one block's id); give each block its own group, or use type reservation for several On-Demand Capacity Reservations, "
+        "got cr-0123456789abcdef0, cr-0123456789abcdef1",
+    ),
+    (
         _group(EC2, capacity={"type": "odcr", "reservation_ids": ["cr-0123456789abcdef0"]}),
         "f.yaml: compute.instance_groups[0].capacity.reservation_ids: not allowed with type odcr (it takes: end_date)",
     ),
@@ -344,16 +350,16 @@ def test_one_reservation_is_targeted_directly(synth: Synth) -> None:
     _, data = _lt(synth, "cap-ec2", "reserved-one")
     assert data["CapacityReservationSpecification"]["CapacityReservationTarget"] == {"CapacityReservationId": "cr-0aaaaaaaaaaaaaaa3"}
     assert "reserved-one" not in synth.stages["cap-ec2"].compute.reservation_groups
-    assert len(synth.resources("cap-ec2", "Compute", "AWS::ResourceGroups::Group")) == 2  # reserved, blocks
+    assert len(synth.resources("cap-ec2", "Compute", "AWS::ResourceGroups::Group")) == 1  # reserved (a block group has one id)
 
 
 def test_capacity_block_without_window_starts_at_zero(synth: Synth) -> None:
-    gid, _ = _one(synth, "cap-ec2", "AWS::ResourceGroups::Group", "ReservationGroupblocks")
     _, data = _lt(synth, "cap-ec2", "blocks")
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    # One block, targeted by its id (docs/facts/capacity.md#capacity-block-one-per-group).
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationPreference": "capacity-reservations-only",
-        "CapacityReservationTarget": {"CapacityReservationResourceGroupArn": {"Fn::GetAtt": [gid, "Arn"]}},
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0bbbbbbbbbbbbbbb1"},
     }
     assert "Placement" not in data
     _, asg = _asg(synth, "cap-ec2", "blocks")

@@ -283,11 +283,12 @@ def test_purchase_reports_and_records_every_reservation_of_a_segmented_offering(
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "bought cb-0aaaaaaaaaaaaaaaa: 2 reservation(s)"
     assert "cr-0123456789abcdef0" in out.splitlines()[3] and "cr-0123456789abcdef1" in out.splitlines()[4]
-    snippet = out.strip().split("\n\n")[-1]
-    assert yaml.safe_load(snippet)["capacity"]["reservation_ids"] == ["cr-0123456789abcdef0", "cr-0123456789abcdef1"]
-    assert snippet.splitlines()[0].startswith(
-        "# Capacity Block reservations cr-0123456789abcdef0, cr-0123456789abcdef1: 4 x p5.48xlarge in usw2-az4"
-    )
+    # A group targets one block (docs/facts/capacity.md#capacity-block-one-per-group): one snippet per reservation.
+    first, second = out.strip().split("\n\n")[-2:]
+    assert yaml.safe_load(first)["capacity"]["reservation_ids"] == ["cr-0123456789abcdef0"]
+    assert yaml.safe_load(second)["capacity"]["reservation_ids"] == ["cr-0123456789abcdef1"]
+    assert first.splitlines()[0].startswith("# Capacity Block cr-0123456789abcdef0: 2 x p5.48xlarge in usw2-az4")
+    assert first.splitlines()[1] == "# one of 2 reservations with this window: give each its own group (count 2)"
 
 
 def test_purchase_segments_in_different_azs_get_one_snippet_each() -> None:

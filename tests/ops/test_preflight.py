@@ -334,11 +334,13 @@ def test_a_reservation_group_mixing_odcrs_and_capacity_blocks_fails_naming_them(
 
 def test_a_reservation_group_of_one_type_passes(aws: Aws) -> None:
     first, second = "cr-0bbbbbbbbbbbbbbb1", "cr-0bbbbbbbbbbbbbbb2"
-    aws.reservation(_reservation(CapacityReservationId=first, TotalInstanceCount=1), rid=first)
-    aws.reservation(_reservation(CapacityReservationId=second, TotalInstanceCount=1), rid=second)
-    rows = aws.run(_cfg(capacity={"type": "capacity-block", "reservation_ids": [first, second]}))
+    odcr = {"TotalInstanceCount": 1, "ReservationType": "default", "CapacityBlockId": None}
+    for rid in (first, second):
+        aws.reservation({k: v for k, v in _reservation(CapacityReservationId=rid, **odcr).items() if v is not None}, rid=rid)
+    aws.ec2_quota("L-417A185B", 384)
+    rows = aws.run(_cfg(capacity={"type": "reservation", "reservation_ids": [first, second]}, placement="none"))
     assert _rows(rows, "FAIL") == []
-    assert ("group block", "one reservation type", "its 2 reservations are all Capacity Blocks") in _rows(rows, "PASS")
+    assert ("group block", "one reservation type", "its 2 reservations are all On-Demand Capacity Reservations") in _rows(rows, "PASS")
 
 
 def test_missing_reservation_fails(aws: Aws) -> None:
