@@ -12,7 +12,7 @@ from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import load_config, read_yaml
 from fminfra.core.config_base import check_account, check_region
 from fminfra.core.errors import ConfigError
-from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE
+from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE, accept_folder_problem
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
 
@@ -204,6 +204,10 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                     f"{file}: environments[{i}].accept.gate: true, but {env.config} uses orchestrator {cfg.compute.orchestrator}, which"
                     f" `fminfra accept` does not reach (allowed: {', '.join(ACCEPTED_ORCHESTRATORS)}); set gate: false or leave it out"
                 )
+            lustre = cfg.storage.lustre if cfg.storage is not None else None
+            folder = accept_folder_problem(cfg.compute.orchestrator, lustre is not None)
+            if gate_enabled(env, cfg) and has_training_gpus(cfg) and folder is not None:
+                problems.append(f"{file}: environments[{i}].accept.gate: the gate is on, but {env.config}: {folder}")
             eks = cfg.compute.eks
             if gate_enabled(env, cfg) and cfg.compute.orchestrator == "eks" and eks is not None and not eks.accept_access:
                 problems.append(

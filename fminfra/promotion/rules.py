@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from fminfra.core.errors import ValidationError
+from fminfra.storage.rules import FSX_MOUNT
 
 # pipeline.yaml's source: a CodeConnections (or CodeStar Connections) connection and the owner/name of its repository.
 CONNECTION_ARN_RULE = re.compile(
@@ -53,3 +54,19 @@ def accept_role_name(env: str) -> str:
 def accept_step_role_name(pipeline_name: str, env: str) -> str:
     """Name of the CDK pipeline's acceptance-step role (fminfra/app/pipeline.py) in the pipeline account."""
     return f"{pipeline_name}-{env}-accept-step"
+
+
+def accept_folder_problem(orchestrator: str, has_lustre: bool) -> str | None:
+    """Where the acceptance jobs cannot run, as `FIELD: reason` (None where they can). On HyperPod
+    Slurm they run from one folder every node sees (scripts in, results out: FSX_MOUNT/fminfra-accept/RUN,
+    fminfra/ops/accept/slurm.py); fminfra's lifecycle mounts FSx for Lustre there and nothing without
+    storage.lustre (scripts/lifecycle/on_create.sh, docs/compute.md). HyperPod EKS needs none: the
+    scripts travel in a ConfigMap and the results come back in the pods' logs (ops/accept/manifests.py)."""
+    if orchestrator != "slurm" or has_lustre:
+        return None
+    return (
+        "storage.lustre: not set, and HyperPod Slurm nodes then share no file system"
+        f" (fminfra mounts only FSx for Lustre, at {FSX_MOUNT}):"
+        " the acceptance jobs run from a folder every node sees: add storage.lustre, or leave the environment out of the gate"
+        " (accept: {gate: false} in pipeline.yaml)"
+    )

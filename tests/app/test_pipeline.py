@@ -273,6 +273,29 @@ def test_gate_defaults_to_training_gpus_and_refuses_a_gate_without_them(tmp_path
     assert gate_enabled(loaded.environments[0], cfg) is False
 
 
+def test_a_slurm_gate_without_lustre_is_refused(tmp_path: Path) -> None:
+    """HyperPod Slurm without storage.lustre: the acceptance jobs would have no folder every node sees
+    (`fminfra accept` refuses it too), so a gate on it fails validation; gate: false passes."""
+    data = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    del data["storage"]["lustre"]
+    config = tmp_path / "nolustre.yaml"
+    config.write_text(yaml.safe_dump(data))
+    for accept in ({}, {"gate": True}):  # on by default (training GPUs), or set
+        path = _pipeline_file(tmp_path, environments=[{"config": str(config), "accept": accept}])
+        assert _load_problems(path) == [
+            f"{path}: environments[0].accept.gate: the gate is on, but {config}: storage.lustre: not set, and HyperPod Slurm nodes"
+            " then share no file system (fminfra mounts only FSx for Lustre, at /fsx): the acceptance jobs run from a folder every"
+            " node sees: add storage.lustre, or leave the environment out of the gate (accept: {gate: false} in pipeline.yaml)"
+        ]
+    path = _pipeline_file(tmp_path, environments=[{"config": str(config), "accept": {"gate": False}}])
+    assert _load_problems(path) == []
+    eks = yaml.safe_load((ROOT / "config" / "staging.yaml").read_text())
+    del eks["storage"]["lustre"]  # HyperPod EKS reads its results from the pods' logs: no shared folder needed
+    config.write_text(yaml.safe_dump(eks))
+    path = _pipeline_file(tmp_path, environments=[{"config": str(config), "accept": {"runs_on": ["self-hosted"]}}])
+    assert _load_problems(path) == []
+
+
 def test_an_ec2_environment_is_not_gated(tmp_path: Path) -> None:
     """`fminfra accept` does not reach ec2 Auto Scaling groups: the gate defaults to off there, and gate: true is one line."""
     from fminfra.config.pipeline import gate_enabled

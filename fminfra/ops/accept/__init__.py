@@ -14,7 +14,7 @@ from fminfra.ops.common import EXIT_BAD_INPUT, UsageError, load_configs
 
 
 def command(ns: argparse.Namespace) -> int:
-    [(_, cfg)] = load_configs([ns.config])
+    [(config_file, cfg)] = load_configs([ns.config])
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
     orchestrator = cfg.compute.orchestrator
@@ -32,6 +32,7 @@ def command(ns: argparse.Namespace) -> int:
             return eks.inference_only(cfg)
         overrides = checks._overrides(ns.pipeline, cfg.name)
         return eks.main(cfg, run_id, ns.dry_run, overrides, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)
+    slurm.check_shared_folder(cfg, config_file)
     plan = slurm.slurm_plan(cfg, run_id, checks._overrides(ns.pipeline, cfg.name), checks.read_instance_thresholds())
     if ns.dry_run:
         slurm.print_plan(plan)

@@ -350,7 +350,7 @@ def _as_accept_namespace(ns: argparse.Namespace) -> argparse.Namespace:
 
 
 def command(ns: argparse.Namespace) -> int:
-    [(_, cfg)] = load_configs([ns.config])
+    [(config_file, cfg)] = load_configs([ns.config])
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept-remote: --timeout-minutes and --poll-seconds must be greater than 0")
     pipeline_file = ns.pipeline or DEFAULT_PIPELINE_FILE
@@ -368,6 +368,7 @@ def command(ns: argparse.Namespace) -> int:
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")
+    accept.check_shared_folder(cfg, config_file)
     plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
     start = start_script(plan, ns)
     group = node_group(cfg)

@@ -38,6 +38,7 @@ from fminfra.ops.accept.checks import NcclThreshold, SlurmJob, missing_for_a_run
 from fminfra.ops.accept.manifests import NCCL_NODES, no_nccl_note
 from fminfra.ops.accept.node import runner
 from fminfra.ops.common import UsageError
+from fminfra.promotion.rules import accept_folder_problem
 from fminfra.storage.config import lustre_throughput_gb_per_s
 from fminfra.storage.rules import FSX_MOUNT
 
@@ -79,11 +80,20 @@ class Plan:
         return missing_for_a_run(self.cfg.name, self.nccl, self.image_unpinned)
 
 
+def check_shared_folder(cfg: EnvironmentConfig, config_file: Path) -> None:
+    """UsageError (one line, exit 2) where the nodes share no file system for the run folder
+    (`accept_folder_problem`): before any plan, dry run or not."""
+    lustre = cfg.storage.lustre if cfg.storage is not None else None
+    if problem := accept_folder_problem(cfg.compute.orchestrator, lustre is not None):
+        raise UsageError(f"{config_file}: {problem}")
+
+
 def slurm_plan(
     cfg: EnvironmentConfig, run_id: str, overrides: AcceptThresholds | None, table: dict[str, tuple[float | None, float | None]]
 ) -> Plan:
     """The jobs `accept` submits for a Slurm environment (partitions are named after the groups:
-    fminfra's HyperPod provisioning parameters, fminfra/compute/stack/clusters.py)."""
+    fminfra's HyperPod provisioning parameters, fminfra/compute/stack/clusters.py). The run folder is
+    on FSx for Lustre: `check_shared_folder` first."""
     run_dir = f"{FSX_MOUNT}/fminfra-accept/{run_id}"
     lustre = cfg.storage.lustre if cfg.storage is not None else None
     baseline = lustre_throughput_gb_per_s(lustre.capacity_gib, lustre.mb_per_tib) if lustre is not None else None

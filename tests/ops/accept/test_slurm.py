@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fminfra.cli.main import main as cli_main
 from fminfra.config.pipeline import AcceptThresholds
@@ -169,6 +170,33 @@ def test_bad_input_exits_2(argv: list[str], message: str, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+def _without_lustre(tmp_path: Path) -> Path:
+    """dev.yaml less storage.lustre: a HyperPod Slurm environment whose nodes share no file system
+    (the lifecycle mounts /fsx only when the parameters name FSx: scripts/lifecycle/on_create.sh)."""
+    data = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    del data["storage"]["lustre"]
+    config = tmp_path / "nolustre.yaml"
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
+@pytest.mark.parametrize("verb", ["accept", "accept-remote"])
+@pytest.mark.parametrize("dry_run", [["--dry-run"], []])
+def test_a_slurm_environment_without_lustre_is_one_line(
+    verb: str, dry_run: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without FSx the jobs' folder (/fsx/fminfra-accept/RUN) is on no shared file system: exit 2 before anything runs."""
+    config = _without_lustre(tmp_path)
+    assert cli_main([verb, str(config), "--run-id", "r1", *dry_run]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip().splitlines() == [
+        f"{config}: storage.lustre: not set, and HyperPod Slurm nodes then share no file system (fminfra mounts only FSx for Lustre,"
+        " at /fsx): the acceptance jobs run from a folder every node sees: add storage.lustre, or leave the environment out of"
+        " the gate (accept: {gate: false} in pipeline.yaml)"
+    ]
 
 
 # --- end to end against the fake cluster ----------------------------------------------------------
