@@ -146,6 +146,68 @@ def test_actions_are_found_in_every_kind_of_policy_document() -> None:
     assert all(found.values())
 
 
+def test_every_allow_names_each_required_resource_type(templates: list[tuple[str, dict[str, Any]]]) -> None:
+    # An Allow whose resources miss a resource type the SAR marks required never matches: the
+    # request is implicitly denied (docs/facts/iam.md#iam-required-resource-types).
+    found = [(name, *entry) for name, template in templates for entry in iam.allow_statement_resources(template)]
+    assert len(found) >= 40, "the walk reaches role, key, bucket and topic policies"
+    problems = sorted(
+        {
+            f"{stack} {where}: {p}"
+            for stack, where, actions, resources in found
+            for a in actions
+            if (p := iam.required_resource_problem(a, resources))
+        }
+    )
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    ("action", "resources", "expected"),
+    [
+        # Before the fix the Slurm execution role granted detach on interfaces, subnets and VPC only.
+        ("ec2:DetachNetworkInterface", ["arn:aws:ec2:*:*:network-interface/*", "arn:aws:ec2:*:*:subnet/subnet-1"], "instance"),
+        ("ec2:AttachNetworkInterface", ["arn:aws:ec2:*:*:instance/*"], "network-interface"),
+        ("kms:Decrypt", ["arn:aws:kms:us-east-1:1:alias/data"], "key"),
+        ("eks:DescribeCluster", ["arn:aws:ec2:*:*:vpc/*"], "cluster"),
+        ("ec2:*NetworkInterface", ["arn:aws:ec2:*:*:subnet/*"], "no action it covers"),
+    ],
+)
+def test_required_resource_check_flags_a_missing_type(action: str, resources: list[str], expected: str) -> None:
+    problem = iam.required_resource_problem(action, resources)
+    assert problem is not None and expected in problem and action in problem
+
+
+@pytest.mark.parametrize(
+    ("action", "resources"),
+    [
+        ("ec2:DetachNetworkInterface", ["arn:aws:ec2:us-east-1:111122223333:network-interface/*", "arn:aws:ec2:*:*:instance/*"]),
+        ("ec2:DetachNetworkInterface", ["*"]),
+        ("ec2:DescribeSubnets", ["*"]),
+        ("ec2:*NetworkInterface", ["arn:aws:ec2:*:*:network-interface/*"]),  # ec2:DeleteNetworkInterface matches
+        ("kms:Decrypt", ["arn:aws:kms:*:1:key/*"]),  # an unresolved region
+    ],
+)
+def test_required_resource_check_accepts_matching_resources(action: str, resources: list[str]) -> None:
+    assert iam.required_resource_problem(action, resources) is None
+
+
+def test_required_resources_are_rendered_from_joins() -> None:
+    statement = {
+        "Effect": "Allow",
+        "Action": ["ec2:DetachNetworkInterface"],
+        "Resource": [{"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:", {"Ref": "AWS::Region"}, ":1:network-interface/*"]]}],
+    }
+    template = {"Resources": {"P": {"Type": "AWS::IAM::Policy", "Properties": {"PolicyDocument": {"Statement": [statement]}}}}}
+    [(_, actions, resources)] = list(iam.allow_statement_resources(template))
+    assert resources == ["arn:aws:ec2:*:1:network-interface/*"]
+    problem = iam.required_resource_problem(actions[0], resources)
+    assert problem is not None and "instance" in problem
+    statement["Resource"].append({"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:r:1:instance/*"]]})
+    [(_, actions, resources)] = list(iam.allow_statement_resources(template))
+    assert iam.required_resource_problem(actions[0], resources) is None
+
+
 # ---- Create-API request shapes ---------------------------------------------------------------
 
 

@@ -519,7 +519,7 @@ def _grant_vpc_config_permissions(
     """What the execution role needs for the cluster's VpcConfig, scoped as AWS's reference roles do
     or narrower (docs/facts/iam.md#hyperpod-vpc-config-permissions): reads on `*` (they take no
     resource); network-interface changes on this account's and region's interfaces and on the
-    cluster's own subnets, security groups and VPC; tags on network interfaces, with no key
+    cluster's own subnets, security groups and VPC, detaching also on its instances; tags on network interfaces, with no key
     condition (no source names the keys HyperPod writes: docs/facts/eks.md#vpc-cni-eni-tag-keys).
     On EKS (`eks_cluster_name`) also the VPC CNI's, image pulls' and Pod Identity's permissions
     (docs/facts/iam.md#hyperpod-eks-execution-role-permissions), the latter on this cluster only."""
@@ -532,22 +532,29 @@ def _grant_vpc_config_permissions(
     reads = [*VPC_CONFIG_READ_ACTIONS, *(EKS_NODE_READ_ACTIONS if on_eks else ())]
     # Attaching takes an instance and an interface only (AWS's EKS role grants it on those alone).
     attach = "ec2:AttachNetworkInterface"
-    enis = sorted([*VPC_CONFIG_ENI_ACTIONS, *(a for a in EKS_NODE_ENI_ACTIONS if a != attach and on_eks)])
+    # Detaching is authorized against the instance as well as the interface, on Slurm too
+    # (docs/facts/iam.md#iam-required-resource-types); on Slurm it gets its own statement so the
+    # create/delete actions do not gain instances.
+    detach = "ec2:DetachNetworkInterface"
+    enis = sorted(
+        [*(a for a in VPC_CONFIG_ENI_ACTIONS if on_eks or a != detach), *(a for a in EKS_NODE_ENI_ACTIONS if a != attach and on_eks)]
+    )
     interfaces = ec2_arn("network-interface", "*")
+    instances = ec2_arn("instance", "*")
     eni_resources = [
         interfaces,
-        *([ec2_arn("instance", "*")] if on_eks else []),
+        *([instances] if on_eks else []),
         *(ec2_arn("subnet", s.subnet_id) for s in subnets),
         *(ec2_arn("security-group", g.security_group_id) for g in security_groups),
         ec2_arn("vpc", vpc.vpc_id if vpc is not None else "*"),
     ]
     role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigRead", actions=sorted(reads), resources=["*"]))
     role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEnis", actions=enis, resources=eni_resources))
+    if not on_eks:
+        role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigDetachEnis", actions=[detach], resources=[instances, interfaces]))
     role.add_to_principal_policy(iam.PolicyStatement(sid="VpcConfigEniTags", actions=[ENI_TAG_ACTION], resources=[interfaces]))
     if on_eks:
-        role.add_to_principal_policy(
-            iam.PolicyStatement(sid="EksNodeAttachEnis", actions=[attach], resources=[ec2_arn("instance", "*"), interfaces])
-        )
+        role.add_to_principal_policy(iam.PolicyStatement(sid="EksNodeAttachEnis", actions=[attach], resources=[instances, interfaces]))
     if eks_cluster_name is not None:
         cluster = stack.format_arn(service="eks", resource="cluster", resource_name=eks_cluster_name)
         role.add_to_principal_policy(iam.PolicyStatement(sid="EksPodIdentity", actions=[POD_IDENTITY_ACTION], resources=[cluster]))
@@ -571,9 +578,10 @@ def _grant_vpc_config_permissions(
             f"IAM5[Resource::{literal(stack, ec2_arn('vpc', '*'))}]",
             "no VPC was given: network interfaces in any VPC of this account and region, as AWS's Slurm execution role allows",
         )
-    if on_eks:
-        acknowledge(
-            policy,
-            f"IAM5[Resource::{literal(stack, ec2_arn('instance', '*'))}]",
-            "the VPC CNI attaches interfaces to and assigns IPs on HyperPod nodes, whose instance ids are not known in advance",
-        )
+    acknowledge(
+        policy,
+        f"IAM5[Resource::{literal(stack, instances)}]",
+        "ec2:DetachNetworkInterface is authorized against the instance an interface is attached to, a HyperPod node whose "
+        "instance id is not known in advance"
+        + ("; the VPC CNI also attaches interfaces to and assigns IPs on those nodes" if on_eks else ""),
+    )
