@@ -15,7 +15,7 @@ NODE_ENV_NAME_RULE = re.compile(r"^FMINFRA_[A-Z0-9_]+$")
 
 
 def ec2_region_problem(instance_type: str, region: str, offered_in: list[str]) -> str:
-    """An EC2 GPU type the region does not offer (docs/facts/network.md#regional-availability)."""
+    """An EC2 type the region does not offer (docs/facts/network.md#regional-availability)."""
     return (
         f"{instance_type} is not offered by EC2 in {region} (cfn-lint's EC2 instance types for the region, from AWS's price list); "
         f"regions that offer it: {', '.join(offered_in) or 'none'}"

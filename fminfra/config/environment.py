@@ -17,11 +17,13 @@ from fminfra.core.regional import (
     SERVICE_NAMES,
     cdk_validate_refuses,
     compute_quota_sources,
+    ec2_offers,
     ec2_types_anywhere,
     ec2_types_in,
     hyperpod_types_anywhere,
     hyperpod_types_in,
     regions_offering,
+    regions_offering_any_ec2,
     regions_offering_ec2,
     resource_types_in,
 )
@@ -190,6 +192,19 @@ class EnvironmentConfig(Model):
                 problems.append(
                     error(f"compute.instance_groups[{i}].instance_type", ec2_region_problem(name, self.region, regions_offering_ec2(name)))
                 )
+        # EKS node groups (inference groups, the system nodes) are EC2 instances whatever the orchestrator:
+        # the same list, for every type (docs/facts/network.md#regional-availability). Reserved capacity
+        # proves its own; a type no region lists is not judged.
+        eks_types = [
+            (f"compute.inference_node_groups[{i}].instance_type", g.spec.name)
+            for i, g in enumerate(self.compute.inference_node_groups)
+            if g.capacity.type in ("on-demand", "odcr")
+        ]
+        if self.compute.needs_eks and self.compute.eks is not None and self.compute.system_node_count():
+            eks_types.append(("compute.eks.system_nodes.instance_type", self.compute.eks.system_nodes.instance_type))
+        for path, name in eks_types:
+            if ec2_offers(self.region, name) is False:
+                problems.append(error(path, ec2_region_problem(name, self.region, regions_offering_any_ec2(name))))
         offered = hyperpod_types_in(self.region) if self.compute.hyperpod else None
         if offered:
             named = [

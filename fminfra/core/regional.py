@@ -73,6 +73,31 @@ def ec2_types_anywhere() -> frozenset[str]:
     return frozenset(t for types in _ec2().values() for t in types)
 
 
+@cache
+def _ec2_all() -> dict[str, frozenset[str]]:
+    """Every EC2 instance type per region, from the installed cfn-lint: the list fminfra/core/ec2_regional.json
+    is cut from (its GPU catalog types); for the CPU types a config may name, such as the system nodes'."""
+    import cfnlint
+
+    path = Path(cfnlint.__file__).parent / "data" / "schemas" / "extensions" / "aws_ec2_instance" / "instancetype_enum.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {region: frozenset(v["enum"]) for region, v in data.items() if isinstance(v, dict) and region != "all"}
+
+
+def ec2_offers(region: str, instance_type: str) -> bool | None:
+    """Whether EC2 offers the type in the region on demand; None when that cannot be judged (no list for
+    the region, or a type no region lists: a Local Zone type such as p6e-gb200)."""
+    found = _ec2_all().get(region)
+    if found is None or not any(instance_type in types for types in _ec2_all().values()):
+        return None
+    return instance_type in found
+
+
+def regions_offering_any_ec2(instance_type: str) -> list[str]:
+    """The regions fminfra accepts whose EC2 list names the type (any type), sorted."""
+    return sorted(r for r, types in _ec2_all().items() if instance_type in types and r in AZ_ID_PREFIX_BY_REGION)
+
+
 def regions_offering_ec2(instance_type: str) -> list[str]:
     """The regions fminfra accepts whose EC2 list names the type, sorted."""
     return sorted(r for r, types in _ec2().items() if instance_type in types and r in AZ_ID_PREFIX_BY_REGION)

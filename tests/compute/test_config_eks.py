@@ -333,3 +333,33 @@ def test_a_node_group_name_eks_cannot_take_is_refused() -> None:
         f"f.yaml: compute.inference_node_groups[0].name: the node group's EKS name 'fminfra-{name}-{'a' * (room + 1)}' is 64 "
         f"characters; EKS allows at most 63 (fminfra-ENV-NAME): shorten the group name to at most {room} characters"
     )
+
+
+def _inference_only_in(region: str, prefix: str, gpu_type: str, system_type: str | None = None) -> dict[str, Any]:
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    data["region"] = region
+    data["network"].update(az_ids=[f"{prefix}-az1", f"{prefix}-az2"], compute_az_id=f"{prefix}-az2")
+    data["compute"]["inference_node_groups"][0]["instance_type"] = gpu_type
+    if system_type:
+        data["compute"]["eks"] = {"system_nodes": {"instance_type": system_type}}
+    return data
+
+
+def test_an_inference_group_type_the_region_does_not_offer_is_refused() -> None:
+    """cfn-lint's EC2 instance types per region (docs/facts/network.md#regional-availability): no g6e in sa-east-1."""
+    message = _error(_inference_only_in("sa-east-1", "sae1", "g6e.12xlarge"))
+    assert message.startswith(
+        "f.yaml: compute.inference_node_groups[0].instance_type: g6e.12xlarge is not offered by EC2 in sa-east-1 "
+        "(cfn-lint's EC2 instance types for the region, from AWS's price list); regions that offer it: "
+    )
+    assert "us-east-1" in message and "sa-east-1," not in message
+    parse_config(_inference_only_in("sa-east-1", "sae1", "g5.12xlarge"), "f.yaml")  # g5 is offered there
+
+
+def test_a_system_node_type_the_region_does_not_offer_is_refused() -> None:
+    """The default system node type, m6i.large, is not in eu-south-2's list; m5.large is."""
+    data = _inference_only_in("eu-south-2", "eus2", "g6e.12xlarge")
+    assert _error(data).startswith(
+        "f.yaml: compute.eks.system_nodes.instance_type: m6i.large is not offered by EC2 in eu-south-2 (cfn-lint's EC2"
+    )
+    parse_config(_inference_only_in("eu-south-2", "eus2", "g6e.12xlarge", "m5.large"), "f.yaml")

@@ -226,11 +226,11 @@ def test_default_team_holds_every_inference_gpu_at_max_size() -> None:
     ("scheduling", "expected"),
     [
         (
-            {"kueue": True, "teams": [{"name": "a", "instances": {"serve-g6e": 5}}]},
-            "compute.eks.scheduling.teams: the teams hold 5 instances of group 'serve-g6e', whose max_size is 4; allowed: at most 4 in all",
+            {"kueue": True, "teams": [{"name": "a", "instances": {"serve-g5": 5}}]},
+            "compute.eks.scheduling.teams: the teams hold 5 instances of group 'serve-g5', whose max_size is 4; allowed: at most 4 in all",
         ),
         (
-            {"kueue": True, "teams": [{"name": "kube-system", "instances": {"serve-g6e": 1}}]},
+            {"kueue": True, "teams": [{"name": "kube-system", "instances": {"serve-g5": 1}}]},
             "compute.eks.scheduling.teams[0].name: 'kube-system' is a reserved namespace",
         ),
         ({"kueue": True, "priority_classes": {"a": 1}}, "compute.eks.scheduling.priority_classes: priority classes are task governance's"),
