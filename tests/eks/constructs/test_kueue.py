@@ -218,7 +218,7 @@ def _inference(scheduling: dict[str, Any]) -> dict[str, Any]:
 
 def test_default_team_holds_every_inference_gpu_at_max_size() -> None:
     cfg = parse_config(_inference({"kueue": True}), "f.yaml")
-    assert cfg.compute.kueue_quotas() == {"training": {"g6e.12xlarge": 16}}  # 4 nodes x 4 GPUs
+    assert cfg.compute.kueue_quotas() == {"training": {"g5.12xlarge": 16}}  # 4 nodes x 4 GPUs
     assert parse_config(INFERENCE, "f.yaml").compute.kueue_quotas() == {}
 
 
