@@ -207,7 +207,8 @@ def test_a_fixed_size_inference_group_does_not_warn() -> None:
 
 def test_init_writes_a_fixed_size_inference_group(tmp_path: Path) -> None:
     out = tmp_path / "inf.yaml"
-    argv = ["init", "--name", "inf", "--account", "123456789012", "--region", "eu-west-1", "--orchestrator", "none"]
+    # us-west-2: EC2 offers init's default inference type (g6e.12xlarge) there, not in eu-west-1 (fminfra/core/regional.py, ec2_offers).
+    argv = ["init", "--name", "inf", "--account", "123456789012", "--region", "us-west-2", "--orchestrator", "none"]
     assert cli.main([*argv, "--count", "3", "--output", str(out)]) == 0
     (group,) = read_yaml(out)["compute"]["inference_node_groups"]
     assert (group["min_size"], group["desired_size"], group["max_size"]) == (3, 3, 3)
