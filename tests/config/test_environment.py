@@ -326,7 +326,11 @@ def test_az_id_that_aws_does_not_list_is_rejected_in_one_line() -> None:
     ]
 
 
-def test_newer_region_ap_southeast_6_is_accepted() -> None:
+def test_newer_region_ap_southeast_6_is_known() -> None:
+    """Its AZ IDs and region are accepted; what refuses the environment is the GPU type alone: cfn-lint's
+    EC2 instance types for ap-southeast-6 (AWS's price list) name no GPU type fminfra's catalog has."""
+    from fminfra.core.regional import ec2_types_in
+
     data = _with(DEV, "region", "ap-southeast-6")
     data = _with(data, "network.az_ids", ["apse6-az1", "apse6-az2", "apse6-az3"])
     data = _with(data, "network.compute_az_id", "apse6-az3")
@@ -334,9 +338,11 @@ def test_newer_region_ap_southeast_6_is_accepted() -> None:
     # an inference-only EKS environment without a file system.
     data = _with(data, "storage", ...)
     data = _with(data, "compute", {"inference_node_groups": [{"name": "serve", "instance_type": "g6e.12xlarge"}]})
-    cfg = parse_config(data, "f.yaml")
-    assert cfg.region == "ap-southeast-6"
-    assert cfg.network.compute_az_id == "apse6-az3"
+    with pytest.raises(ConfigError) as raised:
+        parse_config(data, "f.yaml")
+    assert [p.split(": ")[1] for p in raised.value.problems] == ["compute.inference_node_groups[0].instance_type"]
+    assert "g6e.12xlarge is not offered by EC2 in ap-southeast-6" in raised.value.problems[0]
+    assert not ec2_types_in("ap-southeast-6")
 
 
 def test_az_id_table_matches_what_aws_lists() -> None:

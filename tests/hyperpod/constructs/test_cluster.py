@@ -321,11 +321,11 @@ def test_node_role_is_least_privilege(synth: Synth) -> None:
     assert len(remote_write) == 1 and remote_write[0]["Resource"] != "*"
     # ... and what the cluster's VpcConfig needs (tests/app/test_reference_parity.py holds AWS's reference)
     vpc = {s["Sid"] for s in statements if s.get("Sid", "").startswith("VpcConfig")}
-    assert vpc == {"VpcConfigRead", "VpcConfigEnis", "VpcConfigEniTags"}
+    assert vpc == {"VpcConfigRead", "VpcConfigEnis", "VpcConfigEniTags", "VpcConfigDetachEnis"}
     # ... and the workspace's key, only through AMP (docs/facts/observability.md#amp-workspace-cmk-key-access).
     workspace_key = [s for s in statements if sorted(s["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey"]]
     assert len(workspace_key) == 1 and "kms:ViaService" in workspace_key[0]["Condition"]["StringEquals"]
-    assert len(statements) == 9
+    assert len(statements) == 10
     roles = synth.resources("dev", "Compute", "AWS::IAM::Role")
     managed = json.dumps(roles["NodeRole52753DAC"]["Properties"]["ManagedPolicyArns"])
     assert "AmazonSageMakerClusterInstanceRolePolicy" in managed
