@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import aws_cdk as cdk
@@ -13,6 +14,7 @@ from fminfra.compute.stack import ComputeStack
 from fminfra.config import EnvironmentConfig
 from fminfra.core.errors import ValidationError
 from fminfra.data.stack import DataStack, needs_data_stack
+from fminfra.eks.constructs.extensions import EksExtension
 from fminfra.network.stack import NetworkStack
 from fminfra.observability.stack import ObservabilityStack
 from fminfra.storage.stack import StorageStack
@@ -46,11 +48,13 @@ class EnvironmentStage(cdk.Stage):
     """All stacks of one environment; promotion runs this class with another config.
 
     The Stage id is the environment name, so stack names read `dev-Network`, `prod-Compute`.
+    eks_extensions: your own EKS add-ons and Helm charts (`fminfra.eks.constructs.extensions`), each
+    installed after the fminfra component it names and before fminfra's workloads. Default: none.
     Attributes: `network`, `data` and `storage` (None without a storage section / file system),
     `observability`, `compute`, `data_bucket`.
     """
 
-    def __init__(self, scope: Construct, cfg: EnvironmentConfig, **kwargs: object) -> None:
+    def __init__(self, scope: Construct, cfg: EnvironmentConfig, *, eks_extensions: Sequence[EksExtension] = (), **kwargs: object) -> None:
         super().__init__(
             scope,
             cfg.name,
@@ -118,6 +122,7 @@ class EnvironmentStage(cdk.Stage):
             observability=self.observability,
             storage=self.storage,
             data_bucket=self.data_bucket,
+            eks_extensions=eks_extensions,
             description=f"fminfra {cfg.name}: GPU capacity and clusters",
         )
         self.compute.add_stack_dependency(self.network)

@@ -36,13 +36,19 @@ from fminfra.core.findings import Finding, error, warning
 from fminfra.core.versions import version
 from fminfra.eks.rules import (
     ACCEPT_NEEDS_TEAM,
+    ADDON_BUILD,
+    ADDON_NAME,
+    DEFAULT_EXTENSION_ANCHOR,
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
     EXTENDED_SUPPORT_USD_PER_HOUR,
+    EXTENSION_ANCHORS,
+    MANAGED_ADDONS,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
     STANDARD_SUPPORT_USD_PER_HOUR,
     SUPPORT_END_WARNING_DAYS,
+    anchor_problem,
     k8s_problems,
     open_endpoint_problem,
     principal_arn_problem,
@@ -491,6 +497,39 @@ class SchedulingConfig(Model):
         return value
 
 
+class EksAddonConfig(Model):
+    """An extra EKS add-on, at a pinned build, installed after an fminfra component and before fminfra's workloads."""
+
+    name: str = Field(description="EKS add-on name, as `aws eks describe-addon-versions` lists it.")
+    version: str = Field(description="The pinned build, such as v1.2.3-eksbuild.1.")
+    after: str = Field(
+        default=DEFAULT_EXTENSION_ANCHOR, description=f"The fminfra component it installs after: {', '.join(EXTENSION_ANCHORS)}."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if problem := ADDON_NAME.problem(value):
+            raise ValueError(problem)
+        if value in MANAGED_ADDONS:
+            raise ValueError(f"fminfra installs {value!r} itself; name an add-on it does not install ({', '.join(MANAGED_ADDONS)})")
+        return value
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if problem := ADDON_BUILD.problem(value):
+            raise ValueError(problem)
+        return value
+
+    @field_validator("after")
+    @classmethod
+    def _after(cls, value: str) -> str:
+        if problem := anchor_problem(value):
+            raise ValueError(problem)
+        return value
+
+
 class EksConfig(Model):
     kubernetes_version: str = Field(
         default_factory=default_kubernetes_version,
@@ -509,6 +548,22 @@ class EksConfig(Model):
         description="HyperPod EKS only: give the acceptance gate's role fminfra-ENV-accept (GitHub OIDC stack, deployed first) "
         "an access entry and a Role in the namespace of the team its jobs queue in, what `fminfra accept` needs (docs/compute.md).",
     )
+    load_balancer_controller: bool = Field(
+        default=False,
+        description="Install the AWS Load Balancer Controller (pinned chart, Pod Identity role from its own IAM policy); load "
+        "balancers are internal unless a Service or Ingress asks otherwise, in the private subnets it finds by their "
+        "kubernetes.io/role/internal-elb tag (docs/compute.md).",
+    )
+    addons: list[EksAddonConfig] = Field(
+        default_factory=list, description="Extra EKS add-ons at pinned builds, each after an fminfra component (docs/compute.md)."
+    )
+
+    @field_validator("addons")
+    @classmethod
+    def _unique_addons(cls, value: list[EksAddonConfig]) -> list[EksAddonConfig]:
+        names = [a.name for a in value]
+        _raise_problems([error(f"[{i}].name", f"{n!r} is listed twice") for i, n in enumerate(names) if n in names[:i]])
+        return value
 
     @field_validator("kubernetes_version", mode="before")
     @classmethod

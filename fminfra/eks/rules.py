@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from fminfra.core.rules import Pattern
+from fminfra.core.rules import Pattern, one_of_problem
 
 DEFAULT_TEAM = "training"  # the one team of the default config: a queue holding all training GPUs
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -160,3 +160,49 @@ ADDON_RESOLVE_CONFLICTS = {
 # What EKS bills per cluster hour in standard and in extended support (docs/facts/eks.md#eks-extended-support-price).
 STANDARD_SUPPORT_USD_PER_HOUR = 0.10
 EXTENDED_SUPPORT_USD_PER_HOUR = 0.60
+
+# --- Add-ons a serving team needs (docs/compute.md#add-ons-fsx-load-balancers-and-your-own) ---
+# The FSx for Lustre CSI driver add-on, its CSI driver name, and the claim every fminfra workload
+# mounts the environment's file system through, in its own namespace (docs/facts/eks.md#fsx-csi-static-provisioning).
+FSX_CSI_ADDON = "aws-fsx-csi-driver"
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+FSX_CLAIM_NAME = "fminfra-fsx"
+# The namespace of the claim where no team namespace exists.
+FSX_DEFAULT_NAMESPACE = "default"
+# The AWS Load Balancer Controller: its release, namespace and service account (the Pod Identity
+# association names them), and the subnet tag by which it finds the subnets of an internal load
+# balancer (docs/facts/eks.md#chart-aws-load-balancer-controller, #lbc-subnet-discovery-tags).
+LBC_RELEASE = "aws-load-balancer-controller"
+LBC_NAMESPACE = "kube-system"
+LBC_SERVICE_ACCOUNT = "aws-load-balancer-controller"
+LBC_SCHEME = "internal"
+INTERNAL_ELB_SUBNET_TAG = ("kubernetes.io/role/internal-elb", "1")
+
+# Where an extension (a library user's add-on or chart, or a config's extra EKS add-on) installs:
+# after the named fminfra component, and always before fminfra's workloads (the device plugins,
+# exporters, Kueue, the HyperPod dependency chart and the FSx volume).
+EXTENSION_ANCHORS = ("vpc-cni", "core-addons", FSX_CSI_ADDON, LBC_RELEASE)
+DEFAULT_EXTENSION_ANCHOR = "core-addons"
+# EKS add-on names and builds (botocore's CreateAddon: addonName, addonVersion as EKS lists them).
+ADDON_NAME = Pattern(
+    r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
+)
+ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
+
+
+def anchor_problem(after: str) -> str | None:
+    """What is wrong with an extension's place (`after`), or None."""
+    return one_of_problem(EXTENSION_ANCHORS, after)
+
+
+# The EKS add-ons fminfra itself installs on some cluster: a config's extra add-ons name none of them.
+MANAGED_ADDONS = (
+    "vpc-cni",
+    "coredns",
+    "kube-proxy",
+    "eks-pod-identity-agent",
+    FSX_CSI_ADDON,
+    "cert-manager",
+    "amazon-sagemaker-hyperpod-training-operator",
+    "amazon-sagemaker-hyperpod-taskgovernance",
+)

@@ -8,7 +8,11 @@ from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
 from fminfra.network.constructs.efa_security_group import EfaSecurityGroup, EfaSecurityGroupProps
+from fminfra.eks.rules import INTERNAL_ELB_SUBNET_TAG
 from fminfra.network.constructs.vpc import AzIdVpc, AzIdVpcProps
+
+# The network config's names of public subnets (`NetworkConfig.subnets`: Public-<az id>).
+PUBLIC_SUBNET_PREFIX = "Public-"
 
 
 def removal_policy(cfg: EnvironmentConfig) -> cdk.RemovalPolicy:
@@ -38,6 +42,13 @@ class NetworkStack(cdk.Stack):
             ),
         )
         self.network = network
+        if cfg.compute.needs_eks and cfg.compute.eks is not None and cfg.compute.eks.load_balancer_controller:
+            # The AWS Load Balancer Controller places internal load balancers in the subnets with this tag
+            # (docs/facts/eks.md#lbc-subnet-discovery-tags): the private ones, never the public.
+            key, value = INTERNAL_ELB_SUBNET_TAG
+            for name, cfn in network.cfn_subnets.items():
+                if not name.startswith(PUBLIC_SUBNET_PREFIX):
+                    cdk.Tags.of(cfn).add(key, value)
         self.vpc: ec2.IVpc = network.vpc
         self.compute_subnet: ec2.ISubnet = network.compute_subnet
         self.private_subnets: list[ec2.ISubnet] = network.private_subnets

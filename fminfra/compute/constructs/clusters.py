@@ -27,15 +27,18 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from fminfra.compute.constructs.launch_template import EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.core.errors import ValidationError
 from fminfra.eks.constructs.accept_access import add_accept_access
-from fminfra.eks.constructs.cluster import EksCluster, EksClusterProps
+from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClusterProps
+from fminfra.eks.constructs.extensions import EksExtension, install_extensions
+from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
-from fminfra.eks.rules import REPELLING_EFFECTS
+from fminfra.eks.constructs.load_balancer_controller import AwsLoadBalancerController, AwsLoadBalancerControllerProps
+from fminfra.eks.rules import FSX_CSI_ADDON, LBC_RELEASE, REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
@@ -177,6 +180,27 @@ class InferenceGroupSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FsxVolumeSpec:
+    """The environment's FSx for Lustre file system as a static PersistentVolume and claim per
+    namespace (`FsxStaticVolumeProps` less the cluster); needs the FSx CSI driver add-on."""
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    capacity_gib: int
+    namespaces: Sequence[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadBalancerSpec:
+    """The AWS Load Balancer Controller (`AwsLoadBalancerControllerProps` less the cluster)."""
+
+    version: str
+    region: str
+    vpc_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClustersProps:
     """Props of `Clusters`.
 
@@ -187,6 +211,9 @@ class ClustersProps:
     hyperpod: the HyperPod cluster. Default: none.
     hyperpod_on_eks: HyperPod orchestrated by `eks` (needs both). Default: none (Slurm).
     inference_node_groups: on the EKS cluster. Default: none.
+    fsx_volume, load_balancer: on the EKS cluster. Default: none.
+    extensions: add-ons and charts of the user's, on the EKS cluster, each after its anchor and
+      before fminfra's workloads (`fminfra.eks.constructs.extensions`). Default: none.
     """
 
     region: str
@@ -197,6 +224,9 @@ class ClustersProps:
     hyperpod: HyperPodSpec | None = None
     hyperpod_on_eks: HyperPodOnEksSpec | None = None
     inference_node_groups: Sequence[InferenceGroupSpec] = ()
+    fsx_volume: FsxVolumeSpec | None = None
+    load_balancer: LoadBalancerSpec | None = None
+    extensions: Sequence[EksExtension] = ()
 
 
 class Clusters(Construct):
@@ -210,8 +240,10 @@ class Clusters(Construct):
         super().__init__(scope, construct_id)
         if props.hyperpod_on_eks is not None and (props.eks is None or props.hyperpod is None):
             raise ValidationError("Clusters: hyperpod_on_eks needs both eks and hyperpod")
-        if (props.kueue or props.scraper or props.inference_node_groups) and props.eks is None:
-            raise ValidationError("Clusters: kueue, scraper and inference_node_groups need eks")
+        if (
+            props.kueue or props.scraper or props.inference_node_groups or props.fsx_volume or props.load_balancer or props.extensions
+        ) and props.eks is None:
+            raise ValidationError("Clusters: kueue, scraper, inference_node_groups, fsx_volume, load_balancer and extensions need eks")
         self.eks: EksCluster | None = None
         self.dependencies: HyperPodDependencies | None = None
         self.kueue: Kueue | None = None
@@ -221,6 +253,9 @@ class Clusters(Construct):
         self.task_governance: TaskGovernance | None = None
         self.plan_drain: HyperPodPlanDrain | None = None
         self.inference_node_groups: dict[str, InferenceNodeGroup] = {}
+        self.fsx_volume: FsxStaticVolume | None = None
+        self.load_balancer: AwsLoadBalancerController | None = None
+        self.extensions: dict[str, IConstruct] = {}
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
         on_eks = props.hyperpod_on_eks
@@ -257,6 +292,7 @@ class Clusters(Construct):
         if props.hyperpod is not None:
             self._hyperpod(stack, props, props.hyperpod)
 
+        controller_nodes: list[IConstruct] = []
         for group in props.inference_node_groups:
             assert self.eks is not None
             launch_template = None
@@ -289,6 +325,68 @@ class Clusters(Construct):
             if self.kueue is not None and runs_controllers:
                 # Kueue's controller can run here (no system node group needed): its chart waits for the nodes.
                 self.kueue.chart.node.add_dependency(inference_group.nodegroup)
+            if runs_controllers:
+                controller_nodes.append(inference_group.nodegroup)
+        if self.eks is not None:
+            self._addons_and_extensions(stack, props, controller_nodes)
+
+    def _addons_and_extensions(self, stack: Construct, props: ClustersProps, controller_nodes: list[IConstruct]) -> None:
+        """The FSx volume, the AWS Load Balancer Controller and the user's extensions, in the order
+        vpc-cni -> core add-ons -> FSx CSI driver -> load balancer controller -> extensions (each after
+        its anchor) -> fminfra's workloads (docs/compute.md#add-ons-fsx-load-balancers-and-your-own)."""
+        assert self.eks is not None and props.eks is not None
+        addons = self.eks.addons
+        workloads: list[IConstruct] = [*self.eks.charts.values(), *([self.kueue.chart] if self.kueue is not None else [])]
+        anchors: dict[str, list[IConstruct]] = {"vpc-cni": [addons["vpc-cni"]], "core-addons": [addons[a] for a in REQUIRED_ADDONS]}
+        if props.fsx_volume is not None:
+            spec = props.fsx_volume
+            self.fsx_volume = FsxStaticVolume(
+                stack,
+                "FsxVolume",
+                FsxStaticVolumeProps(
+                    cluster=self.eks.cluster,
+                    file_system_id=spec.file_system_id,
+                    dns_name=spec.dns_name,
+                    mount_name=spec.mount_name,
+                    capacity_gib=spec.capacity_gib,
+                    namespaces=spec.namespaces,
+                ),
+            )
+            self.fsx_volume.manifest.node.add_dependency(addons[FSX_CSI_ADDON])
+            # the claims live in the teams' namespaces, which the quotas / queues create
+            for creator in (self.task_governance, self.kueue):
+                if creator is not None:
+                    self.fsx_volume.manifest.node.add_dependency(creator)
+            workloads.append(self.fsx_volume.manifest)
+        if FSX_CSI_ADDON in addons:
+            anchors[FSX_CSI_ADDON] = [addons[FSX_CSI_ADDON]]
+        if props.load_balancer is not None:
+            spec_lb = props.load_balancer
+            self.load_balancer = AwsLoadBalancerController(
+                stack,
+                "LoadBalancerController",
+                AwsLoadBalancerControllerProps(
+                    cluster=self.eks.cluster,
+                    cluster_name=props.eks.cluster_name,
+                    version=spec_lb.version,
+                    region=spec_lb.region,
+                    vpc_id=spec_lb.vpc_id,
+                ),
+            )
+            chart = self.load_balancer.chart
+            chart.node.add_dependency(addons["eks-pod-identity-agent"])
+            for name in REQUIRED_ADDONS:
+                chart.node.add_dependency(addons[name])
+            # Its webhook refuses every new Service until its pods run (failurePolicy Fail): it waits for
+            # nodes it can run on and for its pods, and everything that creates Services comes after it.
+            for nodes in [*([self.eks.system_nodegroup] if self.eks.system_nodegroup is not None else []), *controller_nodes]:
+                chart.node.add_dependency(nodes)
+            if self.hyperpod is not None and props.hyperpod_on_eks is not None:
+                chart.node.add_dependency(self.hyperpod)
+            anchors[LBC_RELEASE] = [chart]
+            for workload in workloads:
+                workload.node.add_dependency(chart)
+        self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads)
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -27,6 +29,7 @@ from fminfra.compute.constructs.node_bootstrap import NodeBootstrap, NodeBootstr
 from fminfra.compute.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.compute.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.compute.stack.clusters import FsxMount, add_clusters
+from fminfra.eks.constructs.extensions import EksExtension
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.network.stack import NetworkStack
 from fminfra.observability.stack import ObservabilityStack
@@ -58,6 +61,7 @@ class ComputeStack(cdk.Stack):
         observability: ObservabilityStack | None = None,
         storage: StorageStack | None = None,
         data_bucket: s3.IBucket | None = None,
+        eks_extensions: Sequence[EksExtension] = (),
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)  # type: ignore[arg-type]
@@ -103,7 +107,11 @@ class ComputeStack(cdk.Stack):
             self._ec2_groups()
 
         # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
-        fsx = FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name) if storage is not None else None
+        fsx = (
+            FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name, file_system_id=storage.file_system_id)
+            if storage is not None
+            else None
+        )
         self.clusters = add_clusters(
             self,
             cfg=cfg,
@@ -115,6 +123,7 @@ class ComputeStack(cdk.Stack):
             capacity_targets=self.capacity_targets,
             remote_write_url=self.remote_write_url,
             prometheus=observability.prometheus if observability is not None else None,
+            extensions=eks_extensions,
         )
 
     def _capacity_target(self, group: InstanceGroupConfig | InferenceNodeGroupConfig) -> CapacityReservationTarget | None:

@@ -26,10 +26,12 @@ from fminfra.compute.constructs.clusters import (
     Clusters,
     ClustersProps,
     DataAccess,
+    FsxVolumeSpec,
     HyperPodOnEksSpec,
     HyperPodSpec,
     InferenceGroupSpec,
     KueueSpec,
+    LoadBalancerSpec,
     ScraperSpec,
     TaskGovernanceSpec,
 )
@@ -49,8 +51,9 @@ from fminfra.config import (
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
+from fminfra.eks.constructs.extensions import AddonExtension, EksExtension
 from fminfra.eks.constructs.kueue import GpuFlavor
-from fminfra.eks.rules import INSTANCE_TYPE_LABEL, team_queue
+from fminfra.eks.rules import FSX_CSI_ADDON, FSX_DEFAULT_NAMESPACE, INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScriptsProps, lifecycle_bucket_name
 from fminfra.hyperpod.constructs.plan_drain import PlanDrainGroup
@@ -71,6 +74,8 @@ ADDONS = {
     "kube-proxy": "KUBE_PROXY",
     "eks-pod-identity-agent": "POD_IDENTITY_AGENT",
 }
+# Added with an FSx for Lustre file system (storage.lustre): its CSI driver, for the static volume.
+FSX_CSI_ADDONS = {FSX_CSI_ADDON: "FSX_CSI_DRIVER"}
 # Added when HyperPod runs on the cluster: the training operator and the cert-manager it needs.
 HYPERPOD_ADDONS = {
     "cert-manager": "CERT_MANAGER",
@@ -97,6 +102,7 @@ class FsxMount:
     dns_name: str
     mount_name: str
     mount_path: str = FSX_MOUNT
+    file_system_id: str | None = None
 
 
 # The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
@@ -357,12 +363,15 @@ def add_clusters(
     capacity_targets: dict[str, CapacityReservationTarget] | None = None,
     remote_write_url: str | None = None,
     prometheus: PrometheusWorkspace | None = None,
+    extensions: Sequence[EksExtension] = (),
 ) -> Clusters:
     """The `Clusters` of the config: the EKS cluster, the HyperPod cluster and the inference node
-    groups it asks for (and the kubectl layer they use, in `stack`)."""
+    groups it asks for (and the kubectl layer they use, in `stack`); on EKS also the FSx volume, the
+    load balancer controller, the config's extra add-ons and the library user's `extensions`."""
     compute = cfg.compute
     eks_props = None
-    kueue = scraper = None
+    kueue = scraper = fsx_volume = load_balancer = None
+    all_extensions: list[EksExtension] = []
     if compute.needs_eks:
         assert compute.eks is not None
         k8s = compute.eks.kubernetes_version
@@ -371,6 +380,21 @@ def add_clusters(
             addons.update({name: addon_version(key, k8s) for name, key in HYPERPOD_ADDONS.items()})
         if compute.team_quotas():
             addons[TASK_GOVERNANCE_ADDON] = addon_version(TASK_GOVERNANCE_VERSION_KEY, k8s)
+        if fsx is not None and fsx.file_system_id is not None and cfg.storage is not None and cfg.storage.lustre is not None:
+            addons.update({name: addon_version(key, k8s) for name, key in FSX_CSI_ADDONS.items()})
+            fsx_volume = FsxVolumeSpec(
+                file_system_id=fsx.file_system_id,
+                dns_name=fsx.dns_name,
+                mount_name=fsx.mount_name,
+                capacity_gib=cfg.storage.lustre.capacity_gib,
+                namespaces=fsx_namespaces(cfg),
+            )
+        if compute.eks.load_balancer_controller:
+            load_balancer = LoadBalancerSpec(
+                version=version("CHART_AWS_LOAD_BALANCER_CONTROLLER_VERSION"), region=cfg.region, vpc_id=network.vpc.vpc_id
+            )
+        all_extensions = [AddonExtension(name=a.name, version=a.version, after=a.after) for a in compute.eks.addons]
+        all_extensions.extend(extensions)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         eks_props = EksClusterProps(
             cluster_name=cfg.physical_name("eks"),
@@ -384,7 +408,11 @@ def add_clusters(
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
             # the HyperPod EKS plan drain applies its RBAC through the kubectl provider
-            kubectl_manifests=compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)),
+            # and the FSx volume, the load balancer controller and extension charts through it too
+            kubectl_manifests=(compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)))
+            or fsx_volume is not None
+            or load_balancer is not None
+            or bool(all_extensions),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -437,8 +465,22 @@ def add_clusters(
                 inference_group(cfg, g, network, placement_groups.get(g.name), (capacity_targets or {}).get(g.name))
                 for g in compute.inference_node_groups
             ],
+            fsx_volume=fsx_volume,
+            load_balancer=load_balancer,
+            extensions=all_extensions,
         ),
     )
+
+
+def fsx_namespaces(cfg: EnvironmentConfig) -> list[str]:
+    """The namespaces whose pods mount the file system through the claim: every team's (HyperPod
+    task governance or fminfra's Kueue), else `default`."""
+    compute = cfg.compute
+    if compute.orchestrator == "eks" and compute.team_quotas():
+        return [team_queue("hyperpod-eks", team).namespace for team in compute.team_quotas()]
+    if compute.kueue_quotas():
+        return [team_queue("eks", team).namespace for team in compute.kueue_quotas()]
+    return [FSX_DEFAULT_NAMESPACE]
 
 
 def lifecycle_folders() -> dict[str, Path]:

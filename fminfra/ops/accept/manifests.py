@@ -12,8 +12,8 @@ Per training group (docs/first-job.md, "EKS"):
   training-operator image is built (docs/facts/jobs.md#accept-eks-ddp-image); NCCL_DEBUG=INFO, so
   the check can see that NCCL selected EFA;
 - the FSx for Lustre fio probe (scripts/jobs/fio_probe.sh) as an Indexed batch/v1 Job, one pod per
-  node, on the file system fminfra's lifecycle scripts mount at /fsx on every HyperPod node
-  (docs/facts/jobs.md#hyperpod-eks-fsx-hostpath).
+  node, on the environment's file system mounted at /fsx through the claim `fminfra-fsx` of the
+  FSx CSI driver's static volume in the team's namespace (fminfra/eks/constructs/fsx_volume.py).
 
 GPU and EFA requests come from the catalog (`gpus`, `max_efa_interfaces`;
 docs/facts/jobs.md#eks-efa-resource-requests). Every job carries the Kueue queue label of the
@@ -34,7 +34,7 @@ from fminfra import catalog
 from fminfra.config import EnvironmentConfig
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import load_versions
-from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
+from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
 from fminfra.storage.rules import FSX_MOUNT
 
@@ -323,17 +323,14 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                             ],
                             "volumeMounts": [
                                 {"name": "jobs", "mountPath": JOBS_MOUNT, "readOnly": True},
-                                # HostToContainer: /fsx on the node is an x-systemd.automount point
-                                # (scripts/lifecycle/mount_fsx.sh); the Lustre mount systemd makes there
-                                # when first touched, or again after a reboot, must reach the container
-                                # (docs/facts/jobs.md#hostpath-mount-propagation).
-                                {"name": "fsx", "mountPath": FSX_MOUNT, "mountPropagation": "HostToContainer"},
+                                {"name": "fsx", "mountPath": FSX_MOUNT},
                             ],
                         }
                     ],
                     "volumes": [
                         {"name": "jobs", "configMap": {"name": plan.scripts["metadata"]["name"]}},
-                        {"name": "fsx", "hostPath": {"path": FSX_MOUNT, "type": "Directory"}},
+                        # the file system through the FSx CSI driver's static volume, never a hostPath
+                        {"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME}},
                     ],
                 },
             },
