@@ -7,8 +7,8 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
-from fminfra.network.constructs.efa_security_group import EfaSecurityGroup, EfaSecurityGroupProps
 from fminfra.eks.rules import INTERNAL_ELB_SUBNET_TAG
+from fminfra.network.constructs.efa_security_group import EfaSecurityGroup, EfaSecurityGroupProps
 from fminfra.network.constructs.vpc import AzIdVpc, AzIdVpcProps
 
 # The network config's names of public subnets (`NetworkConfig.subnets`: Public-<az id>).

@@ -29,8 +29,8 @@ from fminfra.compute.constructs.node_bootstrap import NodeBootstrap, NodeBootstr
 from fminfra.compute.constructs.node_role import NodeRole, NodeRoleProps
 from fminfra.compute.constructs.placement import ClusterPlacementGroup, ClusterPlacementGroupProps
 from fminfra.compute.stack.clusters import FsxMount, add_clusters
-from fminfra.eks.constructs.extensions import EksExtension
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.eks.constructs.extensions import EksExtension
 from fminfra.network.stack import NetworkStack
 from fminfra.observability.stack import ObservabilityStack
 from fminfra.storage.stack import StorageStack

@@ -24,7 +24,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from fminfra.eks.rules import LBC_NAMESPACE, LBC_RELEASE, LBC_SCHEME, LBC_SERVICE_ACCOUNT
-from fminfra.policy.constructs.acknowledge import acknowledge
+from fminfra.policy.constructs.acknowledge import acknowledge, nag_text
 
 CHART = "aws-load-balancer-controller"
 REPOSITORY = "https://aws.github.io/eks-charts"
@@ -124,4 +124,4 @@ class AwsLoadBalancerController(Construct):
             {r for s in document["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]) if "*" in r}
         )
         for resource in resources:
-            acknowledge(self.role, f"IAM5[Resource::{resource}]", reason)
+            acknowledge(self.role, f"IAM5[Resource::{nag_text(cdk.Stack.of(self), resource)}]", reason)

@@ -105,7 +105,7 @@ def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None
     assert hp["spec"]["replicaSpecs"][0]["template"]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue.local_queue
     assert hp["spec"]["nprocPerNode"] == "8" and hp["spec"]["replicaSpecs"][0]["replicas"] == 2
     assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["completions"] == job["spec"]["parallelism"] == 2
-    assert {"name": "fsx", "hostPath": {"path": "/fsx", "type": "Directory"}} in job["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fminfra-fsx"}} in job["spec"]["template"]["spec"]["volumes"]
     assert "@sha256:" in hp["spec"]["replicaSpecs"][0]["template"]["spec"]["containers"][0]["image"]
 
 
@@ -553,18 +553,18 @@ def test_long_group_names_fit_the_mpi_operator_names(tmp_path: Path) -> None:
     assert eks_plan(load_config(STAGING), "r1").jobs[0].name == "accept-r1-nccl-workers"
 
 
-# --- /fsx reaches the pod after the node's automount fires (review point 4) --------------------------
+# --- /fsx reaches the pod through the FSx CSI driver's claim, never a hostPath ----------------------
 
 
-def test_fsx_hostpath_receives_the_nodes_later_mounts() -> None:
-    """scripts/lifecycle/mount_fsx.sh writes /fsx as an x-systemd.automount: the Lustre mount appears on
-    the node after the pod may have started (and after every reboot), so the container's view of the
-    hostPath must receive later host mounts: HostToContainer (docs/facts/jobs.md#hostpath-mount-propagation)."""
-    assert "x-systemd.automount" in (ROOT / "scripts" / "lifecycle" / "mount_fsx.sh").read_text()
+def test_fsx_reaches_the_pod_through_the_claim() -> None:
+    """The fio job mounts the claim fminfra-fsx of its namespace (fminfra/eks/constructs/fsx_volume.py):
+    the driver mounts the file system itself, so no node mount (nor its propagation) is involved."""
     pod = _job("Job")["spec"]["template"]["spec"]
-    [volume] = [v for v in pod["volumes"] if "hostPath" in v]
-    [mount] = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == volume["name"]]
-    assert mount.get("mountPropagation") == "HostToContainer", mount
+    assert not [v for v in pod["volumes"] if "hostPath" in v]
+    [volume] = [v for v in pod["volumes"] if v["name"] == "fsx"]
+    assert volume["persistentVolumeClaim"]["claimName"] == "fminfra-fsx"
+    [mount] = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == "fsx"]
+    assert mount["mountPath"] == "/fsx"
     assert validate(_job("Job")) == []
 
 

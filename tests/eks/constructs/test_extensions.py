@@ -1,0 +1,108 @@
+"""Extensions (fminfra/eks/constructs/extensions.py): a library user's chart and a config's extra
+add-on install after the fminfra component they name and before fminfra's workloads."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from fminfra import FEATURE_FLAGS, EnvironmentStage, load_config
+from fminfra.config import parse_config, read_yaml
+from fminfra.core.errors import ConfigError
+from fminfra.eks.constructs.cluster import HelmChartSpec
+from fminfra.eks.constructs.extensions import AddonExtension, ChartExtension, extension_problems
+from tests.conftest import ROOT
+from tests.hyperpod.constructs.test_eks import created_before, dependency_graph
+
+CHART = ChartExtension(
+    chart=HelmChartSpec(name="team-gateway", chart="gateway", repository="https://example.org/charts", version="1.2.3"), after="vpc-cni"
+)
+
+
+def _lid(template: dict[str, Any], fragment: str, resource_type: str) -> str:
+    (lid,) = [k for k, v in template["Resources"].items() if fragment in k and v["Type"] == resource_type]
+    return lid
+
+
+@pytest.fixture(scope="module")
+def staging_with_extension() -> dict[str, Any]:
+    raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["compute"]["eks"]["addons"] = [{"name": "aws-ebs-csi-driver", "version": "v1.35.0-eksbuild.1", "after": "aws-fsx-csi-driver"}]
+    app = cdk.App(context=FEATURE_FLAGS)
+    stage = EnvironmentStage(app, parse_config(raw, "staging.yaml"), eks_extensions=[CHART])
+    return Template.from_stack(stage.compute).to_json()
+
+
+def test_a_chart_extension_installs_after_the_cni_and_before_the_workloads(staging_with_extension: dict[str, Any]) -> None:
+    template = staging_with_extension
+    graph = dependency_graph(template)
+    chart = _lid(template, "Extensionteamgateway", "Custom::AWSCDK-EKS-HelmChart")
+    before = created_before(graph, chart)
+    assert _lid(template, "EksAddonvpccni", "AWS::EKS::Addon") in before
+    # after the CNI only: it does not wait for the load balancer controller
+    assert _lid(template, "Chartawsloadbalancercontroller", "Custom::AWSCDK-EKS-HelmChart") not in before
+    workloads = [
+        _lid(template, "Chartnvidiadeviceplugin", "Custom::AWSCDK-EKS-HelmChart"),
+        _lid(template, "Chartprometheusnodeexporter", "Custom::AWSCDK-EKS-HelmChart"),
+        _lid(template, "FsxVolumeManifest", "Custom::AWSCDK-EKS-KubernetesResource"),
+    ]
+    for workload in workloads:
+        assert chart in created_before(graph, workload), workload
+
+
+def test_a_config_addon_installs_after_its_anchor_and_before_the_workloads(staging_with_extension: dict[str, Any]) -> None:
+    template = staging_with_extension
+    graph = dependency_graph(template)
+    addon = _lid(template, "Extensionawsebscsidriver", "AWS::EKS::Addon")
+    assert template["Resources"][addon]["Properties"]["AddonVersion"] == "v1.35.0-eksbuild.1"
+    assert _lid(template, "EksAddonawsfsxcsidriver", "AWS::EKS::Addon") in created_before(graph, addon)
+    assert addon in created_before(graph, _lid(template, "FsxVolumeManifest", "Custom::AWSCDK-EKS-KubernetesResource"))
+
+
+def test_the_order_check_finds_a_missing_dependency(staging_with_extension: dict[str, Any]) -> None:
+    """A test of the test: with the workload's DependsOn on the extension removed, the check fails."""
+    template = staging_with_extension
+    chart = _lid(template, "Extensionteamgateway", "Custom::AWSCDK-EKS-HelmChart")
+    plugin = _lid(template, "Chartnvidiadeviceplugin", "Custom::AWSCDK-EKS-HelmChart")
+    graph = dependency_graph(template)
+    graph[plugin] = graph[plugin] - {chart}
+    assert chart not in created_before(graph, plugin)
+
+
+@pytest.mark.parametrize(
+    ("extensions", "expected"),
+    [
+        ([AddonExtension(name="vpc-cni", version="v1.0.0-eksbuild.1")], "fminfra installs 'vpc-cni' itself"),
+        ([AddonExtension(name="my-addon", version="latest")], "version must be an add-on build such as v1.2.3-eksbuild.1"),
+        ([ChartExtension(chart=CHART.chart, after="workloads")], "must be one of vpc-cni, core-addons, aws-fsx-csi-driver"),
+        ([CHART, CHART], "name 'team-gateway' is given twice"),
+    ],
+)
+def test_bad_extensions_are_refused(extensions: list[Any], expected: str) -> None:
+    assert any(expected in p for p in extension_problems(extensions)), extension_problems(extensions)
+
+
+def test_an_extension_after_a_component_the_cluster_lacks_is_refused() -> None:
+    """eks-inference-only has no FSx file system, so no FSx CSI driver to follow."""
+    app = cdk.App(context=FEATURE_FLAGS)
+    cfg = load_config(ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    with pytest.raises(ValueError, match="after 'aws-fsx-csi-driver', which this cluster does not install"):
+        EnvironmentStage(app, cfg, eks_extensions=[ChartExtension(chart=CHART.chart, after="aws-fsx-csi-driver")])
+
+
+@pytest.mark.parametrize(
+    ("addon", "message"),
+    [
+        ({"name": "coredns", "version": "v1.0.0-eksbuild.1"}, "fminfra installs 'coredns' itself"),
+        ({"name": "x", "version": "1.0"}, "must be an add-on build such as v1.2.3-eksbuild.1"),
+        ({"name": "x", "version": "v1.0.0-eksbuild.1", "after": "nodes"}, "must be one of vpc-cni"),
+    ],
+)
+def test_config_addons_are_validated(addon: dict[str, str], message: str) -> None:
+    raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["compute"]["eks"]["addons"] = [addon]
+    with pytest.raises(ConfigError, match=message):
+        parse_config(raw, "staging.yaml")
