@@ -14,7 +14,7 @@ import re
 import pytest
 
 from fminfra.compute.config import hyperpod_kubernetes_versions, supported_kubernetes_versions
-from fminfra.compute.stack.clusters import ADDONS, HYPERPOD_ADDONS
+from fminfra.compute.stack.clusters import ADDONS, FSX_CSI_ADDONS, HYPERPOD_ADDONS
 from fminfra.core.resources import versions_manifest
 from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TASK_GOVERNANCE_VERSION_KEY
 from tests.app.test_facts import all_entries
@@ -91,7 +91,8 @@ def test_installed_addons_are_exactly_the_pinned_ones() -> None:
         return {f"EKS_ADDON_{n}_{v.replace('.', '_')}_VERSION" for n in names for v in versions}
 
     hyperpod = [*HYPERPOD_ADDONS.values(), TASK_GOVERNANCE_VERSION_KEY]
-    expected = keys(list(ADDONS.values()), supported_kubernetes_versions()) | keys(hyperpod, hyperpod_kubernetes_versions())
+    every = [*ADDONS.values(), *FSX_CSI_ADDONS.values()]  # the FSx CSI driver: on any cluster with storage.lustre
+    expected = keys(every, supported_kubernetes_versions()) | keys(hyperpod, hyperpod_kubernetes_versions())
     assert expected == set(addon_pins(MANIFEST_TEXT))
     assert "1.35" in supported_kubernetes_versions() and "1.35" not in hyperpod_kubernetes_versions()
 
