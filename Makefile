@@ -30,9 +30,10 @@ need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(
 .PHONY: instance-table pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
 	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate gate-figures
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-d2.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-d2.txt
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
