@@ -140,7 +140,8 @@ def _path_box(d: str) -> Rect:
 def parse_layout(svg_text: str) -> Layout:
     """The coordinates D2 wrote into its SVG: each shape's `<g class=base64(id)>` with its rect (or a
     cylinder's path), each edge's group `(a -> b)[i]` with its label's text, and the mask D2 cuts out
-    of the edges under each edge label (the label's box, as D2 measured it)."""
+    of the edges under each edge label (the label's box, as D2 measured it):
+    docs/facts/diagram.md#d2-svg-coordinates."""
     group_re = re.compile(r'<g class="([A-Za-z0-9+/=]+)">(.*?)(?=<g class="[A-Za-z0-9+/=]+">|<mask )', re.S)
     rect_re = re.compile(r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)"')
     text_re = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)"[^>]*font-size:(\d+(?:\.\d+)?)px[^>]*>(.*?)</text>', re.S)
