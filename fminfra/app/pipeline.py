@@ -40,11 +40,8 @@ from fminfra.config import EnvironmentConfig
 from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline, needs_private_endpoint
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
-from fminfra.promotion.rules import accept_role_name, accept_step_role_name
+from fminfra.promotion.rules import BOOTSTRAP_QUALIFIER, accept_role_name, accept_step_role_name
 from fminfra.promotion.stack import ACCEPT_SESSION_SECONDS
-
-# The bootstrap qualifier every target account uses (CDK's default).
-BOOTSTRAP_QUALIFIER = "hnb659fds"
 
 
 def bootstrap_role_arn(cfg: EnvironmentConfig, role: str) -> str:

@@ -118,8 +118,10 @@ def environment_stacks(outdir: Path, environment: str) -> list[StackTemplate]:
 
 def auto_scaling_group_name(logical_id: str, group_names: Iterable[str]) -> str | None:
     """The config group an Auto Scaling group belongs to: GpuAutoScalingGroup's logical id starts with
-    AutoScalingGroup<group name without punctuation>."""
-    return next((n for n in group_names if logical_id.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", n))), None)
+    AutoScalingGroup<group name without punctuation>. The longest name wins, so `reserved-one` is not
+    taken for `reserved`."""
+    names = sorted(group_names, key=len, reverse=True)
+    return next((n for n in names if logical_id.startswith("AutoScalingGroup" + re.sub(r"[^A-Za-z0-9]", "", n))), None)
 
 
 # Templates by stack name, checked for the shape readers rely on: the guard's baselines and AFTER

@@ -54,8 +54,9 @@ def controller_gpu_problem(instance_type: str, gpus: int) -> str:
     )
 
 
+@cache
 def hyperpod_instance_types() -> frozenset[str]:
-    """Every `ml.` instance type a HyperPod cluster instance group accepts."""
+    """Every `ml.` instance type a HyperPod cluster instance group accepts (botocore's model, read once)."""
     model = botocore.session.get_session().get_service_model("sagemaker")
     return frozenset(model.shape_for("ClusterInstanceType").enum)
 

@@ -36,6 +36,14 @@ HOURS_PER_MONTH = 730  # docs/facts/pricing.md#hours-per-month
 
 RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "paid up front", "fixed"
 
+EXISTING_RESERVATION_ASSUMPTION = "an existing reservation is priced at the On-Demand rate for the group's count; its real size is in EC2 (describe-capacity-reservations)"
+# What a Capacity Block's price is (docs/facts/pricing.md#capacity-block-pricing): said beside every
+# block fee that is not a live quote.
+CAPACITY_BLOCK_INDICATIVE = (
+    "Capacity Block fee: indicative only; block prices move with supply and demand and are charged up front "
+    "at the rate when bought, and the operating system is billed separately while instances run (--live quotes it)"
+)
+
 
 @dataclass
 class Item:
@@ -57,7 +65,7 @@ class Item:
         if self.key is not None:
             found: Price | None = book.get(self.key)
             if found is None:
-                self.source = "price unknown"
+                self.source = f"price unknown: {book.missing(self.key)}"
                 return
             self.usd_each, self.source = found.usd, found.source
         if self.usd_each is None:
@@ -121,7 +129,12 @@ def _gpus(instance_type: str) -> int:
 
 
 def items_from_templates(
-    cfg: EnvironmentConfig, stacks: list[StackTemplate], *, grafana_users: tuple[int, int], amp_samples: float
+    cfg: EnvironmentConfig,
+    stacks: list[StackTemplate],
+    *,
+    grafana_users: tuple[int, int],
+    amp_samples: float,
+    ec2: Any = None,
 ) -> list[Item]:
     """Every billable item the environment's templates create, with quantities (prices come later)."""
     items: list[Item] = []
@@ -163,6 +176,19 @@ def items_from_templates(
             group = groups.get(auto_scaling_group_name(lid, groups) or "")
             count = group.count if group else int(props.get("MaxSize") or 0)
             capacity = group.capacity.type if group else "on-demand"
+            if capacity == "reservation":
+                # An existing reservation bills at the On-Demand rate whether used or not
+                # (docs/facts/pricing.md#odcr-billing); the group's instances add nothing.
+                items.append(
+                    Item(
+                        RESERVED,
+                        f"reservations for {group.name if group else lid}: {count} x {itype} (existing)",
+                        count,
+                        "instance-hour",
+                        f"ec2:{itype}",
+                        assumption=EXISTING_RESERVATION_ASSUMPTION,
+                    )
+                )
             if capacity in ("odcr", "capacity-block", "reservation"):
                 note = {
                     "odcr": "billed by its reservation",
@@ -292,23 +318,64 @@ def items_from_templates(
     for g in cfg.compute.instance_groups:
         fee = g.capacity.upfront_fee_usd
         if g.capacity.type in ("capacity-block", "training-plan"):
-            window = ""
+            window, hours = "", 0.0
             if g.capacity.type == "capacity-block" and g.capacity.starts_at and g.capacity.ends_at:
                 hours = (g.capacity.ends_at - g.capacity.starts_at).total_seconds() / 3600
                 window = f", {hours:g} h window"
-            known = fee is not None
-            items.append(
-                Item(
-                    UPFRONT,
-                    f"{g.name}: {g.capacity.type} fee{window}",
-                    1,
-                    "window",
-                    None,
-                    usd_each=float(fee) if fee is not None else None,
-                    source="the config's capacity.upfront_fee_usd" if known else "price unknown: set capacity.upfront_fee_usd",
-                )
+            block = g.capacity.type == "capacity-block"
+            item = Item(
+                UPFRONT,
+                f"{g.name}: {g.capacity.type} fee{window}",
+                1,
+                "window",
+                None,
+                usd_each=float(fee) if fee is not None else None,
+                source="the config's capacity.upfront_fee_usd"
+                if fee is not None
+                else f"price unknown: set capacity.upfront_fee_usd{' or quote it live (--live)' if block else ''}",
+                assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
             )
+            if block and fee is None and ec2 is not None and g.capacity.starts_at and g.capacity.ends_at and hours:
+                quote = capacity_block_quote(
+                    ec2, catalog.normalize_instance_type(g.instance_type), g.count, g.capacity.starts_at, g.capacity.ends_at
+                )
+                if quote is not None:
+                    item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
+                else:
+                    item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
+            items.append(item)
     return items
+
+
+LIVE_QUOTE_SOURCE = "EC2 DescribeCapacityBlockOfferings (--live): the lowest offering's UpfrontFee for this window"
+LIVE_QUOTE_ASSUMPTION = (
+    "Capacity Block fee quoted live: what a block for this window costs now; a block is charged at the rate when bought, "
+    "and the operating system is billed separately"
+)
+
+
+def capacity_block_quote(ec2: Any, instance_type: str, count: int, starts_at: Any, ends_at: Any) -> float | None:
+    """The lowest USD UpfrontFee EC2 offers now for COUNT x INSTANCE_TYPE over [starts_at, ends_at];
+    None when nothing is offered (docs/facts/pricing.md#capacity-block-pricing)."""
+    hours = int((ends_at - starts_at).total_seconds() // 3600)
+    fees: list[float] = []
+    token: str | None = None
+    while True:
+        page = ec2.describe_capacity_block_offerings(
+            InstanceType=instance_type,
+            InstanceCount=count,
+            CapacityDurationHours=hours,
+            StartDateRange=starts_at,
+            EndDateRange=ends_at,
+            **({"NextToken": token} if token else {}),
+        )
+        for offering in page.get("CapacityBlockOfferings", []):
+            if str(offering.get("CurrencyCode", "USD")) == "USD" and offering.get("UpfrontFee") not in (None, ""):
+                fees.append(float(offering["UpfrontFee"]))
+        token = page.get("NextToken")
+        if not token:
+            break
+    return min(fees) if fees else None
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -339,10 +406,12 @@ def estimate(
     hours_per_month: float = HOURS_PER_MONTH,
     grafana_users: tuple[int, int] = (1, 0),
     amp_samples: float = 10000.0,
+    ec2: Any = None,
 ) -> Estimate:
-    """Price the environment's templates, read from a cloud assembly or a folder of templates."""
+    """Price the environment's templates, read from a cloud assembly or a folder of templates; with an
+    EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings)."""
     stacks = stacks_of(cfg, outdir)
-    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples)
+    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2)
     for item in items:
         item.price(book, hours_per_month)
     return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None)
@@ -380,6 +449,7 @@ def render(est: Estimate) -> str:
     ]
     if est.unknown:
         lines.append(f"{len(est.unknown)} item(s) have no known price and are not in the totals: the totals are a lower bound (try --live)")
+        lines.extend(f"{i.name}: {i.source}" for i in est.unknown)
     assumptions = sorted({i.assumption for i in est.items if i.assumption})
     lines.extend(f"assumption: {a}" for a in assumptions)
     return "\n".join(lines)
@@ -405,13 +475,14 @@ def markdown(after: Estimate, before: Estimate | None) -> str:
 
 def command(ns: argparse.Namespace) -> int:
     (_, cfg), *_ = load_configs([ns.config])
-    client = None
+    client = ec2 = None
     if ns.live:
         from fminfra.ops.aws import client as aws_client
         from fminfra.ops.aws import make_session
 
         endpoint = cfg.region if cfg.region in PRICE_LIST_REGIONS else PRICE_LIST_REGIONS[0]
         client = aws_client(make_session(region=endpoint), "pricing")
+        ec2 = aws_client(make_session(region=cfg.region), "ec2")
     book = PriceBook(cfg.region, pricing_client=client)
     options = {
         "book": book,
@@ -419,7 +490,7 @@ def command(ns: argparse.Namespace) -> int:
         "grafana_users": (ns.grafana_editors, ns.grafana_viewers),
         "amp_samples": ns.amp_samples_per_second,
     }
-    est = estimate(cfg, Path(ns.outdir), **options)  # type: ignore[arg-type]
+    est = estimate(cfg, Path(ns.outdir), ec2=ec2, **options)  # type: ignore[arg-type]
     before = estimate(cfg, Path(ns.baseline), **options) if ns.baseline else None  # type: ignore[arg-type]
     if ns.json:
         data: dict[str, Any] = {

@@ -1,21 +1,24 @@
 """`diagram ENV`: an architecture picture of one environment, drawn from its synthesized templates.
 
-What it shows: the VPC and its AZs by AZ ID with their subnets, the EFA security group, placement
-groups, each capacity source (ODCR, Capacity Block, training plan), GPU groups as count x type,
-the FSx file system and its S3 links, HyperPod and EKS, AMP, AMG and what feeds them. Groups, not
-nodes: a 1,000-node environment draws like a 10-node one.
+What it shows: the VPC, its AZs by AZ ID and their subnets, nested (VPC > AZ > subnet); each thing
+that runs in a subnet inside it (a group in several subnets beside them, with an edge to each); the
+EFA security group, placement groups, each capacity source (ODCR, Capacity Block, training plan), GPU
+groups as count x type, the FSx file system and its S3 links, HyperPod and EKS, AMP, AMG and what
+feeds them. Groups, not nodes: a 1,000-node environment draws like a 10-node one.
 
-Formats: Mermaid (a flowchart, which GitHub renders in Markdown; `tests/ops/test_diagram.py` parses it
-with mermaid's own parser) and SVG, drawn here without a layout engine (boxes in AZ columns), with
-PNG converted from the SVG by cairosvg when it is installed. Graphviz would need a system package
-and mermaid's renderer a browser; neither is needed to read the result.
+Only edges the templates prove are drawn: each edge carries its proof, the resource and property
+that references the other end (`Edge.proof`), and `tests/ops/test_diagram.py` checks every proof
+against the templates. Nothing is inferred from the config.
+
+Formats: Mermaid (a flowchart, which GitHub renders in Markdown; the tests parse it with mermaid's
+own parser) and SVG or PNG laid out by D2 (`fminfra.ops.diagram_layout`).
 """
 
 from __future__ import annotations
 
 import argparse
-import html
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,27 +26,58 @@ from typing import Any
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.ops import diagram_layout
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
+
+VPC = "vpc"
+REGION = "region"
 
 
 @dataclass
 class Box:
-    """One thing in the picture."""
+    """One thing in the picture; `zone` is the container it sits in: a subnet's, an AZ's id, VPC, or
+    REGION (outside the VPC). `resource` is the logical id of the template resource it stands for."""
 
     id: str
     label: str
-    zone: str  # an AZ ID, "vpc" (in the VPC, no single AZ), or "region" (outside the VPC)
+    zone: str
     shape: str = "box"  # box | store
+    resource: str = ""
+
+
+@dataclass(frozen=True)
+class Proof:
+    """Why an edge is drawn: `holder`'s property `prop` references `target` (logical ids)."""
+
+    holder: str
+    prop: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    label: str
+    proof: Proof
+
+
+@dataclass
+class Container:
+    """VPC, AZ or subnet: a box that holds others."""
+
+    id: str
+    label: str
+    parent: str | None  # None: the picture's top level
+    resource: str = ""
 
 
 @dataclass
 class Picture:
     title: str
-    vpc_label: str
-    az_ids: list[str]
-    compute_az: str
+    containers: list[Container] = field(default_factory=list)
     boxes: list[Box] = field(default_factory=list)
-    edges: list[tuple[str, str, str]] = field(default_factory=list)  # (from, to, label)
+    edges: list[Edge] = field(default_factory=list)
 
     def add(self, box: Box) -> Box:
         self.boxes.append(box)
@@ -51,6 +85,61 @@ class Picture:
 
     def has(self, box_id: str) -> bool:
         return any(b.id == box_id for b in self.boxes)
+
+    def box(self, box_id: str) -> Box:
+        return next(b for b in self.boxes if b.id == box_id)
+
+    def edge(self, source: str, target: str, label: str, proof: Proof) -> None:
+        self.edges.append(Edge(source, target, label, proof))
+
+    def path(self, node: str) -> list[str]:
+        """Container ids from the top down to `node` (a box or a container), `node` last."""
+        parents = {c.id: c.parent for c in self.containers}
+        zone = next((b.zone for b in self.boxes if b.id == node), None)
+        chain = [node]
+        up = zone if zone is not None else parents.get(node)
+        while up and up != REGION:
+            chain.insert(0, up)
+            up = parents.get(up)
+        return chain
+
+
+# ------------------------------------------------------------------------------------------ references
+
+
+class References:
+    """Which logical ids a template value references: Ref, Fn::GetAtt, and Fn::ImportValue resolved
+    through the other stacks' exports (a cross-stack reference is an export and an import)."""
+
+    def __init__(self, stacks: list[StackTemplate]) -> None:
+        self.exports: dict[str, set[str]] = {}
+        for s in stacks:
+            for output in (s.template.get("Outputs") or {}).values():
+                name = (output.get("Export") or {}).get("Name")
+                if isinstance(name, str):
+                    self.exports[name] = self.of(output.get("Value"))
+
+    def of(self, value: Any) -> set[str]:
+        found: set[str] = set()
+        for kind, arg in _intrinsics(value):
+            if kind == "Ref" and isinstance(arg, str):
+                found.add(arg)
+            elif kind == "Fn::GetAtt":
+                found.add(str(arg[0] if isinstance(arg, list) else str(arg).split(".")[0]))
+            elif kind == "Fn::ImportValue" and isinstance(arg, str):
+                found |= self.exports.get(arg, set())
+        return found
+
+
+def _intrinsics(value: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, arg in value.items():
+            if key in ("Ref", "Fn::GetAtt", "Fn::ImportValue"):
+                yield key, arg
+            yield from _intrinsics(arg)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _intrinsics(item)
 
 
 def _literal_tail(value: Any) -> str:
@@ -63,133 +152,201 @@ def _literal_tail(value: Any) -> str:
     return ""
 
 
-def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
-    """The picture's boxes and edges, from the templates (names and counts) and the config (AZs)."""
-    pic = Picture(
-        title=f"fminfra {cfg.name} ({cfg.account}, {cfg.region})",
-        vpc_label=f"VPC {cfg.network.cidr}",
-        az_ids=list(cfg.network.az_ids),
-        compute_az=cfg.network.compute_az_id,
-    )
-    resources = [(lid, r.get("Type"), r.get("Properties") or {}) for s in stacks for lid, r in (s.template.get("Resources") or {}).items()]
-    subnets: dict[str, list[str]] = {}
-    for lid, kind, props in resources:
-        if kind == "AWS::EC2::Subnet" and isinstance(props.get("AvailabilityZoneId"), str):
-            access = "public" if "Public" in lid else "private"
-            subnets.setdefault(props["AvailabilityZoneId"], []).append(f"{access} {props.get('CidrBlock')}")
-    for az in pic.az_ids:
-        label = "subnets: " + ", ".join(sorted(subnets.get(az, []))) if subnets.get(az) else "no subnet"
-        pic.add(Box(f"subnets_{_id(az)}", label, az))
-    nat = sum(1 for _, kind, _ in resources if kind == "AWS::EC2::NatGateway")
-    endpoints = sum(1 for _, kind, p in resources if kind == "AWS::EC2::VPCEndpoint")
-    pic.add(Box("network", f"{nat} NAT gateway(s), {endpoints} VPC endpoints, flow logs", "vpc"))
-    if any(kind == "AWS::EC2::SecurityGroup" and str(p.get("GroupDescription", "")).startswith("EFA") for _, kind, p in resources):
-        pic.add(Box("efa_sg", "EFA security group (all traffic within)", "vpc"))
-    placement = [lid for lid, kind, _ in resources if kind == "AWS::EC2::PlacementGroup"]
-    if placement:
-        pic.add(Box("placement", f"{len(placement)} cluster placement group(s)", pic.compute_az))
-
-    # Capacity sources and GPU groups.
-    for lid, kind, props in resources:
-        if kind in RESERVATION_TYPES:
-            box = pic.add(Box(f"odcr_{_id(lid)}", f"ODCR {props.get('InstanceCount')} x {props.get('InstanceType')}", pic.compute_az))
-            _ = box
-    groups_by_name = {g.name: g for g in cfg.compute.instance_groups}
-    cluster_id = None
-    for lid, kind, props in resources:
-        if kind == "AWS::SageMaker::Cluster":
-            orchestrator = "EKS" if (props.get("Orchestrator") or {}).get("Eks") else "Slurm"
-            cluster_id = "hyperpod"
-            pic.add(Box(cluster_id, f"SageMaker HyperPod ({orchestrator}) {props.get('ClusterName', '')}", "region"))
-            for g in props.get("InstanceGroups") or []:
-                gid = f"group_{_id(g['InstanceGroupName'])}"
-                pic.add(Box(gid, f"{g['InstanceGroupName']}: {g.get('InstanceCount')} x {g.get('InstanceType')}", pic.compute_az))
-                pic.edges.append((cluster_id, gid, "runs"))
-                if g.get("TrainingPlanArn"):
-                    plan = f"plan_{_id(g['InstanceGroupName'])}"
-                    pic.add(Box(plan, "SageMaker training plan", "region"))
-                    pic.edges.append((plan, gid, "capacity"))
-        elif kind == "AWS::AutoScaling::AutoScalingGroup":
-            name = auto_scaling_group_name(lid, groups_by_name) or lid
-            group = groups_by_name.get(name)
-            gid = f"group_{_id(name)}"
-            count = group.count if group else props.get("MaxSize")
-            itype = group.instance_type if group else "?"
-            pic.add(Box(gid, f"{name}: {count} x {itype} (Auto Scaling group)", pic.compute_az))
-            if group is not None and group.capacity.type == "capacity-block":
-                block = f"block_{_id(name)}"
-                pic.add(
-                    Box(block, f"Capacity Block {group.capacity.starts_at:%Y-%m-%d} to {group.capacity.ends_at:%Y-%m-%d}", pic.compute_az)
-                )
-                pic.edges.append((block, gid, "capacity"))
-            elif group is not None and group.capacity.type == "odcr":
-                for b in [b for b in pic.boxes if b.id.startswith("odcr_")]:
-                    pic.edges.append((b.id, gid, "capacity"))
-        elif kind == "AWS::EKS::Cluster":
-            pic.add(Box("eks", f"EKS {props.get('Name', '')} (Kubernetes {props.get('Version')})", "region"))
-        elif kind == "AWS::EKS::Nodegroup":
-            scaling = props.get("ScalingConfig") or {}
-            gid = f"nodegroup_{_id(lid)}"
-            template = next(s.template for s in stacks if lid in (s.template.get("Resources") or {}))
-            types = ", ".join(props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"])
-            label = f"{props.get('NodegroupName') or lid}: {scaling.get('MinSize')}-{scaling.get('DesiredSize')}-{scaling.get('MaxSize')} x {types}"
-            pic.add(Box(gid, label, pic.compute_az))
-    if pic.has("eks"):
-        for b in pic.boxes:
-            if b.id.startswith("nodegroup_"):
-                pic.edges.append(("eks", b.id, "schedules"))
-        if pic.has("hyperpod"):
-            pic.edges.append(("hyperpod", "eks", "orchestrated by"))
-
-    # Storage.
-    for lid, kind, props in resources:
-        if kind == "AWS::FSx::FileSystem":
-            lustre = props.get("LustreConfiguration") or {}
-            efa = ", EFA" if lustre.get("EfaEnabled") else ""
-            tier = lustre.get("PerUnitStorageThroughput")
-            label = (
-                f"FSx for Lustre {props.get('StorageCapacity')} GiB {str(lustre.get('DeploymentType', '')).lower()}"
-                + (f" {tier} MB/s/TiB" if tier else "")
-                + efa
-            )
-            pic.add(Box("fsx", label, pic.compute_az, "store"))
-        elif kind == "AWS::S3::Bucket" and not pic.has("bucket") and "AccessLog" not in lid and "Lifecycle" not in lid:
-            pic.add(Box("bucket", "S3 data bucket (datasets, checkpoints)", "region", "store"))
-    links = [
-        (props.get("FileSystemPath"), _literal_tail(props.get("DataRepositoryPath")))
-        for _, kind, props in resources
-        if kind == "AWS::FSx::DataRepositoryAssociation"
-    ]
-    if links and pic.has("fsx"):
-        if not pic.has("bucket"):
-            pic.add(Box("bucket", "S3 data bucket", "region", "store"))
-        label = "; ".join(f"{path} = s3 {prefix.strip('/')}/" for path, prefix in links)
-        pic.edges.append(("fsx", "bucket", label))
-    for b in list(pic.boxes):
-        if pic.has("fsx") and (b.id.startswith("group_") or b.id.startswith("nodegroup_")):
-            pic.edges.append((b.id, "fsx", "mounts"))
-
-    # Observability.
-    kinds = {kind for _, kind, _ in resources}
-    if "AWS::APS::Workspace" in kinds:
-        pic.add(Box("amp", "Amazon Managed Prometheus (rules, alert manager)", "region", "store"))
-        for b in pic.boxes:
-            if b.id.startswith("group_") and cfg.compute.orchestrator in ("slurm", "ec2"):
-                pic.edges.append((b.id, "amp", "remote write"))
-        if "AWS::APS::Scraper" in kinds and pic.has("eks"):
-            pic.edges.append(("eks", "amp", "managed scraper"))
-    if "AWS::SNS::Topic" in kinds and pic.has("amp"):
-        pic.add(Box("alerts", "SNS alert topic", "region"))
-        pic.edges.append(("amp", "alerts", "alerts"))
-    if "AWS::Grafana::Workspace" in kinds:
-        pic.add(Box("grafana", "Amazon Managed Grafana", "region"))
-        if pic.has("amp"):
-            pic.edges.append(("grafana", "amp", "queries"))
-    return pic
-
-
 def _id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
+
+
+# ------------------------------------------------------------------------------------------ the picture
+
+
+def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
+    """The picture's containers, boxes and edges, from the templates."""
+    pic = Picture(title=f"fminfra {cfg.name} ({cfg.account}, {cfg.region})")
+    refs = References(stacks)
+    resources = {
+        lid: (r.get("Type"), r.get("Properties") or {}, s) for s in stacks for lid, r in (s.template.get("Resources") or {}).items()
+    }
+
+    def of_type(*kinds: str) -> list[tuple[str, dict[str, Any], StackTemplate]]:
+        return [(lid, props, s) for lid, (kind, props, s) in resources.items() if kind in kinds]
+
+    # VPC > AZ > subnet.
+    vpc = next((lid for lid, _, _ in of_type("AWS::EC2::VPC")), "")
+    cidr = resources[vpc][1].get("CidrBlock") if vpc else cfg.network.cidr
+    pic.containers.append(Container(VPC, f"VPC {cidr}", None, vpc))
+    az_of_subnet: dict[str, str] = {}
+    for lid, props, _ in of_type("AWS::EC2::Subnet"):
+        az = props.get("AvailabilityZoneId")
+        if isinstance(az, str):
+            az_of_subnet[lid] = az
+    for az in sorted(set(az_of_subnet.values()), key=lambda a: (a != cfg.network.compute_az_id, a)):
+        suffix = " (compute AZ)" if az == cfg.network.compute_az_id else ""
+        pic.containers.append(Container(f"az_{_id(az)}", f"{az}{suffix}", VPC))
+    # Public: the subnet's route table has a route to an internet gateway.
+    to_internet = {
+        t
+        for _, props, _ in of_type("AWS::EC2::Route")
+        if any(resources.get(g, ("",))[0] == "AWS::EC2::InternetGateway" for g in refs.of(props.get("GatewayId")))
+        for t in refs.of(props.get("RouteTableId"))
+    }
+    public = {
+        s
+        for _, props, _ in of_type("AWS::EC2::SubnetRouteTableAssociation")
+        if refs.of(props.get("RouteTableId")) & to_internet
+        for s in refs.of(props.get("SubnetId"))
+    }
+    for lid, az in sorted(az_of_subnet.items()):
+        props = resources[lid][1]
+        access = "public" if lid in public else "private"
+        pic.containers.append(Container(f"subnet_{_id(lid)}", f"{access} subnet {props.get('CidrBlock')}", f"az_{_id(az)}", lid))
+    subnet_box = {c.resource: c.id for c in pic.containers if c.id.startswith("subnet_")}
+
+    def place(box: Box, holder: str, prop: str, value: Any) -> Box:
+        """Puts `box` in the one subnet `value` references, or beside its subnets with an edge to each."""
+        subnets = sorted(s for s in refs.of(value) if s in subnet_box)
+        box.zone = subnet_box[subnets[0]] if len(subnets) == 1 else (VPC if subnets else box.zone)
+        pic.add(box)
+        if len(subnets) > 1:
+            for subnet in subnets:
+                pic.edge(box.id, subnet_box[subnet], "subnet", Proof(holder, prop, subnet))
+        return box
+
+    nat = len(of_type("AWS::EC2::NatGateway"))
+    endpoints = len(of_type("AWS::EC2::VPCEndpoint"))
+    pic.add(Box("network", f"{nat} NAT gateway(s), {endpoints} VPC endpoints, flow logs", VPC))
+    for lid, props, _ in of_type("AWS::EC2::SecurityGroup"):
+        if str(props.get("GroupDescription", "")).startswith("EFA"):
+            pic.add(Box("efa_sg", "EFA security group (all traffic within)", VPC, resource=lid))
+    placement = [lid for lid, _, _ in of_type("AWS::EC2::PlacementGroup")]
+    if placement:
+        pic.add(Box("placement", f"{len(placement)} cluster placement group(s)", VPC, resource=placement[0]))
+
+    # Capacity reservations this stack creates, in their AZ.
+    for lid, props, _ in of_type(*RESERVATION_TYPES):
+        az = props.get("AvailabilityZoneId")
+        zone = f"az_{_id(az)}" if isinstance(az, str) and f"az_{_id(az)}" in {c.id for c in pic.containers} else VPC
+        pic.add(Box(f"odcr_{_id(lid)}", f"ODCR {props.get('InstanceCount')} x {props.get('InstanceType')}", zone, resource=lid))
+    odcr_box = {b.resource: b.id for b in pic.boxes if b.id.startswith("odcr_")}
+
+    # Storage and observability first: the groups' edges point at them.
+    for lid, props, _ in of_type("AWS::FSx::FileSystem"):
+        lustre = props.get("LustreConfiguration") or {}
+        tier = lustre.get("PerUnitStorageThroughput")
+        label = (
+            f"FSx for Lustre {props.get('StorageCapacity')} GiB {str(lustre.get('DeploymentType', '')).lower()}"
+            + (f" {tier} MB/s/TiB" if tier else "")
+            + (", EFA" if lustre.get("EfaEnabled") else "")
+        )
+        place(Box("fsx", label, VPC, "store", lid), lid, "SubnetIds", props.get("SubnetIds"))
+        break
+    fsx = pic.box("fsx").resource if pic.has("fsx") else ""
+    for lid, props, _ in of_type("AWS::FSx::DataRepositoryAssociation"):
+        if fsx not in refs.of(props.get("FileSystemId")):
+            continue
+        bucket = next(iter(refs.of(props.get("DataRepositoryPath"))), "")
+        if bucket and not pic.has("bucket"):
+            pic.add(Box("bucket", "S3 data bucket (datasets, checkpoints)", REGION, "store", bucket))
+        if bucket:
+            prefix = _literal_tail(props.get("DataRepositoryPath")).strip("/")
+            pic.edge("fsx", "bucket", f"{props.get('FileSystemPath')} = s3 {prefix}/", Proof(lid, "DataRepositoryPath", bucket))
+    amp = next((lid for lid, _, _ in of_type("AWS::APS::Workspace")), "")
+    if amp:
+        pic.add(Box("amp", "Amazon Managed Prometheus (rules, alert manager)", REGION, "store", amp))
+        definition = resources[amp][1].get("AlertManagerDefinition")
+        for topic in sorted(t for t in refs.of(definition) if resources.get(t, ("",))[0] == "AWS::SNS::Topic"):
+            pic.add(Box("alerts", "SNS alert topic", REGION, resource=topic))
+            pic.edge("amp", "alerts", "alerts", Proof(amp, "AlertManagerDefinition", topic))
+            break
+    for lid, props, _ in of_type("AWS::Grafana::Workspace"):
+        pic.add(Box("grafana", "Amazon Managed Grafana", REGION, resource=lid))
+        if amp and "PROMETHEUS" in (props.get("DataSources") or []):
+            pic.edge("grafana", "amp", "queries", Proof(lid, "DataSources", "PROMETHEUS"))
+        break
+
+    # Lifecycle script deployments by the key prefix HyperPod reads them from, and what they reference.
+    lifecycle = {
+        str(props.get("DestinationBucketKeyPrefix")): (lid, refs.of(props.get("SourceMarkers")))
+        for lid, props, _ in of_type("Custom::CDKBucketDeployment")
+        if isinstance(props.get("DestinationBucketKeyPrefix"), str)
+    }
+
+    def node_edges(gid: str, holder: str, prop: str, referenced: set[str]) -> None:
+        """`mounts` and `remote write` where what the group's nodes get references FSx or AMP."""
+        if fsx and fsx in referenced:
+            pic.edge(gid, "fsx", "mounts", Proof(holder, prop, fsx))
+        if amp and amp in referenced:
+            pic.edge(gid, "amp", "remote write", Proof(holder, prop, amp))
+
+    # HyperPod.
+    for lid, props, _ in of_type("AWS::SageMaker::Cluster"):
+        orchestrator = "EKS" if (props.get("Orchestrator") or {}).get("Eks") else "Slurm"
+        pic.add(Box("hyperpod", f"SageMaker HyperPod ({orchestrator}) {props.get('ClusterName', '')}", REGION, resource=lid))
+        for i, g in enumerate(props.get("InstanceGroups") or []):
+            gid = f"group_{_id(g['InstanceGroupName'])}"
+            override = g.get("OverrideVpcConfig")
+            subnets_at = f"InstanceGroups[{i}].OverrideVpcConfig.Subnets" if override else "VpcConfig.Subnets"
+            box = Box(gid, f"{g['InstanceGroupName']}: {g.get('InstanceCount')} x {g.get('InstanceType')}", VPC, resource=lid)
+            place(box, lid, subnets_at, (override or props.get("VpcConfig") or {}).get("Subnets"))
+            pic.edge("hyperpod", gid, "runs", Proof(lid, f"InstanceGroups[{i}].InstanceGroupName", g["InstanceGroupName"]))
+            if g.get("TrainingPlanArn"):
+                plan = f"plan_{_id(g['InstanceGroupName'])}"
+                pic.add(Box(plan, "SageMaker training plan", REGION))
+                pic.edge(plan, gid, "capacity", Proof(lid, f"InstanceGroups[{i}].TrainingPlanArn", str(g["TrainingPlanArn"])))
+            uri = str((g.get("LifeCycleConfig") or {}).get("SourceS3Uri", ""))
+            for prefix, (deployment, referenced) in lifecycle.items():
+                if uri.endswith("/" + prefix):
+                    node_edges(gid, deployment, "SourceMarkers", referenced)
+
+    # EC2 Auto Scaling groups and EKS node groups, with what their launch templates reference.
+    groups_by_name = {g.name: g for g in cfg.compute.instance_groups}
+    for lid, props, s in of_type("AWS::AutoScaling::AutoScalingGroup", "AWS::EKS::Nodegroup"):
+        template = s.template
+        lt_ref = props.get("LaunchTemplate")
+        lt = next(iter(refs.of((lt_ref or {}).get("LaunchTemplateId") or (lt_ref or {}).get("Id"))), "")
+        data = resources[lt][1].get("LaunchTemplateData") or {} if lt in resources else {}
+        if resources[lid][0] == "AWS::AutoScaling::AutoScalingGroup":
+            name = auto_scaling_group_name(lid, groups_by_name) or lid
+            gid = f"group_{_id(name)}"
+            itype = launch_template_instance_type(template, lt_ref) or "?"
+            label = f"{name}: {props.get('MaxSize')} x {itype} (Auto Scaling group)"
+            place(Box(gid, label, VPC, resource=lid), lid, "VPCZoneIdentifier", props.get("VPCZoneIdentifier"))
+        else:
+            scaling = props.get("ScalingConfig") or {}
+            gid = f"nodegroup_{_id(lid)}"
+            types = ", ".join(props.get("InstanceTypes") or [launch_template_instance_type(template, lt_ref) or "?"])
+            label = f"{props.get('NodegroupName') or lid}: {scaling.get('MinSize')}-{scaling.get('DesiredSize')}-{scaling.get('MaxSize')} x {types}"
+            place(Box(gid, label, VPC, resource=lid), lid, "Subnets", props.get("Subnets"))
+        if lt:
+            node_edges(gid, lt, "LaunchTemplateData.UserData", refs.of(data.get("UserData")))
+        target = (data.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+        reservation = target.get("CapacityReservationId")
+        reserved = refs.of(target)
+        for odcr in sorted(reserved & set(odcr_box)):
+            pic.edge(odcr_box[odcr], gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", odcr))
+        if isinstance(reservation, str):
+            block = (data.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
+            bid = f"reservation_{_id(gid)}"
+            kind = "Capacity Block" if block else "reservation"
+            pic.add(Box(bid, f"{kind} {reservation}", pic.box(gid).zone if pic.box(gid).zone.startswith("subnet_") else VPC))
+            pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", reservation))
+        elif target.get("CapacityReservationResourceGroupArn") and not reserved & set(odcr_box):
+            bid = f"reservation_{_id(gid)}"
+            pic.add(Box(bid, "capacity reservation group", REGION, resource=next(iter(reserved), "")))
+            pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", next(iter(reserved), "")))
+
+    # EKS.
+    for lid, props, _ in of_type("AWS::EKS::Cluster"):
+        pic.add(Box("eks", f"EKS {props.get('Name', '')} (Kubernetes {props.get('Version')})", REGION, resource=lid))
+        for nid, nprops, _ in of_type("AWS::EKS::Nodegroup"):
+            if lid in refs.of(nprops.get("ClusterName")):
+                pic.edge("eks", f"nodegroup_{_id(nid)}", "schedules", Proof(nid, "ClusterName", lid))
+        for hid, hprops, _ in of_type("AWS::SageMaker::Cluster"):
+            if lid in refs.of(hprops.get("Orchestrator")):
+                pic.edge("hyperpod", "eks", "orchestrated by", Proof(hid, "Orchestrator.Eks.ClusterArn", lid))
+        for sid, sprops, _ in of_type("AWS::APS::Scraper"):
+            if lid in refs.of(sprops.get("Source")) and amp in refs.of(sprops.get("Destination")):
+                pic.edge("eks", "amp", "managed scraper", Proof(sid, "Source.EksConfiguration.ClusterArn", lid))
+    return pic
 
 
 # ------------------------------------------------------------------------------------------ Mermaid
@@ -200,143 +357,62 @@ def _mermaid_label(text: str) -> str:
 
 
 def mermaid(pic: Picture) -> str:
-    """A Mermaid flowchart: subgraphs for the VPC and each AZ, stores drawn as cylinders."""
+    """A Mermaid flowchart: nested subgraphs for the VPC, each AZ and each subnet, stores as cylinders."""
     lines = ["flowchart LR", f'  title_["{_mermaid_label(pic.title)}"]:::title']
 
     def node(b: Box) -> str:
         label = _mermaid_label(b.label)
         return f'{b.id}[("{label}")]' if b.shape == "store" else f'{b.id}["{label}"]'
 
-    lines.append(f'  subgraph vpc["{_mermaid_label(pic.vpc_label)}"]')
-    for b in pic.boxes:
-        if b.zone == "vpc":
-            lines.append(f"    {node(b)}")
-    for az in pic.az_ids:
-        suffix = " (compute AZ)" if az == pic.compute_az else ""
-        lines.append(f'    subgraph az_{_id(az)}["{az}{suffix}"]')
-        lines.extend(f"      {node(b)}" for b in pic.boxes if b.zone == az)
-        lines.append("    end")
-    lines.append("  end")
-    lines.extend(f"  {node(b)}" for b in pic.boxes if b.zone == "region")
-    for source, target, label in pic.edges:
-        lines.append(f'  {source} -->|"{_mermaid_label(label)}"| {target}')
+    def container(c: Container, indent: str) -> None:
+        lines.append(f'{indent}subgraph {c.id}["{_mermaid_label(c.label)}"]')
+        lines.extend(f"{indent}  {node(b)}" for b in pic.boxes if b.zone == c.id)
+        for child in pic.containers:
+            if child.parent == c.id:
+                container(child, indent + "  ")
+        lines.append(f"{indent}end")
+
+    for c in pic.containers:
+        if c.parent is None:
+            container(c, "  ")
+    lines.extend(f"  {node(b)}" for b in pic.boxes if b.zone == REGION)
+    for e in pic.edges:
+        lines.append(f'  {e.source} -->|"{_mermaid_label(e.label)}"| {e.target}')
     lines.append("  classDef title fill:none,stroke:none,font-weight:bold")
     return "\n".join(lines) + "\n"
 
 
-# ------------------------------------------------------------------------------------------ SVG
-
-CHAR_W, LINE_H, PAD, BOX_W = 7.0, 18, 12, 300
+# ------------------------------------------------------------------------------------------ D2
 
 
-def _wrap(text: str, width: int = int((BOX_W - 2 * PAD) / CHAR_W)) -> list[str]:
-    words, lines, line = text.split(), [], ""
-    for word in words:
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return [*lines, line] if line else lines
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', "'") + '"'
 
 
-def svg(pic: Picture) -> str:
-    """The picture as SVG: the VPC box with one column per AZ, the regional services in a row below."""
-    positions: dict[str, tuple[float, float, float, float]] = {}
-    parts: list[str] = []
-
-    def draw(b: Box, x: float, y: float) -> float:
-        lines = _wrap(b.label)
-        h = PAD * 2 + LINE_H * len(lines)
-        rx = 18 if b.shape == "store" else 4
-        fill = "#e8f1fb" if b.shape == "store" else "#ffffff"
-        parts.append(f'<rect x="{x}" y="{y}" width="{BOX_W}" height="{h}" rx="{rx}" fill="{fill}" stroke="#3b5b7a"/>')
-        for i, line in enumerate(lines):
-            parts.append(f'<text x="{x + PAD}" y="{y + PAD + LINE_H * (i + 0.8)}">{html.escape(line)}</text>')
-        positions[b.id] = (x, y, BOX_W, h)
-        return h
-
-    margin, gap = 30, 16
-    columns = pic.az_ids
-    top = margin + 40
-    in_vpc = [b for b in pic.boxes if b.zone == "vpc"]
-    y: float = top + 30
-    for b in in_vpc:
-        y += draw(b, margin + 20, y) + gap
-    column_top = y + 10
-    bottom = column_top
-    for i, az in enumerate(columns):
-        x = margin + 20 + i * (BOX_W + 40)
-        yy: float = column_top + 30
-        for b in [b for b in pic.boxes if b.zone == az]:
-            yy += draw(b, x + 10, yy) + gap
-        parts.insert(
-            0,
-            f'<rect x="{x}" y="{column_top}" width="{BOX_W + 20}" height="{{h_{_id(az)}}}" fill="#f6f8f2" stroke="#8aa05a" stroke-dasharray="6 3"/>',
-        )
-        parts.insert(
-            1,
-            f'<text x="{x + 8}" y="{column_top + 20}" font-weight="bold">{html.escape(az)}{" (compute AZ)" if az == pic.compute_az else ""}</text>',
-        )
-        parts[0] = parts[0].replace(f"{{h_{_id(az)}}}", str(yy - column_top))
-        bottom = max(bottom, yy)
-    vpc_w = max(len(columns), 1) * (BOX_W + 40) + 20
-    parts.insert(0, f'<rect x="{margin}" y="{top}" width="{vpc_w}" height="{bottom - top + 10}" fill="#fbfbfb" stroke="#555"/>')
-    parts.insert(1, f'<text x="{margin + 10}" y="{top + 20}" font-weight="bold">{html.escape(pic.vpc_label)}</text>')
-    row_y: float = bottom + 60
-    regional = [b for b in pic.boxes if b.zone == "region"]
-    per_row = max(len(columns), 2)
-    row_h = 0.0
-    for i, b in enumerate(regional):
-        if i and i % per_row == 0:
-            row_y += row_h + gap
-            row_h = 0.0
-        row_h = max(row_h, draw(b, margin + 20 + (i % per_row) * (BOX_W + 40), row_y))
-    height = row_y + row_h + margin
-    width = margin * 2 + vpc_w + 160  # room for edge labels past the VPC box
-    lines_svg: list[str] = []
-    labels_svg: list[str] = []
-    for source, target, label in pic.edges:
-        if source not in positions or target not in positions:
-            continue
-        (ax, ay), (bx, by) = _anchors(positions[source], positions[target])
-        lines_svg.append(f'<line x1="{ax}" y1="{ay}" x2="{bx}" y2="{by}" stroke="#c0504d" stroke-width="1.5" marker-end="url(#arrow)"/>')
-        lx, ly = ax + (bx - ax) * 0.35, ay + (by - ay) * 0.35
-        text = label[:70]
-        labels_svg.append(f'<rect x="{lx + 2}" y="{ly - 15}" width="{len(text) * 6.3 + 4:.0f}" height="14" fill="white" opacity="0.85"/>')
-        labels_svg.append(f'<text x="{lx + 4}" y="{ly - 4}" fill="#a03030" font-size="11">{html.escape(text)}</text>')
-    containers = [q for q in parts if "stroke-dasharray" in q or 'stroke="#555"' in q or 'font-weight="bold"' in q]
-    boxes = [q for q in parts if q not in containers]
-    parts = [*containers, *lines_svg, *boxes, *labels_svg]
-    head = (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
-        'font-family="DejaVu Sans, Arial, sans-serif" font-size="12">'
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#c0504d"/></marker></defs>'
-        f'<rect width="100%" height="100%" fill="white"/><text x="{margin}" y="{margin + 10}" font-size="16" font-weight="bold">{html.escape(pic.title)}</text>'
-    )
-    return head + "".join(parts) + "</svg>\n"
+def d2_id(pic: Picture, node: str) -> str:
+    return ".".join(pic.path(node))
 
 
-def _anchors(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Where a line between two boxes leaves the first and meets the second: facing sides' midpoints."""
-    ax, ay, aw, ah = a
-    bx, by, bw, bh = b
-    if by >= ay + ah:  # b below a
-        return (ax + aw / 2, ay + ah), (bx + bw / 2, by)
-    if by + bh <= ay:  # b above a
-        return (ax + aw / 2, ay), (bx + bw / 2, by + bh)
-    if bx >= ax + aw:  # b right of a
-        return (ax + aw, ay + ah / 2), (bx, by + bh / 2)
-    return (ax, ay + ah / 2), (bx + bw, by + bh / 2)
+def d2_source(pic: Picture) -> str:
+    """The picture in D2's language: containers nested, stores as cylinders, edges with labels."""
+    lines = ["direction: right", f"title: {_quote(pic.title)} {{shape: text; near: top-center; style.bold: true}}"]
 
+    def block(container: str | None, indent: str) -> None:
+        for c in pic.containers:
+            if c.parent == container:
+                lines.append(f"{indent}{c.id}: {_quote(c.label)} {{")
+                block(c.id, indent + "  ")
+                lines.append(f"{indent}}}")
+        zone = container if container is not None else REGION
+        for b in pic.boxes:
+            if b.zone == zone:
+                shape = " {shape: cylinder}" if b.shape == "store" else ""
+                lines.append(f"{indent}{b.id}: {_quote(b.label)}{shape}")
 
-def png(svg_text: str) -> bytes:
-    try:
-        import cairosvg  # type: ignore[import-not-found]
-    except ImportError:
-        raise UsageError("--format png needs cairosvg (pip install cairosvg, and the cairo library); SVG needs nothing") from None
-    return bytes(cairosvg.svg2png(bytestring=svg_text.encode("utf-8")))
+    block(None, "")
+    for e in pic.edges:
+        lines.append(f"{d2_id(pic, e.source)} -> {d2_id(pic, e.target)}: {_quote(e.label)}")
+    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ the command
@@ -349,14 +425,18 @@ def picture_of(cfg: EnvironmentConfig, outdir: Path) -> Picture:
 def command(ns: argparse.Namespace) -> int:
     (_, cfg), *_ = load_configs([ns.config])
     pic = picture_of(cfg, Path(ns.outdir))
-    if ns.format == "png":
-        if not ns.output:
-            raise UsageError("diagram --format png: give --output FILE.png")
-        write_output(Path(ns.output), png(svg(pic)))
+    if ns.format == "mermaid":
+        text = mermaid(pic)
+        if ns.output:
+            write_output(Path(ns.output), text)
+        else:
+            print(text, end="")
         return EXIT_OK
-    text = mermaid(pic) if ns.format == "mermaid" else svg(pic)
+    if ns.format == "png" and not ns.output:
+        raise UsageError("diagram --format png: give --output FILE.png")
+    data = diagram_layout.render(d2_source(pic), ns.format)
     if ns.output:
-        write_output(Path(ns.output), text)
+        write_output(Path(ns.output), data)
     else:
-        print(text, end="")
+        print(data.decode("utf-8"), end="")
     return EXIT_OK

@@ -9,6 +9,10 @@ import re
 from fminfra.core.errors import ValidationError
 from fminfra.storage.rules import FSX_MOUNT
 
+# The CDK bootstrap qualifier every target account uses, CDK's default: the bootstrap roles' and the
+# asset bucket's names carry it (docs/facts/pipeline.md#cdk-bootstrap-qualifier).
+BOOTSTRAP_QUALIFIER = "hnb659fds"
+
 # pipeline.yaml's source: a CodeConnections (or CodeStar Connections) connection and the owner/name of its repository.
 CONNECTION_ARN_RULE = re.compile(
     r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):connection/[0-9a-f-]{36}$"

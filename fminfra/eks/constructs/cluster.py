@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Any, cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -55,6 +55,8 @@ class EksClusterProps:
     vpc, subnets: the private subnets of the control plane ENIs (at least two AZs).
     addon_versions: EKS add-on name -> pinned version; must include VPC CNI, CoreDNS,
       kube-proxy and the Pod Identity agent.
+    addon_configurations: EKS add-on name -> its configuration values (the add-on's own schema,
+      `aws eks describe-addon-configuration`). Default: none, the add-on's defaults.
     admin_principal_arns: IAM roles/users given AmazonEKSClusterAdminPolicy through access entries.
     public_access_cidrs: CIDRs allowed to a public API endpoint. Default: none, private endpoint only.
     helm_charts: charts installed through the kubectl provider (a Lambda in the VPC). Default: none.
@@ -73,6 +75,7 @@ class EksClusterProps:
     vpc: ec2.IVpc
     subnets: Sequence[ec2.ISubnet]
     addon_versions: Mapping[str, str]
+    addon_configurations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     admin_principal_arns: Sequence[str] = ()
     public_access_cidrs: Sequence[str] = ()
     helm_charts: Sequence[HelmChartSpec] = ()
@@ -165,6 +168,7 @@ class EksCluster(Construct):
                 cluster=cast(eks.ICluster, self.cluster),
                 addon_name=name,
                 addon_version=addon_version,
+                configuration_values=props.addon_configurations.get(name),
                 preserve_on_delete=False,
             )
             if name in ADDON_RESOLVE_CONFLICTS:

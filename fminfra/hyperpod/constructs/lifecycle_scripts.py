@@ -19,6 +19,7 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge, arn_reference, drop_redundant_role_dependency
+from fminfra.promotion.rules import BOOTSTRAP_QUALIFIER
 from fminfra.storage.rules import BUCKET_NAME
 
 # S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
@@ -156,7 +157,7 @@ class LifecycleScripts(Construct):
         acknowledge(policy, f"IAM5[Resource::{arn_reference(bucket)}/*]", reason)
         # The asset bucket's ARN in the stack's partition (aws, aws-us-gov, aws-cn), as CDK's grant writes it.
         partition = stack.partition if not cdk.Token.is_unresolved(stack.partition) else partition_of(stack.region)
-        assets = f"arn:{partition}:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*"
+        assets = f"arn:{partition}:s3:::cdk-{BOOTSTRAP_QUALIFIER}-assets-{stack.account}-{stack.region}/*"
         acknowledge(policy, f"IAM5[Resource::{assets}]", reason)
 
     def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:

@@ -36,7 +36,14 @@ from fminfra.ops.guard.replacements import (
     report,
     schema_create_only,
 )
-from fminfra.ops.guard.sources import _cloudformation_client, change_set_findings, deployed_templates, synthesize
+from fminfra.ops.guard.sources import (
+    _cloudformation_client,
+    change_set_findings,
+    deployed_templates,
+    over_inline_limit,
+    synthesize,
+    template_store,
+)
 
 __all__ = [
     "DATA_TYPES",
@@ -109,7 +116,8 @@ def command(ns: Any) -> int:
         if ns.deployed or ns.change_set:
             cloudformation = _cloudformation_client(region, ns.role_arn)
             if ns.change_set:
-                findings = change_set_findings(cloudformation, after, allow=ns.allow)
+                store = template_store(region, ns.role_arn) if any(map(over_inline_limit, after.values())) else None
+                findings = change_set_findings(cloudformation, after, allow=ns.allow, store=store)
                 return report(findings, count_stateful(after))
             before = deployed_templates(cloudformation, after)
         else:

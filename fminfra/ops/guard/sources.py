@@ -3,15 +3,18 @@ config, and, with credentials, the deployed stacks' templates and CloudFormation
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from fminfra.core.assembly import AssemblyError as GuardInputError
 from fminfra.core.assembly import Templates, read_templates
 from fminfra.ops.guard.replacements import STATEFUL_TYPES, Finding, custom_name_detail, name_property
+from fminfra.promotion.rules import BOOTSTRAP_QUALIFIER
 
 
 def synthesize(config_path: Path) -> tuple[str, str, Templates]:
@@ -61,11 +64,46 @@ def deployed_templates(cloudformation: Any, stack_names: Iterable[str]) -> Templ
     return templates
 
 
+# CreateChangeSet's limits (docs/facts/pipeline.md#cloudformation-template-body-limit): an inline
+# TemplateBody of at most 51,200 bytes; a TemplateURL (an https:// S3 URL) to a template of at most 1 MB.
+TEMPLATE_BODY_LIMIT = 51_200
+TEMPLATE_URL_LIMIT = 1_000_000
+
+
+def compact(template: dict[str, Any]) -> str:
+    """The template as sent: compact JSON (whitespace counts against the limits and means nothing to CloudFormation)."""
+    return json.dumps(template, separators=(",", ":"))
+
+
+def over_inline_limit(template: dict[str, Any]) -> bool:
+    return len(compact(template).encode()) > TEMPLATE_BODY_LIMIT
+
+
+@dataclass(frozen=True)
+class TemplateStore:
+    """Where the guard puts a template too large to send inline: the environment's CDK asset bucket
+    (`cdk-<qualifier>-assets-<account>-<region>`, docs/facts/pipeline.md#cdk-bootstrap-qualifier),
+    under `fminfra-guard/`, deleted again once the change set is read."""
+
+    s3: Any
+    bucket: str
+    region: str
+
+    def put(self, stack: str, body: str) -> tuple[str, str]:
+        key = f"fminfra-guard/{stack}-{hashlib.sha256(body.encode()).hexdigest()[:16]}.json"
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body.encode(), ContentType="application/json")
+        return key, f"https://{self.bucket}.s3.{self.region}.amazonaws.com/{key}"
+
+    def delete(self, key: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=key)
+
+
 def change_set_findings(
     cloudformation: Any,
     after: Templates,
     *,
     allow: Iterable[str] = (),
+    store: TemplateStore | None = None,
     change_set_name: str = "fminfra-guard",
     poll_seconds: float = 5.0,
     timeout_seconds: float = 600.0,
@@ -73,35 +111,42 @@ def change_set_findings(
     """Create a change set per deployed stack, read CloudFormation's verdicts, delete the change set.
 
     A stateful resource fails when CloudFormation says `Remove`, or `Modify` with `Replacement`
-    True or Conditional. Stacks not deployed yet are skipped. The template goes as TemplateBody
-    (CloudFormation's limit: 51,200 bytes); larger templates need an S3 URL and are reported.
+    True or Conditional. Stacks not deployed yet are skipped. The template goes as compact JSON:
+    inline up to 51,200 bytes, through `store` (S3, TemplateURL) up to 1 MB.
     """
     from botocore.exceptions import ClientError
 
     allowed = set(allow)
     findings: list[Finding] = []
     for stack, template in sorted(after.items()):
-        # Compact: whitespace counts against the limit and means nothing to CloudFormation.
-        body = json.dumps(template, separators=(",", ":"))
-        if len(body.encode()) > 51_200:
-            raise GuardInputError(f"{stack}: (template): {len(body.encode())} bytes, over the 51,200 of a change set's TemplateBody")
+        body = compact(template)
+        size = len(body.encode())
+        if size > TEMPLATE_URL_LIMIT or (size > TEMPLATE_BODY_LIMIT and store is None):
+            limit = "1 MB of a change set's TemplateURL" if size > TEMPLATE_URL_LIMIT else "51,200 of a change set's TemplateBody"
+            raise GuardInputError(f"{stack}: (template): {size} bytes, over the {limit}")
         try:
             cloudformation.describe_stacks(StackName=stack)
         except ClientError as exc:
             if "does not exist" in str(exc):
                 continue
             raise
-        cloudformation.create_change_set(
-            StackName=stack,
-            ChangeSetName=change_set_name,
-            ChangeSetType="UPDATE",
-            TemplateBody=body,
-            Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
-        )
+        stored = store.put(stack, body) if size > TEMPLATE_BODY_LIMIT and store is not None else None
+        source = {"TemplateURL": stored[1]} if stored else {"TemplateBody": body}
         try:
-            changes = _wait_for_changes(cloudformation, stack, change_set_name, poll_seconds, timeout_seconds)
+            cloudformation.create_change_set(
+                StackName=stack,
+                ChangeSetName=change_set_name,
+                ChangeSetType="UPDATE",
+                Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+                **source,
+            )
+            try:
+                changes = _wait_for_changes(cloudformation, stack, change_set_name, poll_seconds, timeout_seconds)
+            finally:
+                cloudformation.delete_change_set(StackName=stack, ChangeSetName=change_set_name)
         finally:
-            cloudformation.delete_change_set(StackName=stack, ChangeSetName=change_set_name)
+            if stored and store is not None:
+                store.delete(stored[0])
         for change in changes:
             rc = change.get("ResourceChange") or {}
             rtype, lid = rc.get("ResourceType", ""), rc.get("LogicalResourceId", "")
@@ -173,6 +218,17 @@ def _wait_for_changes(cloudformation: Any, stack: str, name: str, poll_seconds: 
 
 
 def _cloudformation_client(region: str, role_arn: str | None) -> Any:
+    return _session(region, role_arn).client("cloudformation")
+
+
+def template_store(region: str, role_arn: str | None) -> TemplateStore:
+    """The environment's CDK asset bucket, for templates over the inline limit (the caller's account)."""
+    session = _session(region, role_arn)
+    account = session.client("sts").get_caller_identity()["Account"]
+    return TemplateStore(s3=session.client("s3"), bucket=f"cdk-{BOOTSTRAP_QUALIFIER}-assets-{account}-{region}", region=region)
+
+
+def _session(region: str, role_arn: str | None) -> Any:
     import boto3
 
     session = boto3.session.Session(region_name=region)
@@ -184,4 +240,4 @@ def _cloudformation_client(region: str, role_arn: str | None) -> Any:
             aws_session_token=creds["SessionToken"],
             region_name=region,
         )
-    return session.client("cloudformation")
+    return session

@@ -58,6 +58,13 @@ class PriceBook:
                 return self._live[key]
         return table().get((key, self.region))
 
+    def missing(self, key: str) -> str:
+        """What is missing for an unknown price, for the output (never a guess)."""
+        other = sorted(region for k, region in table() if k == key)
+        where = f" (the table has it for {', '.join(other)})" if other else ""
+        live = "" if self.client is None else "; the Price List API gave no single answer"
+        return f"no public price for {key} in {self.region} in fminfra/ops/pricing/prices.yaml{where}{live}"
+
 
 # What each key asks the Price List API: service code and exact-match filters. Only keys whose
 # product attributes are documented by the service's price list are asked; the others stay on

@@ -345,3 +345,39 @@ def test_inference_only_cluster_gets_a_system_node_group(synth: Synth) -> None:
 def test_hyperpod_eks_runs_system_pods_on_hyperpod_nodes(synth: Synth, env: str) -> None:
     assert _system_groups(synth, env) == []
     assert synth.configs[env].compute.untainted_node_sources()
+
+
+def _tolerates(tolerations: list[dict[str, str]], key: str, value: str, effect: str) -> bool:
+    """Kubernetes' rule: a toleration matches a taint when the effects match (or it names none) and,
+    with operator Exists, the key matches (or it names none), with Equal the key and the value."""
+    for t in tolerations:
+        if t.get("effect") not in (None, "", effect):
+            continue
+        if t.get("operator", "Equal") == "Exists" and t.get("key") in (None, "", key):
+            return True
+        if t.get("operator", "Equal") == "Equal" and t.get("key") == key and t.get("value") == value:
+            return True
+    return False
+
+
+# The taints a cert-manager pod meets before the HyperPod nodes are ready: HyperPod's while deep
+# health checks run (docs/facts/eks.md#hyperpod-node-health-taint) and the inference groups' default GPU taint.
+_TAINTS = [("sagemaker.amazonaws.com/node-health-status", "Unschedulable", "NoSchedule"), ("nvidia.com/gpu", "true", "NoSchedule")]
+
+
+@pytest.mark.parametrize("env", HYPERPOD_EKS)
+def test_cert_manager_runs_on_nodes_still_in_health_checks(synth: Synth, env: str) -> None:
+    """The training operator needs cert-manager's webhook: its three deployments tolerate every taint,
+    as AWS's own add-on template configures them (docs/facts/eks.md#eks-addon-cert-manager-tolerations)."""
+    addon = _by_type(synth, env, "AWS::EKS::Addon")[_addon_ids(synth, env)["cert-manager"]]
+    values = json.loads(addon["Properties"]["ConfigurationValues"])
+    for part in (values, values["webhook"], values["cainjector"]):
+        for taint in _TAINTS:
+            assert _tolerates(part["tolerations"], *taint), (part, taint)
+
+
+def test_toleration_check_can_fail() -> None:
+    assert not _tolerates([], *_TAINTS[0])
+    assert not _tolerates([{"operator": "Exists", "effect": "NoExecute"}], *_TAINTS[0])
+    assert not _tolerates([{"key": "nvidia.com/gpu", "operator": "Exists"}], *_TAINTS[0])
+    assert _tolerates([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}], *_TAINTS[1])

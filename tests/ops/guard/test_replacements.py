@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from botocore.stub import Stubber
 
 from fminfra.cli.main import main
 from fminfra.ops import guard
+from fminfra.ops.guard.sources import TemplateStore
 from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 
 FSX_ID = "LustreFileSystem8A1B2C3D"
@@ -913,7 +915,12 @@ def test_change_set_mode_names_a_replacement_under_a_kept_custom_name() -> None:
                 cs,
             )
             stub.add_response("delete_change_set", {}, cs)
-            findings = guard.change_set_findings(client, {stack: after[stack]}, poll_seconds=0)
+            s3 = _s3()
+            with Stubber(s3) as stored:  # staging's Compute template is over the inline limit
+                stored.add_response("put_object", {}, None)
+                stored.add_response("delete_object", {}, None)
+                store = TemplateStore(s3=s3, bucket="cdk-hnb659fds-assets-222222222222-us-west-2", region="us-west-2")
+                findings = guard.change_set_findings(client, {stack: after[stack]}, poll_seconds=0, store=store)
         return [str(f) for f in findings]
 
     assert verdict("InstanceTypes") == [
@@ -962,8 +969,59 @@ def test_a_workspace_key_change_is_a_replacement_that_loses_the_metrics(
     assert "the stored metrics" in out
 
 
+def _padded(compact_bytes: int) -> dict[str, Any]:
+    """A one-resource template whose compact JSON has about this many bytes and whose indented JSON has more."""
+    template: dict[str, Any] = {"Resources": {f"P{i}": {"Type": "AWS::SNS::Topic", "Properties": {}} for i in range(3)}, "Description": ""}
+    template["Description"] = "x" * max(0, compact_bytes - len(json.dumps(template, separators=(",", ":")).encode()))
+    return template
+
+
+def _s3() -> Any:
+    return boto3.client("s3", region_name="us-west-2", aws_access_key_id="x", aws_secret_access_key="x")
+
+
+def _one_change_set(template: dict[str, Any], store: Any, **expected: Any) -> list[Any]:
+    client, stack = _cfn(), "dev-Compute"
+    cs = {"StackName": stack, "ChangeSetName": "fminfra-guard"}
+    with Stubber(client) as stub:
+        stub.add_response("describe_stacks", {"Stacks": []}, {"StackName": stack})
+        params = {"StackName": stack, "ChangeSetName": "fminfra-guard", "ChangeSetType": "UPDATE", **expected}
+        params["Capabilities"] = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
+        stub.add_response("create_change_set", {"Id": "arn:cs"}, params)
+        stub.add_response("describe_change_set", {"Status": "CREATE_COMPLETE", "Changes": []}, cs)
+        stub.add_response("delete_change_set", {}, cs)
+        return guard.change_set_findings(client, {stack: template}, poll_seconds=0, store=store)
+
+
 def test_change_set_body_is_compact_so_whitespace_does_not_count_against_the_limit() -> None:
-    """The staging Compute baseline is over 51,200 bytes as indented JSON and under it compact:
-    the change set takes it (CloudFormation's TemplateBody limit counts every byte sent)."""
-    template = _baseline("staging")["staging-Compute"]
-    assert len(json.dumps(template).encode()) > 51_200 > len(json.dumps(template, separators=(",", ":")).encode())
+    """Over 51,200 bytes as indented JSON, under it compact: the change set takes it inline
+    (CloudFormation's TemplateBody limit counts every byte sent)."""
+    template = {"Resources": {f"Topic{i}": {"Type": "AWS::SNS::Topic", "Properties": {}} for i in range(900)}}
+    body = json.dumps(template, separators=(",", ":"))
+    assert len(json.dumps(template, indent=2).encode()) > 51_200 > len(body.encode())
+    assert _one_change_set(template, None, TemplateBody=body) == []
+
+
+def test_a_template_over_the_inline_limit_goes_through_the_asset_bucket_and_is_deleted() -> None:
+    """CreateChangeSet's TemplateURL (an https S3 URL, up to 1 MB: docs/facts/pipeline.md#cloudformation-template-body-limit)."""
+    template = _padded(60_000)
+    body = json.dumps(template, separators=(",", ":"))
+    bucket = "cdk-hnb659fds-assets-111111111111-us-west-2"
+    key = f"fminfra-guard/dev-Compute-{hashlib.sha256(body.encode()).hexdigest()[:16]}.json"
+    s3 = _s3()
+    with Stubber(s3) as stored:
+        stored.add_response("put_object", {}, {"Bucket": bucket, "Key": key, "Body": body.encode(), "ContentType": "application/json"})
+        stored.add_response("delete_object", {}, {"Bucket": bucket, "Key": key})
+        store = TemplateStore(s3=s3, bucket=bucket, region="us-west-2")
+        assert _one_change_set(template, store, TemplateURL=f"https://{bucket}.s3.us-west-2.amazonaws.com/{key}") == []
+        stored.assert_no_pending_responses()
+
+
+def test_a_template_over_the_limits_is_one_line() -> None:
+    with pytest.raises(
+        guard.GuardInputError, match=r"^dev-Compute: \(template\): 6\d{4} bytes, over the 51,200 of a change set's TemplateBody$"
+    ):
+        guard.change_set_findings(_cfn(), {"dev-Compute": _padded(60_000)}, poll_seconds=0)
+    store = TemplateStore(s3=_s3(), bucket="b", region="us-west-2")
+    with pytest.raises(guard.GuardInputError, match=r"over the 1 MB of a change set's TemplateURL$"):
+        guard.change_set_findings(_cfn(), {"dev-Compute": _padded(1_000_100)}, poll_seconds=0, store=store)
