@@ -25,6 +25,24 @@ SYSTEM_NODES_LABEL = ("fminfra/role", "system")
 SYSTEM_NODE_GROUP = "<cluster>-system"
 
 
+# What a CloudFormation value inside a manifest (an Fn::ImportValue, a Ref) reads as: a plain string
+# with no quote or backslash, so the manifest's literal parts still parse as its JSON.
+TOKEN = "${token}"
+
+
+def manifest_text(manifest: Any) -> str:
+    """A KubernetesResource's manifest as JSON text. With tokens CDK writes it as an Fn::Join of the
+    JSON's literal parts and the values (each inside a JSON string, such as the FSx volume's
+    `volumeHandle` from an Fn::ImportValue): each value reads as TOKEN."""
+    if isinstance(manifest, str):
+        return manifest
+    join = manifest.get("Fn::Join") if isinstance(manifest, dict) and len(manifest) == 1 else None
+    assert isinstance(join, list) and len(join) == 2, f"a manifest neither JSON text nor an Fn::Join: {manifest!r:.200}"
+    separator, parts = join
+    assert isinstance(separator, str) and isinstance(parts, list), f"a manifest's Fn::Join is not [separator, parts]: {manifest!r:.200}"
+    return separator.join(part if isinstance(part, str) else TOKEN for part in parts)
+
+
 def eks_components(template: dict[str, Any]) -> dict[str, str]:
     """Component name -> the version its row must show ("" when it has none)."""
     found: dict[str, str] = {}
@@ -37,9 +55,8 @@ def eks_components(template: dict[str, Any]) -> dict[str, str]:
         elif kind == "Custom::HyperPodDependencies":
             found[props["Release"]] = props["Commit"][:12]
         elif kind == "Custom::AWSCDK-EKS-KubernetesResource":
-            manifest = props["Manifest"]
-            assert isinstance(manifest, str), f"a manifest with tokens: {manifest!r:.200}"
-            for obj in json.loads(manifest):
+            for obj in json.loads(manifest_text(props["Manifest"])):
+                assert TOKEN not in obj["kind"] + obj["metadata"]["name"], f"an object whose kind or name is a token: {obj!r:.200}"
                 # per-team objects (a team's Namespace and its Kueue queues) are named after the
                 # config's teams: their row names the kind, not each team
                 per_team = obj["kind"] == "Namespace" or obj["apiVersion"].startswith("kueue.x-k8s.io/")
@@ -138,6 +155,24 @@ def test_components_are_read_from_each_kind_of_resource() -> None:
                     '{"apiVersion":"rbac.authorization.k8s.io/v1","kind":"ClusterRole","metadata":{"name":"reader"}}]'
                 },
             },
+            # With tokens (the FSx volume's file system id and DNS name): an Fn::Join of literal parts and values.
+            "T": {
+                "Type": "Custom::AWSCDK-EKS-KubernetesResource",
+                "Properties": {
+                    "Manifest": {
+                        "Fn::Join": [
+                            "",
+                            [
+                                '[{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"vol"},"spec":{"csi":{"volumeHandle":"',
+                                {"Fn::ImportValue": "Storage:FileSystemId"},
+                                '","volumeAttributes":{"dnsname":"',
+                                {"Fn::ImportValue": "Storage:DnsName"},
+                                '"}}}},{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"claim"}}]',
+                            ],
+                        ]
+                    }
+                },
+            },
             "L": {"Type": "AWS::Lambda::LayerVersion", "Properties": {"Description": "/opt/kubectl/kubectl 1.34.5; /opt/helm/helm 4.1.3"}},
             "N": {"Type": "AWS::EKS::Nodegroup", "Properties": {"Labels": {"fminfra/role": "system"}, "InstanceTypes": ["m7g.large"]}},
             "G": {"Type": "AWS::EKS::Nodegroup", "Properties": {"Labels": {"workload": "inference"}, "InstanceTypes": ["g6e.12xlarge"]}},
@@ -150,7 +185,19 @@ def test_components_are_read_from_each_kind_of_resource() -> None:
         "ClusterQueue": "",
         "Namespace": "",
         "reader": "",
+        "vol": "",
+        "claim": "",
         "kubectl": "1.34.5",
         "helm": "4.1.3",
         SYSTEM_NODE_GROUP: "m7g.large",
     }
+
+
+def test_a_manifest_whose_name_is_a_token_fails() -> None:
+    """Its row could not name it: the test says so instead of reading a placeholder as the name."""
+    parts = ['[{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"', {"Ref": "Name"}, '"}}]']
+    template = {
+        "Resources": {"T": {"Type": "Custom::AWSCDK-EKS-KubernetesResource", "Properties": {"Manifest": {"Fn::Join": ["", parts]}}}}
+    }
+    with pytest.raises(AssertionError, match="an object whose kind or name is a token"):
+        eks_components(template)

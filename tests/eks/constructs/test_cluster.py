@@ -32,6 +32,8 @@ HYPERPOD_ADDONS = {
     # With the default compute.eks.scheduling (tests/hyperpod/constructs/test_task_governance.py).
     "amazon-sagemaker-hyperpod-taskgovernance": "EKS_ADDON_HYPERPOD_TASK_GOVERNANCE_1_34_VERSION",
 }
+# Added with storage.lustre (staging has one, hp-slurm-inf none): the static volume's CSI driver.
+FSX_CSI_ADDONS = {"aws-fsx-csi-driver": "EKS_ADDON_FSX_CSI_DRIVER_1_34_VERSION"}
 
 
 def _one(synth: Synth, env: str, resource_type: str) -> dict[str, Any]:
@@ -77,7 +79,7 @@ def _addons(synth: Synth, env: str) -> dict[str, str]:
 
 
 def test_staging_addons_pinned_from_manifest(synth: Synth) -> None:
-    expected = {name: version(key) for name, key in {**PINNED_ADDONS, **HYPERPOD_ADDONS}.items()}
+    expected = {name: version(key) for name, key in {**PINNED_ADDONS, **HYPERPOD_ADDONS, **FSX_CSI_ADDONS}.items()}
     assert _addons(synth, "staging") == expected
     # HyperPod needs VPC CNI >= 1.18.3
     major, minor, patch = (int(x) for x in expected["vpc-cni"].lstrip("v").split("-")[0].split("."))
@@ -263,9 +265,13 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
 
 
 def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -> None:
-    (association,) = synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation").values()
-    props = association["Properties"]
-    assert (props["Namespace"], props["ServiceAccount"]) == ("aws-hyperpod", "hp-training-operator-controller-manager")
+    associations = synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation")
+    # The training operator's, and the load balancer controller's (tests/eks/constructs/test_load_balancer_controller.py);
+    # the FSx CSI driver has none (a static volume calls no FSx API: docs/facts/eks.md#fsx-csi-static-provisioning).
+    by_account = {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): lid for lid, a in associations.items()}
+    assert set(by_account) == {("aws-hyperpod", "hp-training-operator-controller-manager"), ("kube-system", "aws-load-balancer-controller")}
+    association_id = by_account["aws-hyperpod", "hp-training-operator-controller-manager"]
+    props = associations[association_id]["Properties"]
     role_id = props["RoleArn"]["Fn::GetAtt"][0]
     role = synth.resources("staging", "Compute", "AWS::IAM::Role")[role_id]["Properties"]
     assert "AmazonSageMakerHyperPodTrainingOperatorAccess" in json.dumps(role["ManagedPolicyArns"])
@@ -274,7 +280,6 @@ def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -
     assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
     addons = synth.resources("staging", "Compute", "AWS::EKS::Addon")
     (operator_id,) = [lid for lid, a in addons.items() if a["Properties"]["AddonName"] == "amazon-sagemaker-hyperpod-training-operator"]
-    association_id = next(iter(synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation")))
     assert association_id in addons[operator_id]["DependsOn"]
     cluster = _one(synth, "staging", "AWS::SageMaker::Cluster")
     assert {"Key": "SageMaker", "Value": "true"} in cluster["Tags"]
