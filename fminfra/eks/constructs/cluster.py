@@ -44,6 +44,18 @@ class HelmChartSpec:
     namespace: str = "kube-system"
     values: Mapping[str, object] = field(default_factory=dict)
 
+    def add_to(self, cluster: eks.Cluster, construct_id: str) -> eks.HelmChart:
+        """This chart on `cluster`, released under its name (`construct_id` is part of the contract)."""
+        return cluster.add_helm_chart(
+            construct_id,
+            chart=self.chart,
+            repository=self.repository,
+            version=self.version,
+            namespace=self.namespace,
+            release=self.name,
+            values=dict(self.values) or None,
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class EksClusterProps:
@@ -187,15 +199,7 @@ class EksCluster(Construct):
             )
         self.charts: dict[str, eks.HelmChart] = {}
         for spec in props.helm_charts:
-            chart = self.cluster.add_helm_chart(
-                f"Chart-{spec.name}",
-                chart=spec.chart,
-                repository=spec.repository,
-                version=spec.version,
-                namespace=spec.namespace,
-                release=spec.name,
-                values=dict(spec.values) or None,
-            )
+            chart = spec.add_to(self.cluster, f"Chart-{spec.name}")
             # Device plugins are DaemonSets on nodes whose networking the CNI add-on provides.
             chart.node.add_dependency(self.addons["vpc-cni"])
             self.charts[spec.name] = chart

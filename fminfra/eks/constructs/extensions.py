@@ -107,16 +107,7 @@ def install_extensions(
                 assert isinstance(cfn, cdk.CfnResource)
                 cfn.add_property_override("ConfigurationValues", cdk.Stack.of(scope).to_json_string(dict(ext.configuration_values)))
         else:
-            spec = ext.chart
-            resource = eks_cluster.cluster.add_helm_chart(
-                f"Extension-{spec.name}",
-                chart=spec.chart,
-                repository=spec.repository,
-                version=spec.version,
-                namespace=spec.namespace,
-                release=spec.name,
-                values=dict(spec.values) or None,
-            )
+            resource = ext.chart.add_to(eks_cluster.cluster, f"Extension-{ext.chart.name}")
         for anchor in anchors[ext.after]:
             resource.node.add_dependency(anchor)
         for workload in workloads:
