@@ -175,7 +175,10 @@ def test_add_on_order(synth: Synth, env: str) -> None:
     assert operator not in before_hyperpod  # the defect: HyperPod used to wait for the operator
     before_operator = created_before(graph, operator)
     assert {hyperpod, addons["cert-manager"], addons["eks-pod-identity-agent"]} <= before_operator
-    assert _one_id(synth, env, "AWS::EKS::PodIdentityAssociation") in before_operator
+    # the training operator's association (staging also has the load balancer controller's)
+    associations = _by_type(synth, env, "AWS::EKS::PodIdentityAssociation").items()
+    (operator_association,) = [lid for lid, a in associations if a["Properties"]["Namespace"] == "aws-hyperpod"]
+    assert operator_association in before_operator
     before_chart = created_before(graph, chart)
     assert {cluster, addons["vpc-cni"]} <= before_chart
     access = [lid for lid in before_chart if _by_type(synth, env, "AWS::EKS::AccessEntry").get(lid)]
