@@ -129,9 +129,9 @@ SKIPS: tuple[Skip, ...] = (
     ),
     Skip(
         "CKV_AWS_111",
-        "AWS::IAM::Role",
-        "LoadBalancerControllerRole",
-        "the AWS Load Balancer Controller's Pod Identity role carries the controller's own IAM policy (docs/install/iam_policy.json "
+        "AWS::IAM::Policy",
+        "LoadBalancerControllerRoleDefaultPolicy",
+        "the AWS Load Balancer Controller's Pod Identity role's policy is the controller's own IAM policy (docs/install/iam_policy.json "
         "at the pinned release, equal per partition to tests/data/aws_load_balancer_controller/ by the reference-parity test); "
         "its writes on * without a condition (CreateSecurityGroup, security-group ingress, listeners and rules, listener "
         "certificates, WAF and Shield associations) act on load balancers, listeners and security groups it creates at run "

@@ -77,7 +77,7 @@ class AwsLoadBalancerControllerProps:
 class AwsLoadBalancerController(Construct):
     """Creates the controller's role (trusted by pods.eks.amazonaws.com), its Pod Identity
     association (kube-system/aws-load-balancer-controller) and the chart.
-    Attributes: `role`, `association`, `chart`."""
+    Attributes: `role`, `policy` (its default policy: the controller's own), `association`, `chart`."""
 
     def __init__(self, scope: Construct, construct_id: str, props: AwsLoadBalancerControllerProps) -> None:
         super().__init__(scope, construct_id)
@@ -88,8 +88,11 @@ class AwsLoadBalancerController(Construct):
             "Role",
             assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")),
             description="AWS Load Balancer Controller (EKS Pod Identity)",
-            inline_policies={"AwsLoadBalancerController": iam.PolicyDocument.from_json(document)},
         )
+        # in the role's default policy, where every fminfra role's grants and their acknowledgments are
+        for statement in document["Statement"]:
+            self.role.add_to_policy(iam.PolicyStatement.from_json(statement))
+        self.policy = cast(iam.Policy, self.role.node.find_child("DefaultPolicy"))
         self._acknowledge(document)
         self.association = eks.CfnPodIdentityAssociation(
             self,
@@ -113,6 +116,8 @@ class AwsLoadBalancerController(Construct):
             timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
         )
         self.chart.node.add_dependency(self.association)
+        # its pods call AWS from their start: the role's policy first
+        self.chart.node.add_dependency(self.policy)
 
     def _acknowledge(self, document: dict[str, Any]) -> None:
         reason = (
@@ -124,4 +129,4 @@ class AwsLoadBalancerController(Construct):
             {r for s in document["Statement"] for r in ([s["Resource"]] if isinstance(s["Resource"], str) else s["Resource"]) if "*" in r}
         )
         for resource in resources:
-            acknowledge(self.role, f"IAM5[Resource::{nag_text(cdk.Stack.of(self), resource)}]", reason)
+            acknowledge(self.policy, f"IAM5[Resource::{nag_text(cdk.Stack.of(self), resource)}]", reason)

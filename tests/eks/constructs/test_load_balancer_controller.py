@@ -65,14 +65,18 @@ def _synth(region: str) -> dict[str, Any]:
 @pytest.mark.parametrize("partition", PARTITIONS)
 def test_the_role_grants_the_projects_policy_of_its_partition(partition: str) -> None:
     template = _synth(PARTITIONS[partition])
-    [role] = [
-        r
-        for r in template["Resources"].values()
+    [(role_id, role)] = [
+        (lid, r)
+        for lid, r in template["Resources"].items()
         if r["Type"] == "AWS::IAM::Role" and (r["Properties"].get("Description") or "").startswith("AWS Load Balancer Controller")
     ]
-    [policy] = role["Properties"]["Policies"]
+    # every grant in the role's default policy, none inline or managed
+    assert "Policies" not in role["Properties"] and "ManagedPolicyArns" not in role["Properties"]
+    [policy] = [
+        r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in r["Properties"]["Roles"]
+    ]
     reference = json.loads((DATA / f"iam_policy-{partition}.json").read_text(encoding="utf-8"))
-    assert _statements(policy["PolicyDocument"]) == _statements(reference)
+    assert _statements(policy["Properties"]["PolicyDocument"]) == _statements(reference)
     trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
     assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"} and sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
 
