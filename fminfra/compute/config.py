@@ -294,7 +294,10 @@ class InferenceNodeGroupConfig(_GroupConfig):
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
+    taints: list[Taint] = Field(
+        default_factory=lambda: [Taint.model_validate(dict(zip(("key", "value", "effect"), DEFAULT_GPU_TAINT, strict=True)))],
+        description="Default: the GPU taint nvidia.com/gpu=true:NoSchedule; [] for none.",
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
@@ -577,7 +580,7 @@ class ComputeConfig(Model):
         if self.orchestrator == "eks":
             sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
         for g in self.inference_node_groups:
-            taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            taints = [(t.key, t.value, t.effect) for t in g.taints]
             if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
                 sources.append(f"inference node group {g.name!r}")
         return sources

@@ -20,7 +20,7 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
 from fminfra import catalog
-from fminfra.compute.config import DEFAULT_GPU_TAINT, CapacityConfig
+from fminfra.compute.config import CapacityConfig
 from fminfra.compute.constructs.clusters import (
     AcceptAccessSpec,
     Clusters,
@@ -227,12 +227,11 @@ def gpu_node_types(cfg: EnvironmentConfig) -> list[str]:
 
 
 def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
-    """Tolerations of the inference groups' taints (the GPU taint when a group lists none), one per
+    """Tolerations of the inference groups' taints (the GPU taint unless a group lists others), one per
     (key, effect), plus the CriticalAddonsOnly one the charts' defaults carry."""
     seen: dict[tuple[str, str], None] = {("CriticalAddonsOnly", ""): None}
     for g in cfg.compute.inference_node_groups:
-        taints: list[tuple[str, str]] = [(t.key, t.effect) for t in g.taints] or [(DEFAULT_GPU_TAINT[0], DEFAULT_GPU_TAINT[2])]
-        for taint in taints:
+        for taint in [(t.key, t.effect) for t in g.taints]:
             seen.setdefault(taint, None)
     return [{"key": k, "operator": "Exists", **({"effect": e} if e else {})} for k, e in seen]
 
@@ -516,7 +515,7 @@ def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
     """A Kueue flavor per inference GPU type, tolerating its groups' taints."""
     flavors: dict[str, list[dict[str, str]]] = {}
     for g in cfg.compute.inference_node_groups:
-        taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+        taints = [(t.key, t.value, t.effect) for t in g.taints]
         tolerations = flavors.setdefault(g.spec.name, [])
         for key, value, effect in taints:
             toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
@@ -555,7 +554,7 @@ def inference_group(
         max_size=igroup.max_size,
         subnets=[network.compute_subnet],
         labels=igroup.labels,
-        taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
+        taints=[(t.key, t.value, t.effect) for t in igroup.taints],
         root_volume_gib=igroup.root_volume_gib,
         capacity_block=igroup.capacity.type == "capacity-block",
         block_starts_at=igroup.capacity.starts_at if igroup.capacity.type == "capacity-block" else None,
