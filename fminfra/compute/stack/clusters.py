@@ -395,8 +395,7 @@ def add_clusters(
             public_access_cidrs=compute.eks.public_access_cidrs,
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
-            # the HyperPod EKS plan drain applies its RBAC through the kubectl provider
-            kubectl_manifests=compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)),
+            kubectl_manifests=applies_manifests(cfg),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -472,6 +471,15 @@ def data_access(cfg: EnvironmentConfig, data_bucket: s3.IBucket | None) -> DataA
         read_only_prefixes=bucket.read_only_prefixes,
         read_write_prefixes=bucket.read_write_prefixes,
     )
+
+
+def applies_manifests(cfg: EnvironmentConfig) -> bool:
+    """Whether anything but the charts applies Kubernetes objects through CDK's kubectl provider (which
+    the cluster then needs even without a chart; aws-cdk-lib's KubernetesManifest refuses a cluster
+    without one): the HyperPod EKS plan drain's RBAC, the acceptance role's namespaces and RBAC, and
+    Kueue's queue objects."""
+    plan_drain = cfg.compute.orchestrator == "eks" and bool(plan_drain_groups(cfg))
+    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas())
 
 
 def plan_drain_groups(cfg: EnvironmentConfig) -> list[PlanDrainGroup]:
