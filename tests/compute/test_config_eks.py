@@ -92,9 +92,38 @@ def test_no_node_for_coredns_is_a_config_error() -> None:
     data["compute"].setdefault("eks", {})["system_nodes"] = {"count": 0}
     assert _error(data) == (
         "f.yaml: compute.eks.system_nodes.count: no node of the EKS cluster could run CoreDNS and the other system pods: every "
-        "inference node group is tainted (default nvidia.com/gpu=true:NoSchedule); set count to 1 or more (default 2), "
-        "or give a node group no NoSchedule/NoExecute taint"
+        "inference node group is tainted (default nvidia.com/gpu=true:NoSchedule) (on lasting capacity: a training plan or a "
+        "Capacity Block ends, and its nodes with it); set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint"
     )
+
+
+def test_capacity_that_ends_is_no_lasting_home_for_system_pods() -> None:
+    """A training plan terminates its nodes at its end and EKS scales a Capacity Block group to 0 before
+    the block ends: neither keeps CoreDNS and the controllers running, so the system nodes default to 2
+    (compute read, B: staging on a training plan got none)."""
+    data = copy.deepcopy(STAGING)
+    group = data["compute"]["instance_groups"][0]
+    group["capacity"] = {
+        "type": "training-plan",
+        "training_plan_arn": f"arn:aws:sagemaker:{data['region']}:{data['account']}:training-plan/p",
+    }
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.untainted_node_sources() == [] and cfg.compute.system_node_count() == 2
+    data["compute"]["eks"]["system_nodes"] = {"count": 0}
+    assert "(on lasting capacity: a training plan or a Capacity Block ends, and its nodes with it)" in _error(data)
+    # the test of the test: the same group on demand is a lasting home
+    assert parse_config(STAGING, "f.yaml").compute.untainted_node_sources() == ["HyperPod instance group 'workers'"]
+
+
+def test_an_untainted_capacity_block_inference_group_is_no_lasting_home() -> None:
+    data = yaml.safe_load((ROOT / "tests" / "configs" / "capacity-eks.yaml").read_text())
+    blocks = [g for g in data["compute"]["inference_node_groups"] if g.get("capacity", {}).get("type") == "capacity-block"]
+    assert blocks, "capacity-eks.yaml has a Capacity Block inference group"
+    for g in data["compute"]["inference_node_groups"]:
+        g["taints"] = []
+    names = {g["name"] for g in blocks}
+    sources = parse_config(data, "f.yaml").compute.untainted_node_sources()
+    assert not [s for s in sources if any(f"{n!r}" in s for n in names)]
 
 
 def test_hyperpod_eks_without_nodes_needs_system_nodes() -> None:
