@@ -41,6 +41,7 @@ from fminfra.eks.rules import (
     DEFAULT_EXTENSION_ANCHOR,
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
+    ENDING_CAPACITY_TYPES,
     EXTENDED_SUPPORT_USD_PER_HOUR,
     EXTENSION_ANCHORS,
     MANAGED_ADDONS,
@@ -300,7 +301,10 @@ class InferenceNodeGroupConfig(_GroupConfig):
     root_volume_gib: int = Field(default=200, ge=20, le=16384)
     capacity: CapacityConfig = Field(default_factory=CapacityConfig)
     labels: dict[str, str] = Field(default_factory=dict)
-    taints: list[Taint] = Field(default_factory=list)
+    taints: list[Taint] = Field(
+        default_factory=lambda: [Taint.model_validate(dict(zip(("key", "value", "effect"), DEFAULT_GPU_TAINT, strict=True)))],
+        description="Default: the GPU taint nvidia.com/gpu=true:NoSchedule; [] for none.",
+    )
 
     @model_validator(mode="after")
     def _sizes(self) -> InferenceNodeGroupConfig:
@@ -625,14 +629,21 @@ class ComputeConfig(Model):
         return self.orchestrator == "eks" or bool(self.inference_node_groups)
 
     def untainted_node_sources(self) -> list[str]:
-        """Node groups of the EKS cluster on which CoreDNS and other system pods can run: HyperPod
+        """Node groups of the EKS cluster on which CoreDNS and other system pods can run for good: HyperPod
         instance groups with nodes (fminfra sets no Kubernetes taints on them) and inference groups
-        with nodes whose taints (the GPU taint by default) keep no pod off."""
+        with nodes whose taints (the GPU taint by default) keep no pod off; neither on capacity that
+        ends by itself (a training plan, a Capacity Block: `ENDING_CAPACITY_TYPES`)."""
         sources: list[str] = []
         if self.orchestrator == "eks":
-            sources += [f"HyperPod instance group {g.name!r}" for g in self.instance_groups if g.count > 0]
+            sources += [
+                f"HyperPod instance group {g.name!r}"
+                for g in self.instance_groups
+                if g.count > 0 and g.capacity.type not in ENDING_CAPACITY_TYPES
+            ]
         for g in self.inference_node_groups:
-            taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+            taints = [(t.key, t.value, t.effect) for t in g.taints]
+            if g.capacity.type in ENDING_CAPACITY_TYPES:
+                continue
             if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
                 sources.append(f"inference node group {g.name!r}")
         return sources
@@ -805,6 +816,7 @@ class ComputeConfig(Model):
                         "no node of the EKS cluster could run CoreDNS and the other system pods: every inference node group is tainted "
                         "(default nvidia.com/gpu=true:NoSchedule)"
                         + (" and no HyperPod instance group has nodes" if self.orchestrator == "eks" else "")
+                        + " (on lasting capacity: a training plan or a Capacity Block ends, and its nodes with it)"
                         + "; set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint",
                     )
                 ]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
 
 from fminfra.core.findings import Finding
 from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
-from fminfra.core.rules import boolean_for_number_problem
+from fminfra.core.rules import boolean_for_number_problem, quoted_number_problem
 
 
 class Problems(ValueError):
@@ -38,7 +38,8 @@ def _numeric(annotation: Any) -> bool:
 
 class Model(BaseModel):
     """Base of every config section: unknown fields are errors, and a number is never a boolean
-    (`count: true` is a mistake, not 1)."""
+    (`count: true` is a mistake, not 1) nor a string (`count: "2"`: the schema `fminfra schema` writes
+    refuses it, so validate does too)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -48,6 +49,8 @@ class Model(BaseModel):
         field = cls.model_fields.get(info.field_name or "")
         if isinstance(value, bool) and field is not None and _numeric(field.annotation):
             raise ValueError(boolean_for_number_problem(value))
+        if isinstance(value, str) and field is not None and _numeric(field.annotation):
+            raise ValueError(quoted_number_problem(value))
         return value
 
 

@@ -53,6 +53,11 @@ def boolean_for_number_problem(value: bool) -> str:
     return f"must be a number, got {str(value).lower()} (YAML reads unquoted true/false/yes/no/on/off as booleans)"
 
 
+def quoted_number_problem(value: str) -> str:
+    """A quoted number where a number belongs: pydantic would read "2" as 2, the published schema refuses it."""
+    return f"must be a number, got the string {value!r} (quoted in YAML; write it without quotes)"
+
+
 # `cost`: hours in a month, more than 0 and at most a 31-day month; counts of users and samples, 0 or more.
 HOURS_PER_MONTH_MAX = 31 * 24
 

@@ -82,6 +82,11 @@ def open_endpoint_problem(cidr: str) -> str:
 DEFAULT_GPU_TAINT = ("nvidia.com/gpu", "true", "NoSchedule")
 # Effects that keep pods without a matching toleration (CoreDNS among them) off a node.
 REPELLING_EFFECTS = ("NoSchedule", "NoExecute")
+# Capacity that ends by itself, so its nodes are no lasting home for CoreDNS and the system controllers:
+# a training plan terminates its instances from 30 minutes before its end
+# (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination), and EKS scales a Capacity Block
+# node group to 0 forty minutes before the block ends (docs/facts/eks.md#eks-capacity-block-scaledown).
+ENDING_CAPACITY_TYPES = ("training-plan", "capacity-block")
 
 
 # Label key prefixes EKS refuses on a managed node group: "Label cannot contain reserved prefixes

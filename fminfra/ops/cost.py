@@ -108,7 +108,8 @@ class Estimate:
         return {
             "per_hour_running": round(hourly, 4),
             "per_month": round(monthly, 2),
-            "per_gpu_hour": round(hourly / self.gpus, 4) if self.gpus else None,
+            # not a figure while a price is missing: a lower bound per GPU-hour reads as a price (newcomer read, C)
+            "per_gpu_hour": round(hourly / self.gpus, 4) if self.gpus and not self.unknown else None,
             "idle_per_month": round(self.total("per_month", (RESERVED, FIXED)), 2),
             "paid_up_front": round(self.upfront, 2),
             "items_price_unknown": len(self.unknown),
@@ -444,8 +445,9 @@ def render(est: Estimate) -> str:
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
-        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else ""),
-        f"bills while idle (reserved and fixed): ${s['idle_per_month']:,.2f} a month; paid up front: ${s['paid_up_front']:,.2f}",
+        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else "")
+        + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
+        f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]
     if est.unknown:
         lines.append(f"{len(est.unknown)} item(s) have no known price and are not in the totals: the totals are a lower bound (try --live)")

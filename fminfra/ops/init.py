@@ -120,7 +120,10 @@ def _flow(value: dict[str, object]) -> str:
 
 def command(ns: argparse.Namespace) -> int:
     output = Path(ns.output) if ns.output else Path("config") / f"{ns.name}.yaml"
-    text = starter(ns)
+    try:
+        text = starter(ns)
+    except UsageError as exc:  # a flag its capacity type needs or does not take: the same form as the config's problems
+        raise UsageError(f"init: {exc} (nothing written)") from None
     try:
         parse_config(yaml.safe_load(text), _STARTER)
     except ConfigError as exc:  # nothing written; the problems in the flags' words

@@ -57,16 +57,23 @@ def command(ns: argparse.Namespace) -> int:
     environment name may be given once (`repeated_environment_names`)."""
     problems: list[str] = []
     names: dict[str, str] = {}
+    passed: dict[str, str] = {}
     for path in {p.resolve(): p for p in expand(ns.configs)}.values():
         try:
             line, name = validate_one(path)
         except ConfigError as exc:
             problems.extend(exc.problems)
             continue
-        print(line)
+        passed[str(path)] = line
         if name is not None:
             names[str(path)] = name
-    problems.extend(repeated_environment_names(names))
+    repeated = repeated_environment_names(names)
+    # a file that repeats an earlier file's name is not ok: its line is the problem, not "ok"
+    refused = {file for file in passed if any(p.startswith(f"{file}: ") for p in repeated)}
+    for file, line in passed.items():
+        if file not in refused:
+            print(line)
+    problems.extend(repeated)
     if problems:
         raise ConfigError(problems)
     return EXIT_OK

@@ -13,6 +13,7 @@ import yaml
 
 from fminfra.cli.main import main
 from fminfra.config import load_config, parse_config
+from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
 from fminfra.core.resources import bundled_node
 from fminfra.ops import guard
 from fminfra.ops.gate import CFN_LINT_MISSING
@@ -87,6 +88,7 @@ def test_init_writes_an_existing_reservation_config_that_validates(tmp_path: Pat
     ("args", "message"),
     [
         (["--capacity-type", "reservation"], "--capacity-type reservation needs --reservation-id"),
+        (["--region", "mars-1"], "--region: unknown region 'mars-1'; known: " + ", ".join(AZ_ID_PREFIX_BY_REGION)),
         (["--capacity-type", "capacity-block"], "--capacity-type capacity-block needs --reservation-id"),
         (
             ["--reservation-id", "cr-0123456789abcdef0"],
@@ -103,7 +105,7 @@ def test_init_capacity_flags_that_do_not_fit_are_one_line(
 ) -> None:
     out = tmp_path / "x.yaml"
     assert main([*BASE, *args, "--output", str(out)]) == 2
-    assert capsys.readouterr().err == f"{message}\n"
+    assert capsys.readouterr().err == f"init: {message} (nothing written)\n"
     assert not out.exists()
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from fminfra.cli import main as cli
 from fminfra.config import parse_config, read_yaml, standard_support_end
@@ -51,14 +52,78 @@ def test_untainted_inference_group_runs_system_pods() -> None:
     assert len(cfg.compute.untainted_node_sources()) == 1  # serve-p5 has desired_size 0, so only serve-g6
 
 
+def test_an_empty_taint_list_means_no_taint_and_show_says_the_default(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`taints: []` is a choice (no taint), not the default: the GPU taint is the default, filled in
+    where `show` prints it (newcomer read, C: `[]` was shown while the template carried the taint)."""
+    data = copy.deepcopy(INFERENCE)
+    defaulted = parse_config(data, "f.yaml").compute.inference_node_groups
+    assert all([(t.key, t.value, t.effect) for t in g.taints] == [("nvidia.com/gpu", "true", "NoSchedule")] for g in defaulted)
+    for group in data["compute"]["inference_node_groups"]:
+        group["taints"] = []
+    cfg = parse_config(data, "f.yaml")
+    assert all(g.taints == [] for g in cfg.compute.inference_node_groups)
+    assert cfg.compute.system_node_count() == 0  # serve-g6 has nodes and no taint: CoreDNS runs there
+    path = tmp_path / "inf.yaml"
+    path.write_text(yaml.safe_dump(INFERENCE))
+    assert cli.main(["show", str(path)]) == 0
+    assert "key: nvidia.com/gpu" in capsys.readouterr().out
+
+
+def test_an_untainted_group_synthesizes_without_the_gpu_taint() -> None:
+    import aws_cdk as cdk
+
+    from fminfra.app.synth import build_app
+
+    data = copy.deepcopy(INFERENCE)
+    for group in data["compute"]["inference_node_groups"]:
+        group["taints"] = []
+    app = cdk.App()
+    _, stages = build_app([parse_config(data, "f.yaml")], app=app)
+    template = cdk.assertions.Template.from_stack(
+        next(s for s in stages[0].node.children if isinstance(s, cdk.Stack) and s.stack_name.endswith("Compute"))
+    )
+    groups = template.find_resources("AWS::EKS::Nodegroup")
+    inference = [g for g in groups.values() if not g["Properties"]["NodegroupName"].endswith("-system")]
+    assert inference and all("Taints" not in g["Properties"] or g["Properties"]["Taints"] == [] for g in inference)
+
+
 def test_no_node_for_coredns_is_a_config_error() -> None:
     data = copy.deepcopy(INFERENCE)
     data["compute"].setdefault("eks", {})["system_nodes"] = {"count": 0}
     assert _error(data) == (
         "f.yaml: compute.eks.system_nodes.count: no node of the EKS cluster could run CoreDNS and the other system pods: every "
-        "inference node group is tainted (default nvidia.com/gpu=true:NoSchedule); set count to 1 or more (default 2), "
-        "or give a node group no NoSchedule/NoExecute taint"
+        "inference node group is tainted (default nvidia.com/gpu=true:NoSchedule) (on lasting capacity: a training plan or a "
+        "Capacity Block ends, and its nodes with it); set count to 1 or more (default 2), or give a node group no NoSchedule/NoExecute taint"
     )
+
+
+def test_capacity_that_ends_is_no_lasting_home_for_system_pods() -> None:
+    """A training plan terminates its nodes at its end and EKS scales a Capacity Block group to 0 before
+    the block ends: neither keeps CoreDNS and the controllers running, so the system nodes default to 2
+    (compute read, B: staging on a training plan got none)."""
+    data = copy.deepcopy(STAGING)
+    group = data["compute"]["instance_groups"][0]
+    group["capacity"] = {
+        "type": "training-plan",
+        "training_plan_arn": f"arn:aws:sagemaker:{data['region']}:{data['account']}:training-plan/p",
+    }
+    cfg = parse_config(data, "f.yaml")
+    assert cfg.compute.untainted_node_sources() == [] and cfg.compute.system_node_count() == 2
+    data["compute"]["eks"]["system_nodes"] = {"count": 0}
+    assert "(on lasting capacity: a training plan or a Capacity Block ends, and its nodes with it)" in _error(data)
+    # the test of the test: the same group on demand is a lasting home
+    assert parse_config(STAGING, "f.yaml").compute.untainted_node_sources() == ["HyperPod instance group 'workers'"]
+
+
+def test_an_untainted_capacity_block_inference_group_is_no_lasting_home() -> None:
+    data = yaml.safe_load((ROOT / "tests" / "configs" / "capacity-eks.yaml").read_text())
+    blocks = [g for g in data["compute"]["inference_node_groups"] if g.get("capacity", {}).get("type") == "capacity-block"]
+    assert blocks, "capacity-eks.yaml has a Capacity Block inference group"
+    for g in data["compute"]["inference_node_groups"]:
+        g["taints"] = []
+    names = {g["name"] for g in blocks}
+    sources = parse_config(data, "f.yaml").compute.untainted_node_sources()
+    assert not [s for s in sources if any(f"{n!r}" in s for n in names)]
 
 
 def test_hyperpod_eks_without_nodes_needs_system_nodes() -> None:

@@ -156,6 +156,12 @@ BAD_CASES = [
     ),
     (
         DEV,
+        "compute.instance_groups.0.count",
+        "2",
+        "f.yaml: compute.instance_groups[0].count: must be a number, got the string '2' (quoted in YAML; write it without quotes)",
+    ),
+    (
+        DEV,
         "compute.slurm.controller.instance_type",
         "ml.p5.48xlarge",
         "f.yaml: compute.slurm.controller.instance_type: 'ml.p5.48xlarge' is a GPU type (8 GPUs); the Slurm controller runs slurmctld "

@@ -20,7 +20,7 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 
 from fminfra import catalog
-from fminfra.compute.config import DEFAULT_GPU_TAINT, CapacityConfig
+from fminfra.compute.config import CapacityConfig
 from fminfra.compute.constructs.clusters import (
     AcceptAccessSpec,
     Clusters,
@@ -233,12 +233,11 @@ def gpu_node_types(cfg: EnvironmentConfig) -> list[str]:
 
 
 def _tolerations(cfg: EnvironmentConfig) -> list[dict[str, str]]:
-    """Tolerations of the inference groups' taints (the GPU taint when a group lists none), one per
+    """Tolerations of the inference groups' taints (the GPU taint unless a group lists others), one per
     (key, effect), plus the CriticalAddonsOnly one the charts' defaults carry."""
     seen: dict[tuple[str, str], None] = {("CriticalAddonsOnly", ""): None}
     for g in cfg.compute.inference_node_groups:
-        taints: list[tuple[str, str]] = [(t.key, t.effect) for t in g.taints] or [(DEFAULT_GPU_TAINT[0], DEFAULT_GPU_TAINT[2])]
-        for taint in taints:
+        for taint in [(t.key, t.effect) for t in g.taints]:
             seen.setdefault(taint, None)
     return [{"key": k, "operator": "Exists", **({"effect": e} if e else {})} for k, e in seen]
 
@@ -420,12 +419,9 @@ def add_clusters(
             public_access_cidrs=compute.eks.public_access_cidrs,
             helm_charts=[*device_plugin_charts(cfg), *(exporter_charts(gpu_node_types(cfg)) if prometheus is not None else [])],
             kubectl_layer=layer_class(stack, "KubectlLayer"),
-            # the HyperPod EKS plan drain applies its RBAC through the kubectl provider
-            # and the FSx volume, the load balancer controller and extension charts through it too
-            kubectl_manifests=(compute.orchestrator == "eks" and bool(plan_drain_groups(cfg)))
-            or fsx_volume is not None
-            or load_balancer is not None
-            or bool(all_extensions),
+            # anything applied through the kubectl provider besides the charts (`applies_manifests`), and the
+            # FSx volume, the load balancer controller and extension charts
+            kubectl_manifests=applies_manifests(cfg) or fsx_volume is not None or load_balancer is not None or bool(all_extensions),
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -517,6 +513,15 @@ def data_access(cfg: EnvironmentConfig, data_bucket: s3.IBucket | None) -> DataA
     )
 
 
+def applies_manifests(cfg: EnvironmentConfig) -> bool:
+    """Whether anything but the charts applies Kubernetes objects through CDK's kubectl provider (which
+    the cluster then needs even without a chart; aws-cdk-lib's KubernetesManifest refuses a cluster
+    without one): the HyperPod EKS plan drain's RBAC, the acceptance role's namespaces and RBAC, and
+    Kueue's queue objects."""
+    plan_drain = cfg.compute.orchestrator == "eks" and bool(plan_drain_groups(cfg))
+    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas())
+
+
 def plan_drain_groups(cfg: EnvironmentConfig) -> list[PlanDrainGroup]:
     """The groups the HyperPod EKS plan drain drains (`fminfra.hyperpod.rules.plan_drained`): each
     with its plan, its `ml.` type and its drain (`drain_minutes`) in seconds."""
@@ -558,7 +563,7 @@ def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
     """A Kueue flavor per inference GPU type, tolerating its groups' taints."""
     flavors: dict[str, list[dict[str, str]]] = {}
     for g in cfg.compute.inference_node_groups:
-        taints: list[tuple[str, str, str]] = [(t.key, t.value, t.effect) for t in g.taints] or [DEFAULT_GPU_TAINT]
+        taints = [(t.key, t.value, t.effect) for t in g.taints]
         tolerations = flavors.setdefault(g.spec.name, [])
         for key, value, effect in taints:
             toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
@@ -597,7 +602,7 @@ def inference_group(
         max_size=igroup.max_size,
         subnets=[network.compute_subnet],
         labels=igroup.labels,
-        taints=[(t.key, t.value, t.effect) for t in igroup.taints] or None,
+        taints=[(t.key, t.value, t.effect) for t in igroup.taints],
         root_volume_gib=igroup.root_volume_gib,
         capacity_block=igroup.capacity.type == "capacity-block",
         block_starts_at=igroup.capacity.starts_at if igroup.capacity.type == "capacity-block" else None,
