@@ -19,9 +19,11 @@ STAGING = read_yaml(ROOT / "config" / "staging.yaml")
 
 
 def _chartless(**features: bool) -> dict[str, Any]:
-    """Staging without inference groups or Prometheus (so no chart), with the features asked for."""
+    """Staging without inference groups, Prometheus or FSx (so no chart and no FSx volume), with the features asked for."""
     data = copy.deepcopy(STAGING)
     data["compute"].pop("inference_node_groups", None)
+    data["storage"].pop("lustre", None)
+    data["compute"]["eks"].pop("load_balancer_controller", None)
     data["observability"] = {**(data.get("observability") or {}), "prometheus": False}
     data["compute"]["eks"]["accept_access"] = features.get("accept_access", False)
     if features.get("plan_drain"):
