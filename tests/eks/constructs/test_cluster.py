@@ -266,10 +266,10 @@ def test_inference_groups_launch_into_reserved_capacity_and_blocks(synth: Synth)
 
 def test_training_operator_gets_a_pod_identity_before_the_add_on(synth: Synth) -> None:
     associations = synth.resources("staging", "Compute", "AWS::EKS::PodIdentityAssociation")
-    # The training operator's, and the load balancer controller's (tests/eks/constructs/test_load_balancer_controller.py);
-    # the FSx CSI driver has none (a static volume calls no FSx API: docs/facts/eks.md#fsx-csi-static-provisioning).
+    # The training operator's only (the load balancer controller, with its own, is off in staging); the FSx CSI
+    # driver has none (a static volume calls no FSx API: docs/facts/eks.md#fsx-csi-static-provisioning).
     by_account = {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): lid for lid, a in associations.items()}
-    assert set(by_account) == {("aws-hyperpod", "hp-training-operator-controller-manager"), ("kube-system", "aws-load-balancer-controller")}
+    assert set(by_account) == {("aws-hyperpod", "hp-training-operator-controller-manager")}
     association_id = by_account["aws-hyperpod", "hp-training-operator-controller-manager"]
     props = associations[association_id]["Properties"]
     role_id = props["RoleArn"]["Fn::GetAtt"][0]

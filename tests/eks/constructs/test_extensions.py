@@ -30,6 +30,7 @@ def _lid(template: dict[str, Any], fragment: str, resource_type: str) -> str:
 @pytest.fixture(scope="module")
 def staging_with_extension() -> dict[str, Any]:
     raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["compute"]["eks"]["load_balancer_controller"] = True  # off in the shipped staging; on here to show the order
     raw["compute"]["eks"]["addons"] = [{"name": "aws-ebs-csi-driver", "version": "v1.35.0-eksbuild.1", "after": "aws-fsx-csi-driver"}]
     app = cdk.App(context=FEATURE_FLAGS)
     stage = EnvironmentStage(app, parse_config(raw, "staging.yaml"), eks_extensions=[CHART])

@@ -121,7 +121,7 @@ def test_a_value_the_chart_does_not_read_is_caught() -> None:
     assert "defaultScheme" not in chart_values
 
 
-@pytest.mark.parametrize("env", ["staging", "eks-inf"])
+@pytest.mark.parametrize("env", ["eks-inf"])
 def test_the_private_subnets_carry_the_internal_elb_tag(synth: Synth, env: str) -> None:
     subnets = synth.resources(env, "Network", "AWS::EC2::Subnet")
     key, value = INTERNAL_ELB_SUBNET_TAG
