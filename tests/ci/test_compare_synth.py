@@ -3,25 +3,14 @@ with a broken input)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.ci import ci_script
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_synth", ROOT / ".ci" / "compare_synth.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-compare_synth = _module()
+compare_synth = ci_script("compare_synth")
 
 
 def _tree(*paths: str) -> str:

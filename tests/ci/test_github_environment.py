@@ -14,18 +14,16 @@ no request leaves the machine.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import io
 import json
-import sys
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from botocore.stub import Stubber
 
+from tests.ci import ci_script
 from tests.conftest import ROOT
 
 REPO = "example-org/fminfra"
@@ -33,17 +31,8 @@ ENV_PATH = f"/repos/{REPO}/environments/prod"
 BRANCHES_PATH = f"{ENV_PATH}/deployment-branch-policies?per_page=100"
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / ".ci" / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-github_environment = _load("github_environment")
-stack_status = _load("stack_status")
+github_environment = ci_script("github_environment")
+stack_status = ci_script("stack_status")
 
 _REVIEWER = {
     "type": "User",

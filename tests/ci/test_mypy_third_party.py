@@ -4,23 +4,13 @@ fminfra imports and nothing of fminfra itself (each with a broken input)."""
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
+from tests.ci import ci_script
 from tests.conftest import ROOT
 
-
-def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mypy_third_party", ROOT / ".ci" / "mypy_third_party.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-mypy_third_party = _module()
+mypy_third_party = ci_script("mypy_third_party")
 
 
 def _package(tmp_path: Path, source: str) -> Path:
