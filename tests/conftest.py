@@ -87,6 +87,44 @@ def cdk_synth(config: Path, out: Path, *stacks: str) -> subprocess.CompletedProc
     )
 
 
+@dataclass(frozen=True)
+class CliSynth:
+    """A config synthesized by the real CDK CLI (`cdk_synth`, every stack), once per session."""
+
+    config: Path
+    data: dict[str, Any]
+    outdir: Path
+    result: subprocess.CompletedProcess[str]
+
+
+# The config of `cli_synth_elsewhere`: dev under another name, in another region with that region's
+# AZ IDs (the compute AZ not the first), and ml.p4d.24xlarge workers, which cfn-lint's eu-west-2 list
+# offers and the CDK's own validator refuses (an acknowledged E3644).
+ELSEWHERE_NAME, ELSEWHERE_REGION = "euro", "eu-west-2"
+ELSEWHERE_AZ_IDS, ELSEWHERE_COMPUTE_AZ_ID = ["euw2-az1", "euw2-az3"], "euw2-az3"
+ELSEWHERE_INSTANCE_TYPE = "ml.p4d.24xlarge"
+
+
+@pytest.fixture(scope="session")
+def cli_synth_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> CliSynth:
+    """One real `cdk synth -c config=...` of a new environment elsewhere, shared by the tests that check
+    what the CLI makes of a config that is not dev (tests/cli/test_main.py, tests/core/test_regional.py;
+    they carry the `xdist_group` ELSEWHERE_GROUP so that one worker runs them and synthesizes once)."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
+    data["name"], data["region"] = ELSEWHERE_NAME, ELSEWHERE_REGION
+    data["network"]["az_ids"], data["network"]["compute_az_id"] = ELSEWHERE_AZ_IDS, ELSEWHERE_COMPUTE_AZ_ID
+    data["compute"]["instance_groups"][0]["instance_type"] = ELSEWHERE_INSTANCE_TYPE
+    folder = tmp_path_factory.mktemp("elsewhere")
+    path = folder / f"{ELSEWHERE_NAME}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return CliSynth(config=path, data=data, outdir=folder / "out", result=cdk_synth(path, folder / "out", "**"))
+
+
+ELSEWHERE_GROUP = "cli-synth-elsewhere"
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _no_machine_aws_credentials() -> Iterator[None]:
     """No test depends on the machine's credentials, in any form, for the whole session (set

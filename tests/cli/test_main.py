@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from fminfra.cli.main import main
-from tests.conftest import ROOT, SHIPPED_CONFIGS, cdk_synth
+from tests.conftest import ELSEWHERE_COMPUTE_AZ_ID, ELSEWHERE_GROUP, ELSEWHERE_NAME, ROOT, SHIPPED_CONFIGS, CliSynth, cdk_synth
 
 ALL_TRAINING_TYPES_INTERFACES = {"p5.48xlarge": "32/32", "p5en.48xlarge": "16/16", "p6-b200.48xlarge": "8/8"}
 
@@ -90,26 +90,18 @@ def test_python_m_entry_point_has_no_traceback(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_cdk_cli_synthesizes_a_new_environment_from_any_config(tmp_path: Path) -> None:
+@pytest.mark.xdist_group(ELSEWHERE_GROUP)
+def test_cdk_cli_synthesizes_a_new_environment_from_any_config(cli_synth_elsewhere: CliSynth) -> None:
     """A copy of dev with another name, region and AZ IDs: its physical names differ from dev's."""
-    path = _write(
-        tmp_path,
-        "eu.yaml",
-        name="euro",
-        region="eu-west-1",
-        network__az_ids=["euw1-az1", "euw1-az3"],
-        network__compute_az_id="euw1-az3",
-    )
-    out = tmp_path / "out"
-    result = cdk_synth(path, out, "**")
+    result = cli_synth_elsewhere.result
     assert result.returncode == 0, result.stderr[-3000:]
     from fminfra.core.assembly import read_assembly
 
-    stacks = read_assembly(out)
-    assert list(stacks) == ["euro"]
-    text = "".join(json.dumps(s.template) for s in stacks["euro"])
-    assert "fminfra-euro-" in text and "fminfra-dev-" not in text
-    assert "euw1-az3" in text and "usw2" not in text
+    stacks = read_assembly(cli_synth_elsewhere.outdir)
+    assert list(stacks) == [ELSEWHERE_NAME]
+    text = "".join(json.dumps(s.template) for s in stacks[ELSEWHERE_NAME])
+    assert f"fminfra-{ELSEWHERE_NAME}-" in text and "fminfra-dev-" not in text
+    assert ELSEWHERE_COMPUTE_AZ_ID in text and "usw2" not in text
 
 
 @pytest.mark.slow

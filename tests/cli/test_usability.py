@@ -192,10 +192,31 @@ def test_gate_without_a_cloud_assembly_is_one_line(tmp_path: Path, capsys: pytes
     assert (code, err) == (2, f"{missing}: (assembly): no cloud assembly here (no manifest.json); run `make synth` first\n")
 
 
-def test_gate_says_cdk_nag_did_not_run_when_it_did_not(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
-    """The test session's app attaches cdk-nag but writes no policy-pack record: the gate must not say ok."""
-    code, out, _ = _run(["gate", "--outdir", str(synth.outdir), str(ROOT / "config" / "dev.yaml")], capsys)
+def dev_only_assembly(synth: Synth, dest: Path) -> Path:
+    """The session's cloud assembly cut to dev, as a synth of config/dev.yaml alone leaves it: the
+    manifest with dev's nested assembly only (linked, not copied) and the validation report cdk-nag
+    wrote; no policy-pack record, as the session's app writes none."""
+    dest.mkdir()
+    manifest = json.loads((synth.outdir / "manifest.json").read_text())
+    manifest["artifacts"] = {
+        k: a for k, a in manifest["artifacts"].items() if a.get("type") == "cdk:cloud-assembly" and a["properties"]["displayName"] == "dev"
+    }
+    (dest / "manifest.json").write_text(json.dumps(manifest))
+    (dest / "assembly-dev").symlink_to(synth.outdir / "assembly-dev")
+    (dest / "validation-report.json").write_text((synth.outdir / "validation-report.json").read_text())
+    return dest
+
+
+def test_gate_says_cdk_nag_did_not_run_when_it_did_not(synth: Synth, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The test session's app attaches cdk-nag but writes no policy-pack record: the gate must not say ok.
+    On dev's part of the assembly: the gate lints every environment it finds, and what this test
+    asserts is the cdk-nag line and dev's table (every template's lint: tests/policy/rules/test_checks.py)."""
+    assert not (synth.outdir / "fminfra-policy-packs.json").exists()
+    code, out, _ = _run(
+        ["gate", "--outdir", str(dev_only_assembly(synth, tmp_path / "cdk.out")), str(ROOT / "config" / "dev.yaml")], capsys
+    )
     assert code == 1
+    assert "cfn-lint ok (5 templates), own rules ok" in out, out
     assert (
         "policy gates: cdk-nag not run (no fminfra-policy-packs.json: synthesize with `make synth`; in an app of your own, "
         "build it with fminfra.build_app and call fminfra.app.synth.record_policy_packs(app) after app.synth())"

@@ -16,7 +16,7 @@ import yaml
 from fminfra.config import parse_config
 from fminfra.core.errors import ConfigError
 from fminfra.core.regional import DATA
-from tests.conftest import ROOT
+from tests.conftest import ELSEWHERE_GROUP, ROOT, CliSynth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
 
@@ -282,16 +282,13 @@ def test_p5e_in_us_east_1_is_one_line() -> None:
     )
 
 
-def test_cdk_synth_passes_where_cfn_lint_offers_what_the_cdk_validator_refuses(tmp_path: Path) -> None:
+@pytest.mark.xdist_group(ELSEWHERE_GROUP)
+def test_cdk_synth_passes_where_cfn_lint_offers_what_the_cdk_validator_refuses(cli_synth_elsewhere: CliSynth) -> None:
     """ml.p4d.24xlarge in eu-west-2: cfn-lint's list offers it, the CDK validator refuses it (E3644); the
     acknowledgment lets `cdk synth` through, with cfn-lint's list as its reason."""
-    from tests.conftest import cdk_synth
-
-    data = _moved("config/dev.yaml", "eu-west-2")
-    data["name"], data["compute"]["instance_groups"][0]["instance_type"] = "p4d", "ml.p4d.24xlarge"
-    path = tmp_path / "p4d.yaml"
-    path.write_text(yaml.safe_dump(data))
-    parse_config(data, str(path))
-    result = cdk_synth(path, tmp_path / "out", "p4d/Compute")
+    data = cli_synth_elsewhere.data
+    assert (data["region"], data["compute"]["instance_groups"][0]["instance_type"]) == ("eu-west-2", "ml.p4d.24xlarge")
+    parse_config(data, str(cli_synth_elsewhere.config))
+    result = cli_synth_elsewhere.result
     assert result.returncode == 0, result.stderr[-3000:]
     assert "E3644" not in result.stderr
