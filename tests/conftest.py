@@ -108,8 +108,8 @@ ELSEWHERE_INSTANCE_TYPE = "ml.p4d.24xlarge"
 @pytest.fixture(scope="session")
 def cli_synth_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> CliSynth:
     """One real `cdk synth -c config=...` of a new environment elsewhere, shared by the tests that check
-    what the CLI makes of a config that is not dev (tests/cli/test_main.py, tests/core/test_regional.py;
-    they carry the `xdist_group` ELSEWHERE_GROUP so that one worker runs them and synthesizes once)."""
+    what the CLI makes of a config that is not dev (tests/cli/test_main.py, tests/core/test_regional.py:
+    one xdist group, XDIST_GROUPS below, so that one worker runs them and synthesizes once)."""
     import yaml
 
     data = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
@@ -122,7 +122,78 @@ def cli_synth_elsewhere(tmp_path_factory: pytest.TempPathFactory) -> CliSynth:
     return CliSynth(config=path, data=data, outdir=folder / "out", result=cdk_synth(path, folder / "out", "**"))
 
 
-ELSEWHERE_GROUP = "cli-synth-elsewhere"
+# Each pytest-xdist worker is a session of its own: a session fixture is built once per worker that
+# runs a test using it, a module fixture once per worker that runs a test of the module. `make test`
+# runs `--dist loadgroup` (pyproject.toml's addopts), with the scheduler below: the tests of one
+# group run on one worker, so that what they share is built once per run; the groups go out first
+# (largest first), then the other tests one by one to whichever worker is free. The groups, by test
+# module: what the module's tests share, and the group.
+XDIST_GROUPS = {
+    # the pipeline and GitHub OIDC apps (the session's pipeline_synth and oidc_synth)
+    "tests/app/test_contract.py": "pipeline-and-oidc-synths",
+    "tests/app/test_contract_registry.py": "pipeline-and-oidc-synths",
+    "tests/app/test_pipeline.py": "pipeline-and-oidc-synths",
+    "tests/app/test_workflows.py": "pipeline-and-oidc-synths",
+    # the wheel (the session's built_wheel), installed and synthesized from (module fixtures)
+    "tests/app/test_wheel.py": "wheel",
+    "tests/ci/test_codebuild_source.py": "wheel",
+    # the CDK CLI's synth of a new environment elsewhere (the session's cli_synth_elsewhere)
+    "tests/cli/test_main.py": "cli-synth-elsewhere",
+    "tests/core/test_regional.py": "cli-synth-elsewhere",
+    # a module fixture each: checkov's run, moto's published scripts, a moto account, the README's
+    # components, the shipped node code, a synthesized construct or stack
+    "tests/ops/test_checkov.py": "checkov",
+    "tests/hyperpod/constructs/test_lifecycle_scripts.py": "lifecycle-scripts",
+    "tests/ops/test_preflight.py": "preflight",
+    "tests/app/test_readme_eks.py": "readme-eks",
+    "tests/ops/accept/node/test_portable.py": "accept-node-portable",
+    "tests/compute/constructs/test_node_bootstrap.py": "node-bootstrap",
+    "tests/compute/constructs/test_launch_template.py": "launch-template",
+    "tests/eks/constructs/test_extensions.py": "eks-extensions",
+    "tests/promotion/test_stack.py": "promotion-stack",
+}
+
+
+def missing_group_modules(groups: dict[str, str], root: Path) -> list[str]:
+    """The modules of XDIST_GROUPS that are not there (a module renamed or moved loses its group)."""
+    return sorted(name for name in groups if not (root / name).is_file())
+
+
+def xdist_group_of(nodeid: str) -> str:
+    """The scheduling unit of a test: its module's group in XDIST_GROUPS, else the test itself."""
+    return XDIST_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` by XDIST_GROUPS, read from the node ids in the controller. pytest-xdist's own
+    loadgroup (xdist_group marks) groups nothing under pytest 9.2: the worker tags a node id that pytest
+    no longer reads (docs/facts/pipeline.md#pytest-xdist-loadgroup-pytest-9-2)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class TableGroupScheduling(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            group = xdist_group_of(nodeid)
+            return group if group != nodeid else super()._split_scope(nodeid)
+
+    return TableGroupScheduling(config, log)
+
+
+@pytest.fixture(scope="session")
+def built_wheel(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The wheel, built once per session (tests/app/test_wheel.py, tests/ci/test_codebuild_source.py:
+    one xdist group) from a copy of the package sources without file modes, as CodePipeline's source
+    zip has them: setup.py's rule, not the source, gives the packaged scripts their modes, so this
+    one wheel is also what a checkout with modes builds."""
+    from tests.app.test_wheel import build_from, copy_package_sources
+    from tests.ci.test_codebuild_source import strip_modes
+
+    src = tmp_path_factory.mktemp("wheel") / "src"
+    copy_package_sources(src)
+    strip_modes(src)
+    assert not [p for p in src.rglob("*") if p.is_file() and p.stat().st_mode & 0o111], "the copy kept a mode"
+    return build_from(src, src.parent / "dist")
 
 
 @pytest.fixture(autouse=True, scope="session")

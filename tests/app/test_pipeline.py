@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -374,7 +376,7 @@ def test_every_build_command_runs_in_the_projects_environment(pipeline: tuple[Pi
     """The Synth and Check steps' commands, as CodeBuild runs them: one fresh shell per build,
     PATH without the project's .venv, not root, CodeBuild's container credentials pointing at a
     dead endpoint (`make test` is this suite, so it is not run again)."""
-    from tests.app.test_workflows import ENVIRONMENT_FAILURES, make_ci_sandbox, unmanaged_commands
+    from tests.app.test_workflows import ENVIRONMENT_FAILURES, CiSandbox, make_ci_sandbox, unmanaged_commands
 
     for marker in (ROOT / ".venv" / ".installed", ROOT / "node_modules" / ".installed"):
         if not marker.is_file():
@@ -398,11 +400,20 @@ def test_every_build_command_runs_in_the_projects_environment(pipeline: tuple[Pi
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert not ENVIRONMENT_FAILURES.search(result.stdout + result.stderr)
     assert (ci.root / "cdk.out" / "fminfra-pipeline.template.json").is_file()
-    result = ci.run("\n".join(check_commands), **check_env)
+    # The Check and Accept builds side by side, as two builds: each a fresh shell in a source folder of
+    # its own holding the synth's output (both write $CODEBUILD_SRC_DIR/.aws-target-config), and both
+    # wait on the dead endpoint.
+    accept_root = tmp_path / "accept-src"
+    shutil.copytree(ci.root, accept_root, symlinks=True)
+    accept_ci = CiSandbox(root=accept_root, env={**ci.env, "CODEBUILD_SRC_DIR": str(accept_root)}, log=ci.log)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        check_run = pool.submit(ci.run, "\n".join(check_commands), **check_env)
+        accept_run = pool.submit(accept_ci.run, "\n".join(accept_commands), **accept_env)
+        result, accept = check_run.result(), accept_run.result()
     output = result.stdout + result.stderr
     assert not ENVIRONMENT_FAILURES.search(output), output[-3000:]
     assert result.returncode != 0 and "credentials" in output, output[-3000:]  # the dead endpoint
-    result = ci.run("\n".join(accept_commands), **accept_env)  # the acceptance gate, the same way
+    result = accept  # the acceptance gate, the same way
     output = result.stdout + result.stderr
     assert not ENVIRONMENT_FAILURES.search(output), output[-3000:]
     assert result.returncode != 0 and "credentials" in output and "accept-remote: " in output, output[-3000:]

@@ -116,9 +116,9 @@ def build_wheel(tmp_path: Path, *, edit_pyproject: Callable[[str], str] | None =
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """The wheel, built once per module."""
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+def built(built_wheel: Built) -> Built:
+    """The wheel, built once per session (tests/conftest.py's built_wheel, from a source without modes)."""
+    return built_wheel
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -849,15 +850,30 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
     runs.sort(key=lambda r: r != "make synth")
     assert runs[0] == "make synth"
     done: set[str] = set()
-    summary = Path(ci.env["GITHUB_STEP_SUMMARY"])
+    selected = []
     for run in runs:
         commands = set(re.findall(r"make [\w-]+", run))
         if commands <= done:
             continue
         done |= commands
-        summary.write_text("")
-        result = ci.run(run, ENVIRONMENT="dev")
-        output = result.stdout + result.stderr + summary.read_text()
+        selected.append(run)
+    summary = Path(ci.env["GITHUB_STEP_SUMMARY"])
+
+    def step(index: int) -> tuple[str, subprocess.CompletedProcess[str], str]:
+        """One step in a fresh shell, with a step summary of its own (as GitHub gives each step)."""
+        run = selected[index]
+        own = summary.with_name(f"{summary.name}.{index}")
+        own.write_text("")
+        result = ci.run(run, ENVIRONMENT="dev", GITHUB_STEP_SUMMARY=str(own))
+        return run, result, own.read_text()
+
+    # The synth, then the steps that read its cdk.out side by side: each is a fresh shell that reads
+    # the assembly and writes only its own files, and most wait on the dead credential endpoint.
+    steps = [step(0)]
+    with ThreadPoolExecutor(max_workers=len(selected) - 1) as pool:
+        steps += pool.map(step, range(1, len(selected)))
+    for run, result, step_summary in steps:
+        output = result.stdout + result.stderr + step_summary
         assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
         if run in ("make synth", "make deps") or run.startswith("make github-target"):
             assert result.returncode == 0, (run, output[-3000:])

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_wheel import build_from, copy_package_sources
-from tests.conftest import ROOT
+from tests.app.test_wheel import Built
+from tests.conftest import ROOT, XDIST_GROUPS, missing_group_modules, xdist_group_of
 from tests.source_files import git_files, gitignore_patterns, source_files, walked_files
 
 sys.path.insert(0, str(ROOT / ".ci"))
@@ -151,6 +151,33 @@ def test_workers_fit_codebuilds_large_memory(tmp_path: Path) -> None:
 def test_worker_count_from_cores_and_memory(tmp_path: Path, files: dict[str, str], cpus: int, expected: int) -> None:
     root = _fake_root(tmp_path, files)
     assert pytest_workers.workers(pytest_workers.cores(root, cpus=cpus), pytest_workers.available_mib(root), 3584) == expected
+
+
+def test_every_xdist_group_names_a_test_module(tmp_path: Path) -> None:
+    """A module renamed or moved out of tests/conftest.py's XDIST_GROUPS would lose its group (and the
+    work its tests share would be done once per worker again)."""
+    assert missing_group_modules(XDIST_GROUPS, ROOT) == []
+    assert all(name.startswith("tests/") and name.endswith(".py") for name in XDIST_GROUPS)
+    assert missing_group_modules({"tests/app/test_gone.py": "g", "tests/ci/test_codebuild_source.py": "g"}, ROOT) == [
+        "tests/app/test_gone.py"
+    ]
+
+
+def test_a_group_is_one_scheduling_unit() -> None:
+    """The tests of a grouped module are one unit whatever the test (and a node id that pytest-xdist
+    tags `@group` itself stays in its module's group); any other test is a unit of its own."""
+    assert xdist_group_of("tests/app/test_wheel.py::test_wheel_carries_every_package_data_file") == "wheel"
+    assert xdist_group_of("tests/ci/test_codebuild_source.py::test_the_model_strips_the_modes@wheel") == "wheel"
+    assert xdist_group_of("tests/cli/test_main.py::test_bad_config_exits_2_with_one_line[changes0-x]") == "cli-synth-elsewhere"
+    assert xdist_group_of("tests/test_catalog.py::test_gpu_figures") == "tests/test_catalog.py::test_gpu_figures"
+
+
+def test_make_test_distributes_by_xdist_group() -> None:
+    """pyproject.toml's addopts give every pytest run `--dist loadgroup`, `make test`'s too."""
+    import tomllib
+
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"].split()
+    assert addopts[addopts.index("--dist") + 1] == "loadgroup"
 
 
 def make_test_pytest_line(makefile: str) -> str:
@@ -293,13 +320,11 @@ def wheel_mode_problems(wheel: Path) -> list[str]:
     return problems
 
 
-def test_the_wheel_makes_the_scripts_executable_from_a_source_without_modes(tmp_path: Path) -> None:
-    """CodePipeline's source has every file 0644; the wheel built from it (tests/app/test_wheel.py runs
-    bootstrap.sh's mode check on it) still has the scripts executable, by setup.py's rule."""
-    src = tmp_path / "src"
-    copy_package_sources(src)
-    strip_modes(src)
-    wheel = build_from(src, tmp_path / "dist").wheel
+def test_the_wheel_makes_the_scripts_executable_from_a_source_without_modes(built_wheel: Built) -> None:
+    """CodePipeline's source has every file 0644; the wheel built from it (the session's one wheel:
+    tests/conftest.py's built_wheel; tests/app/test_wheel.py runs bootstrap.sh's mode check on it
+    installed) still has the scripts executable, by setup.py's rule."""
+    wheel = built_wheel.wheel
     assert wheel_mode_problems(wheel) == []
     with zipfile.ZipFile(wheel) as zf:
         assert (zf.getinfo("fminfra/_scripts/node/bootstrap.sh").external_attr >> 16) & 0o777 == 0o755

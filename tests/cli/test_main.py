@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from fminfra.cli.main import main
-from tests.conftest import ELSEWHERE_COMPUTE_AZ_ID, ELSEWHERE_GROUP, ELSEWHERE_NAME, ROOT, SHIPPED_CONFIGS, CliSynth, cdk_synth
+from tests.conftest import ELSEWHERE_COMPUTE_AZ_ID, ELSEWHERE_NAME, ROOT, SHIPPED_CONFIGS, CliSynth, cdk_synth
 
 ALL_TRAINING_TYPES_INTERFACES = {"p5.48xlarge": "32/32", "p5en.48xlarge": "16/16", "p6-b200.48xlarge": "8/8"}
 
@@ -90,7 +90,6 @@ def test_python_m_entry_point_has_no_traceback(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group(ELSEWHERE_GROUP)
 def test_cdk_cli_synthesizes_a_new_environment_from_any_config(cli_synth_elsewhere: CliSynth) -> None:
     """A copy of dev with another name, region and AZ IDs: its physical names differ from dev's."""
     result = cli_synth_elsewhere.result

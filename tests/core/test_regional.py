@@ -16,7 +16,7 @@ import yaml
 from fminfra.config import parse_config
 from fminfra.core.errors import ConfigError
 from fminfra.core.regional import DATA
-from tests.conftest import ELSEWHERE_GROUP, ROOT, CliSynth
+from tests.conftest import ROOT, CliSynth
 
 DEV = yaml.safe_load((ROOT / "config" / "dev.yaml").read_text())
 
@@ -282,7 +282,6 @@ def test_p5e_in_us_east_1_is_one_line() -> None:
     )
 
 
-@pytest.mark.xdist_group(ELSEWHERE_GROUP)
 def test_cdk_synth_passes_where_cfn_lint_offers_what_the_cdk_validator_refuses(cli_synth_elsewhere: CliSynth) -> None:
     """ml.p4d.24xlarge in eu-west-2: cfn-lint's list offers it, the CDK validator refuses it (E3644); the
     acknowledgment lets `cdk synth` through, with cfn-lint's list as its reason."""
