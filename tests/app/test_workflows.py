@@ -756,10 +756,24 @@ class CiSandbox:
         )
 
 
-# Not copied into the sandbox: installs (linked instead), build output and caches. No git: a
-# CodePipeline source artifact is a zip without .git.
+# Not copied into the sandbox: installs (.venv and node_modules linked instead; checkov's, 290 MB in
+# a fresh clone, is for `make test` alone, which the sandbox never runs), build output and caches. No
+# git: a CodePipeline source artifact is a zip without .git.
 _NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", "node_modules", "cdk.out*", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", "build", "dist", "*.egg-info"
+    ".git",
+    ".venv",
+    ".venv-checkov",
+    "node_modules",
+    "cdk.out*",
+    "__pycache__",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    ".hypothesis",
+    ".bench",
+    "build",
+    "dist",
+    "*.egg-info",
 )
 
 
