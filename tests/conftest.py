@@ -164,6 +164,7 @@ def xdist_group_of(nodeid: str) -> str:
     return XDIST_GROUPS.get(nodeid.split("::", 1)[0], nodeid)
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook (requirements-dev.txt pins it; addopts need it)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`--dist loadgroup` by XDIST_GROUPS, read from the node ids in the controller. pytest-xdist's own
     loadgroup (xdist_group marks) groups nothing under pytest 9.2: the worker tags a node id that pytest
