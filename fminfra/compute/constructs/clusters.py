@@ -56,6 +56,7 @@ from fminfra.hyperpod.rules import (
 from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
+from fminfra.storage.constructs.lustre import admit_lustre_clients
 
 # The HyperPod training operator add-on's controller and the AWS managed policy it documents.
 TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
@@ -182,13 +183,21 @@ class InferenceGroupSpec:
 @dataclass(frozen=True, kw_only=True)
 class FsxVolumeSpec:
     """The environment's FSx for Lustre file system as a static PersistentVolume and claim per
-    namespace (`FsxStaticVolumeProps` less the cluster); needs the FSx CSI driver add-on."""
+    namespace (`FsxStaticVolumeProps` less the cluster); needs the FSx CSI driver add-on.
+
+    security_group: the file system's group; the EKS cluster security group, which every node of the
+      cluster carries, is admitted to it (`admit_lustre_clients`; all traffic when `efa_enabled`, as
+      FSx requires), so pods on nodes without the EFA group mount the claim too. Default: none (the
+      caller admits the nodes itself).
+    """
 
     file_system_id: str
     dns_name: str
     mount_name: str
     capacity_gib: int
     namespaces: Sequence[str]
+    security_group: ec2.ISecurityGroup | None = None
+    efa_enabled: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +362,16 @@ class Clusters(Construct):
                 ),
             )
             self.fsx_volume.manifest.node.add_dependency(addons[FSX_CSI_ADDON])
+            if spec.security_group is not None:
+                # System nodes and node groups without the EFA group carry only the cluster security group
+                # (docs/facts/eks.md#eks-cluster-security-group-default-rules).
+                admit_lustre_clients(
+                    stack,
+                    "EksClusterGroup",
+                    file_system_group=spec.security_group,
+                    client_group=self.eks.cluster.cluster_security_group,
+                    efa_enabled=spec.efa_enabled,
+                )
             # the claims live in the teams' namespaces, which the quotas / queues create
             for creator in (self.task_governance, self.kueue):
                 if creator is not None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import yaml
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
@@ -115,6 +116,8 @@ class FsxMount:
     mount_name: str
     mount_path: str = FSX_MOUNT
     file_system_id: str | None = None
+    security_group: ec2.ISecurityGroup | None = None
+    efa_enabled: bool = False
 
 
 # The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
@@ -399,6 +402,8 @@ def add_clusters(
                 mount_name=fsx.mount_name,
                 capacity_gib=cfg.storage.lustre.capacity_gib,
                 namespaces=fsx_namespaces(cfg),
+                security_group=fsx.security_group,
+                efa_enabled=fsx.efa_enabled,
             )
         if compute.eks.load_balancer_controller:
             load_balancer = LoadBalancerSpec(
