@@ -31,7 +31,7 @@ from constructs import Construct, IConstruct
 
 from fminfra.compute.constructs.launch_template import EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.core.errors import ValidationError
-from fminfra.eks.constructs.accept_access import add_accept_access
+from fminfra.eks.constructs.accept_access import AcceptAccess, add_accept_access
 from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClusterProps
 from fminfra.eks.constructs.extensions import EksExtension, install_extensions
 from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
@@ -242,7 +242,8 @@ class Clusters(Construct):
     """The EKS cluster, the HyperPod cluster and the inference node groups of `props`, in `scope`.
 
     Attributes (None where not built): `eks`, `dependencies`, `kueue`, `scraper`, `lifecycle`,
-    `hyperpod`, `task_governance`, `plan_drain`, `inference_node_groups` (name -> node group).
+    `hyperpod`, `task_governance`, `plan_drain`, `accept_access`, `inference_node_groups` (name -> node group),
+    `fsx_volume`, `load_balancer`, `extensions` (name -> construct).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: ClustersProps) -> None:
@@ -261,6 +262,7 @@ class Clusters(Construct):
         self.hyperpod: HyperPodCluster | None = None
         self.task_governance: TaskGovernance | None = None
         self.plan_drain: HyperPodPlanDrain | None = None
+        self.accept_access: AcceptAccess | None = None
         self.inference_node_groups: dict[str, InferenceNodeGroup] = {}
         self.fsx_volume: FsxStaticVolume | None = None
         self.load_balancer: AwsLoadBalancerController | None = None
@@ -403,9 +405,22 @@ class Clusters(Construct):
             if self.hyperpod is not None and props.hyperpod_on_eks is not None:
                 chart.node.add_dependency(self.hyperpod)
             anchors[LBC_RELEASE] = [chart]
-            for workload in workloads:
-                workload.node.add_dependency(chart)
         self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads)
+        if self.load_balancer is not None:
+            _after_load_balancer(self.load_balancer.chart, self._installs_after_load_balancer(workloads))
+
+    def _installs_after_load_balancer(self, workloads: Sequence[IConstruct]) -> list[IConstruct]:
+        """What installs into the cluster and is not already before the load balancer controller's chart:
+        fminfra's workloads, the extensions, the acceptance and plan-drain manifests, and every add-on but
+        the core ones (and, with HyperPod, the ones HyperPod needs first), which the chart waits for."""
+        assert self.eks is not None
+        before = {*REQUIRED_ADDONS, *(HYPERPOD_PREREQUISITE_ADDONS if self.dependencies is not None else ())}
+        addons = [addon for name, addon in self.eks.addons.items() if name not in before]
+        manifests = [
+            *(self.accept_access.manifests if self.accept_access is not None else ()),
+            *([self.plan_drain] if self.plan_drain is not None else []),
+        ]
+        return [*workloads, *addons, *manifests, *self.extensions.values()]
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role
@@ -477,7 +492,9 @@ class Clusters(Construct):
             if on_eks.accept_access is not None:
                 # The namespace of the team accept's jobs queue in, after the quotas that create it.
                 after = [self.task_governance] if self.task_governance is not None else []
-                add_accept_access(stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after)
+                self.accept_access = add_accept_access(
+                    stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after
+                )
             if on_eks.plan_drain:
                 # Training-plan groups: drained from outside the nodes before the plan ends (docs/capacity.md).
                 assert props.eks is not None
@@ -524,6 +541,16 @@ class Clusters(Construct):
         )
         governance.node.add_dependency(addon)
         return governance
+
+
+def _after_load_balancer(chart: IConstruct, installs: Sequence[IConstruct]) -> None:
+    """Each of `installs` after the AWS Load Balancer Controller's chart: its webhook refuses every new
+    Service until its pods answer (`mservice.elbv2.k8s.aws`, failurePolicy Fail, on by default:
+    tests/data/aws_load_balancer_controller/webhook-3.5.0.yaml), and Helm waits for those pods, so
+    nothing that may create a Service installs while the chart does."""
+    for install in installs:
+        if install is not chart:
+            install.node.add_dependency(chart)
 
 
 def _kueue(stack: Construct, spec: KueueSpec, eks_cluster: EksCluster) -> Kueue:
