@@ -43,8 +43,9 @@ def test_a_chart_extension_installs_after_the_cni_and_before_the_workloads(stagi
     chart = _lid(template, "Extensionteamgateway", "Custom::AWSCDK-EKS-HelmChart")
     before = created_before(graph, chart)
     assert _lid(template, "EksAddonvpccni", "AWS::EKS::Addon") in before
-    # after the CNI only: it does not wait for the load balancer controller
-    assert _lid(template, "Chartawsloadbalancercontroller", "Custom::AWSCDK-EKS-HelmChart") not in before
+    # and, on a cluster with the load balancer controller, after its chart too, whose Service webhook
+    # fails closed until its pods run (tests/compute/stack/test_load_balancer_order.py)
+    assert _lid(template, "Chartawsloadbalancercontroller", "Custom::AWSCDK-EKS-HelmChart") in before
     workloads = [
         _lid(template, "Chartnvidiadeviceplugin", "Custom::AWSCDK-EKS-HelmChart"),
         _lid(template, "Chartprometheusnodeexporter", "Custom::AWSCDK-EKS-HelmChart"),
