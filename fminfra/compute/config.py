@@ -52,6 +52,7 @@ from fminfra.eks.rules import (
     anchor_problem,
     k8s_problems,
     open_endpoint_problem,
+    pod_identity_problems,
     principal_arn_problem,
     reserved_label_problem,
     unquoted_version_problem,
@@ -501,6 +502,15 @@ class SchedulingConfig(Model):
         return value
 
 
+class EksAddonPodIdentityConfig(Model):
+    """A role for one of the add-on's service accounts, through EKS Pod Identity."""
+
+    service_account: str = Field(description="The add-on's Kubernetes service account (its documentation names it).")
+    managed_policies: list[str] = Field(
+        description="AWS managed policies of its role, by name with path (such as service-role/AmazonEBSCSIDriverPolicy)."
+    )
+
+
 class EksAddonConfig(Model):
     """An extra EKS add-on, at a pinned build, installed after an fminfra component and before fminfra's workloads."""
 
@@ -509,6 +519,18 @@ class EksAddonConfig(Model):
     after: str = Field(
         default=DEFAULT_EXTENSION_ANCHOR, description=f"The fminfra component it installs after: {', '.join(EXTENSION_ANCHORS)}."
     )
+
+    pod_identity: list[EksAddonPodIdentityConfig] = Field(
+        default_factory=list,
+        description="Roles for the add-on's service accounts, for an add-on that calls AWS (docs/compute.md); default none.",
+    )
+
+    @field_validator("pod_identity")
+    @classmethod
+    def _pod_identity(cls, value: list[EksAddonPodIdentityConfig]) -> list[EksAddonPodIdentityConfig]:
+        if problems := pod_identity_problems([(i.service_account, i.managed_policies) for i in value]):
+            raise ValueError("; ".join(problems))
+        return value
 
     @field_validator("name")
     @classmethod

@@ -13,6 +13,7 @@ On EKS without HyperPod fminfra's own Kueue queues use the team's name as the na
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -193,6 +194,34 @@ ADDON_NAME = Pattern(
     r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
 )
 ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
+# An extension add-on's own Pod Identity: the Kubernetes service account (a DNS subdomain, at most
+# 253 characters: docs/facts/eks.md#kubernetes-label-syntax) and the AWS managed policies its role gets,
+# by name with their path (IAM's policy names: 1-128 of [A-Za-z0-9+=,.@_-]; AWS's paths such as
+# service-role/: docs/facts/iam.md#iam-aws-managed-policy-paths).
+SERVICE_ACCOUNT = Pattern(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "a Kubernetes service account name: a DNS subdomain of at most 253 lowercase letters, digits, '-' and '.'",
+)
+AWS_MANAGED_POLICY = Pattern(
+    r"^(?:[A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128}$",
+    "an AWS managed policy name with its path, if it has one (such as service-role/AmazonEBSCSIDriverPolicy), not an ARN",
+)
+
+
+def pod_identity_problems(entries: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """One line per problem of an add-on's Pod Identity entries, each (service account, managed policies)."""
+    problems = []
+    accounts = [account for account, _ in entries]
+    for j, (account, policies) in enumerate(entries):
+        where = f"pod_identity[{j}]"
+        if problem := SERVICE_ACCOUNT.problem(account):
+            problems.append(f"{where}: service_account {problem}")
+        if accounts.index(account) != j:
+            problems.append(f"{where}: service_account {account!r} is given twice")
+        if not policies:
+            problems.append(f"{where}: managed_policies must name at least one AWS managed policy")
+        problems.extend(f"{where}: managed_policies {problem}" for policy in policies if (problem := AWS_MANAGED_POLICY.problem(policy)))
+    return problems
 
 
 def anchor_problem(after: str) -> str | None:

@@ -52,7 +52,7 @@ from fminfra.config import (
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
-from fminfra.eks.constructs.extensions import AddonExtension, EksExtension
+from fminfra.eks.constructs.extensions import AddonExtension, AddonPodIdentity, EksExtension
 from fminfra.eks.constructs.kueue import GpuFlavor
 from fminfra.eks.rules import FSX_CSI_ADDON, FSX_DEFAULT_NAMESPACE, INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
@@ -409,7 +409,17 @@ def add_clusters(
             load_balancer = LoadBalancerSpec(
                 version=version("CHART_AWS_LOAD_BALANCER_CONTROLLER_VERSION"), region=cfg.region, vpc_id=network.vpc.vpc_id
             )
-        all_extensions = [AddonExtension(name=a.name, version=a.version, after=a.after) for a in compute.eks.addons]
+        all_extensions = [
+            AddonExtension(
+                name=a.name,
+                version=a.version,
+                after=a.after,
+                pod_identity=[
+                    AddonPodIdentity(service_account=i.service_account, managed_policies=i.managed_policies) for i in a.pod_identity
+                ],
+            )
+            for a in compute.eks.addons
+        ]
         all_extensions.extend(extensions)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         eks_props = EksClusterProps(
