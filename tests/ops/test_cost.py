@@ -197,15 +197,18 @@ def test_an_unknown_price_says_what_is_missing(synth: Synth, capsys: pytest.Capt
         "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public source recorded for the SageMaker HyperPod rate of"
         " ml.p5.48xlarge in us-west-2 (searched: "
     ) in out
-    assert "no public source recorded for the AMP sample ingestion rate in us-west-2 (searched: " in out
+    assert "no public source recorded for the FSx for Lustre scratch_2 storage rate in us-west-2 (searched: " in out
 
 
 def test_an_unknown_price_without_a_search_record_names_the_regions_the_table_has() -> None:
     assert PriceBook("eu-west-3").missing("nat-gateway") == (
         "no public source recorded for the NAT gateway hourly rate in eu-west-3"
-        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for us-east-1, us-east-2, us-west-2)"
+        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for eu-west-1, us-east-1, us-east-2, us-west-2)"
     )
-    assert PriceBook("eu-west-3").missing("amp:ingestion") == "no public source recorded for the AMP sample ingestion rate in eu-west-3"
+    assert (
+        PriceBook("eu-west-3").missing("fsx-lustre:metadata-iops")
+        == "no public source recorded for the FSx for Lustre metadata IOPS rate in eu-west-3"
+    )
 
 
 def test_an_eks_inference_group_in_eu_west_1_is_priced(synth: Synth) -> None:
@@ -394,11 +397,27 @@ def test_an_interface_endpoint_is_priced_in_us_east_1_and_unknown_in_us_east_2(s
     assert "USE2-VpcEndpoint-Hours" in unknown.source
 
 
-def test_grafana_users_are_priced_in_us_east_1_only() -> None:
-    """Grafana's editor and viewer rates have a us-east-1 source; elsewhere the line says where the table has them."""
-    assert (_price("grafana:editor", "us-east-1"), _price("grafana:viewer", "us-east-1")) == (9.0, 5.0)
-    assert PriceBook("us-west-2").get("grafana:editor") is None
-    assert "has grafana:editor only for us-east-1" in PriceBook("us-west-2").missing("grafana:editor")
+def test_grafana_users_are_priced_where_a_source_names_the_region() -> None:
+    """Grafana's editor and viewer rates have sources for us-east-1, us-west-2 and eu-west-1
+    (docs/facts/pricing.md#helios-price-list-2026-09); elsewhere the line says where the table has them."""
+    for region in ("us-east-1", "us-west-2", "eu-west-1"):
+        assert (_price("grafana:editor", region), _price("grafana:viewer", region)) == (9.0, 5.0)
+    assert PriceBook("us-east-2").get("grafana:editor") is None
+    assert "has grafana:editor only for eu-west-1, us-east-1, us-west-2" in PriceBook("us-east-2").missing("grafana:editor")
+
+
+def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """Before: AMP ingestion was "price unknown" in every shipped config; now dev, staging and prod price it
+    (us-west-2, us-east-1) and the us-east-2 example still names the source it lacks."""
+    for path in (ROOT / "config" / "staging.yaml", ROOT / "config" / "prod.yaml"):
+        cfg = load_config(path)
+        (amp,) = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "amp:ingestion"]
+        # 10,000 samples/s (the default) for 730 hours, in units of 10 million samples, at $0.90 each
+        assert amp.per_month == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7 * 0.90)
+        assert "billynorris/helios" in amp.source
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "amp:ingestion"]
+    assert unknown.usd_each is None and "AMP sample ingestion rate in us-east-2 (searched: " in unknown.source
 
 
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
