@@ -420,6 +420,14 @@ def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth:
     assert unknown.usd_each is None and "AMP sample ingestion rate in us-east-2 (searched: " in unknown.source
 
 
+def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Capacity Block example is fully priced now: its per-GPU-hour figure is the hourly cost only
+    (the block's fee is paid up front), and the line says so rather than read as the block's GPU-hour rate."""
+    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
+
+
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
     from fminfra.core.assembly import auto_scaling_group_name
 
