@@ -26,6 +26,7 @@ from typing import Any
 
 from fminfra import catalog
 from fminfra.capacity.rules import RESERVATION_TYPES
+from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
@@ -133,6 +134,81 @@ def _gpus(instance_type: str) -> int:
     return spec.gpus if spec else 0
 
 
+def _launch_template_data(template: dict[str, Any], reference: Any) -> dict[str, Any]:
+    """The LaunchTemplateData of the launch template a group references (Ref or GetAtt of its id)."""
+    if not isinstance(reference, dict):
+        return {}
+    target = reference.get("LaunchTemplateId") or reference.get("Id") or reference
+    logical = (target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]) if isinstance(target, dict) else None
+    resource = (template.get("Resources") or {}).get(logical or "", {})
+    return dict((resource.get("Properties") or {}).get("LaunchTemplateData") or {})
+
+
+def _capacity(props: dict[str, Any], launch_template: dict[str, Any]) -> str:
+    """What a group's instances run in, as its template says: capacity-block (the node group's
+    CAPACITY_BLOCK capacity type or the launch template's capacity-block market), odcr (a reservation
+    the templates create: a reference), reservation (existing ones: a literal id or a reservation
+    group), else on-demand."""
+    if (
+        props.get("CapacityType") == "CAPACITY_BLOCK"
+        or (launch_template.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
+    ):
+        return "capacity-block"
+    target = (launch_template.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    if target.get("CapacityReservationResourceGroupArn") or isinstance(target.get("CapacityReservationId"), str):
+        return "reservation"
+    return "odcr" if target.get("CapacityReservationId") else "on-demand"
+
+
+# Why a group in reserved capacity adds nothing per hour (docs/facts/pricing.md#odcr-billing).
+RESERVED_CAPACITY_NOTE = {
+    "odcr": "billed by its reservation",
+    "capacity-block": "covered by the block's fee",
+    "reservation": "billed by its reservations",
+}
+
+
+def _reserved_group(name: str, label: str, count: int, itype: str, capacity: str, path: str) -> list[Item]:
+    """A group whose instances run in reserved capacity: $0 an hour, beside the line of what pays for it
+    (an existing reservation bills at the On-Demand rate whether used or not; an ODCR the templates
+    create has its own line, a block its fee)."""
+    items = []
+    if capacity == "reservation":
+        items.append(
+            Item(
+                RESERVED,
+                f"reservations for {name}: {count} x {itype} (existing)",
+                count,
+                "instance-hour",
+                f"ec2:{itype}",
+                assumption=EXISTING_RESERVATION_ASSUMPTION,
+            )
+        )
+    items.append(
+        Item(
+            RUNNING,
+            f"{label}: {count} x {itype} ({path}, {capacity})",
+            0,
+            "instance-hour",
+            None,
+            _gpus(itype) * count,
+            0.0,
+            RESERVED_CAPACITY_NOTE[capacity],
+        )
+    )
+    return items
+
+
+@dataclass(frozen=True)
+class _Prepaid:
+    """A group the templates show on a Capacity Block or a training plan: its fee is in no template."""
+
+    kind: str  # capacity-block or training-plan
+    name: str  # the config's group name (or, for a group the config lacks, the template's)
+    count: int  # from the template
+    instance_type: str
+
+
 def items_from_templates(
     cfg: EnvironmentConfig,
     stacks: list[StackTemplate],
@@ -141,9 +217,13 @@ def items_from_templates(
     amp_samples: float,
     ec2: Any = None,
 ) -> list[Item]:
-    """Every billable item the environment's templates create, with quantities (prices come later)."""
+    """Every billable item the environment's templates create, with quantities (prices come later).
+    Counts and capacity come from the templates; only the up-front fees (and a block's window), which no
+    template holds, come from the config."""
     items: list[Item] = []
     groups = {g.name: g for g in cfg.compute.instance_groups}
+    inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
+    prepaid: list[_Prepaid] = []
     nat_gateways = 0
     endpoints: list[tuple[str, int]] = []
     for lid, res, template in _resources(stacks):
@@ -152,6 +232,7 @@ def items_from_templates(
             for g in props.get("InstanceGroups") or []:
                 name, itype, count = g.get("InstanceGroupName"), g.get("InstanceType"), int(g.get("InstanceCount") or 0)
                 if g.get("TrainingPlanArn"):
+                    prepaid.append(_Prepaid("training-plan", str(name), count, str(itype)))
                     items.append(
                         Item(
                             RUNNING,
@@ -178,60 +259,34 @@ def items_from_templates(
                 )
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
             itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
-            group = groups.get(auto_scaling_group_name(lid, groups) or "")
-            count = group.count if group else int(props.get("MaxSize") or 0)
-            capacity = group.capacity.type if group else "on-demand"
-            if capacity == "reservation":
-                # An existing reservation bills at the On-Demand rate whether used or not
-                # (docs/facts/pricing.md#odcr-billing); the group's instances add nothing.
-                items.append(
-                    Item(
-                        RESERVED,
-                        f"reservations for {group.name if group else lid}: {count} x {itype} (existing)",
-                        count,
-                        "instance-hour",
-                        f"ec2:{itype}",
-                        assumption=EXISTING_RESERVATION_ASSUMPTION,
-                    )
-                )
-            if capacity in ("odcr", "capacity-block", "reservation"):
-                note = {
-                    "odcr": "billed by its reservation",
-                    "capacity-block": "covered by the block's fee",
-                    "reservation": "billed by its reservations",
-                }[capacity]
-                items.append(
-                    Item(
-                        RUNNING,
-                        f"{group.name if group else lid}: {count} x {itype} (ec2, {capacity})",
-                        0,
-                        "instance-hour",
-                        None,
-                        _gpus(itype) * count,
-                        0.0,
-                        note,
-                    )
-                )
+            name = auto_scaling_group_name(lid, groups) or lid
+            count = int(props.get("MaxSize") or 0)
+            capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            if capacity == "capacity-block":
+                prepaid.append(_Prepaid(capacity, name, count, itype))
+            if capacity != "on-demand":
+                items.extend(_reserved_group(name, name, count, itype, capacity, "ec2"))
             else:
                 items.append(
-                    Item(
-                        RUNNING,
-                        f"{group.name if group else lid}: {count} x {itype} (ec2)",
-                        count,
-                        "instance-hour",
-                        f"ec2:{itype}",
-                        _gpus(itype) * count,
-                    )
+                    Item(RUNNING, f"{name}: {count} x {itype} (ec2)", count, "instance-hour", f"ec2:{itype}", _gpus(itype) * count)
                 )
         elif kind == "AWS::EKS::Nodegroup":
             types = props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"]
             scaling = props.get("ScalingConfig") or {}
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
-            itype = types[0]
+            itype, label = types[0], str(props.get("NodegroupName") or lid)
+            capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            if capacity != "on-demand":
+                # What the reservation or the block holds: the group's maximum (an ODCR is sized by max_size).
+                name = inference.get(label, label)
+                if capacity == "capacity-block":
+                    prepaid.append(_Prepaid(capacity, name, maximum, itype))
+                items.extend(_reserved_group(name, label, maximum, itype, capacity, "EKS"))
+                continue
             items.append(
                 Item(
                     RUNNING,
-                    f"{props.get('NodegroupName') or lid}: {desired} x {itype} (EKS, up to {maximum})",
+                    f"{label}: {desired} x {itype} (EKS, up to {maximum})",
                     desired,
                     "instance-hour",
                     f"ec2:{itype}",
@@ -320,45 +375,60 @@ def items_from_templates(
                 "vpc-interface-endpoint",
             )
         )
-    for g in cfg.compute.instance_groups:
-        fee = g.capacity.upfront_fee_usd
-        if g.capacity.type in ("capacity-block", "training-plan"):
-            window, hours = "", 0.0
-            if g.capacity.type == "capacity-block" and g.capacity.starts_at and g.capacity.ends_at:
-                hours = (g.capacity.ends_at - g.capacity.starts_at).total_seconds() / 3600
-                window = f", {hours:g} h window"
-            block = g.capacity.type == "capacity-block"
-            item = Item(
-                UPFRONT,
-                f"{g.name}: {g.capacity.type} fee{window}",
-                1,
-                "window",
-                None,
-                usd_each=float(fee) if fee is not None else None,
-                source="the config's capacity.upfront_fee_usd"
-                if fee is not None
-                else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
-                if block
-                else TRAINING_PLAN_FEE_UNKNOWN,
-                assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
-            )
-            if block and fee is None and ec2 is None and hours:
-                # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
-                itype = catalog.normalize_instance_type(g.instance_type)
-                item.quantity, item.unit, item.key = g.count * hours, "instance-hour", f"capacity-block:{itype}"
-                item.name += f" ({g.count} x {hours:g} instance-hours, indicative)"
-                item.unknown_hint = "; set capacity.upfront_fee_usd or quote it live (--live)"
-            if block and fee is None and ec2 is not None and g.capacity.starts_at and g.capacity.ends_at and hours:
-                quote = capacity_block_quote(
-                    ec2, catalog.normalize_instance_type(g.instance_type), g.count, g.capacity.starts_at, g.capacity.ends_at
-                )
-                if quote is not None:
-                    item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
-                    item.name += ", live quote"
-                else:
-                    item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
-            items.append(item)
+    configured: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in cfg.compute.instance_groups}
+    configured.update({g.name: g for g in cfg.compute.inference_node_groups})
+    items.extend(_fee(p, configured.get(p.name), ec2) for p in prepaid)
     return items
+
+
+def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfig | None, ec2: Any) -> Item:
+    """The up-front fee of a block or a training plan the templates show: the config's upfront_fee_usd,
+    a live quote, or the table's indicative rate x the template's count x the config's window."""
+    block = prepaid.kind == "capacity-block"
+    if group is None or group.capacity.type != prepaid.kind:
+        return Item(
+            UPFRONT,
+            f"{prepaid.name}: {prepaid.kind} fee",
+            1,
+            "window",
+            None,
+            source=f"price unknown: the config has no {prepaid.kind} group {prepaid.name}, and no template holds the fee"
+            + (" or the window" if block else ""),
+        )
+    cap, count = group.capacity, prepaid.count
+    fee = cap.upfront_fee_usd
+    window, hours = "", 0.0
+    if block and cap.starts_at and cap.ends_at:
+        hours = (cap.ends_at - cap.starts_at).total_seconds() / 3600
+        window = f", {hours:g} h window"
+    item = Item(
+        UPFRONT,
+        f"{group.name}: {prepaid.kind} fee{window}",
+        1,
+        "window",
+        None,
+        usd_each=float(fee) if fee is not None else None,
+        source="the config's capacity.upfront_fee_usd"
+        if fee is not None
+        else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
+        if block
+        else TRAINING_PLAN_FEE_UNKNOWN,
+        assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
+    )
+    if block and fee is None and ec2 is None and hours:
+        # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
+        itype = catalog.normalize_instance_type(prepaid.instance_type)
+        item.quantity, item.unit, item.key = count * hours, "instance-hour", f"capacity-block:{itype}"
+        item.name += f" ({count} x {hours:g} instance-hours, indicative)"
+        item.unknown_hint = "; set capacity.upfront_fee_usd or quote it live (--live)"
+    if block and fee is None and ec2 is not None and cap.starts_at and cap.ends_at and hours:
+        quote = capacity_block_quote(ec2, catalog.normalize_instance_type(prepaid.instance_type), count, cap.starts_at, cap.ends_at)
+        if quote is not None:
+            item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
+            item.name += ", live quote"
+        else:
+            item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
+    return item
 
 
 LIVE_QUOTE_SOURCE = "EC2 DescribeCapacityBlockOfferings (--live): the lowest offering's UpfrontFee for this window"

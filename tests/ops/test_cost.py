@@ -15,7 +15,17 @@ from botocore.stub import Stubber
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.cli.main import main
 from fminfra.config import load_config
-from fminfra.ops.cost import FIXED, HOURS_PER_MONTH, RESERVED, RUNNING, TRAINING_PLAN_FEE_UNKNOWN, UPFRONT, Estimate, estimate
+from fminfra.ops.cost import (
+    EXISTING_RESERVATION_ASSUMPTION,
+    FIXED,
+    HOURS_PER_MONTH,
+    RESERVED,
+    RUNNING,
+    TRAINING_PLAN_FEE_UNKNOWN,
+    UPFRONT,
+    Estimate,
+    estimate,
+)
 from fminfra.ops.pricing import PriceBook, live_price, table, unsourced
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
@@ -433,3 +443,46 @@ def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> 
 
     assert auto_scaling_group_name("AutoScalingGroupreservedoneGroup0A489F60", ["reserved", "reserved-one"]) == "reserved-one"
     assert auto_scaling_group_name("AutoScalingGroupreservedGroupF2687C1D", ["reserved", "reserved-one"]) == "reserved"
+
+
+def test_an_eks_group_in_an_odcr_runs_at_zero_beside_the_reservation(synth: Synth) -> None:
+    """Before: the node group was priced On-Demand and its ODCR as reserved, so the reservation was counted twice."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    g6e = _price("ec2:g6e.12xlarge", "us-west-2")
+    (odcr,) = [i for i in est.items if i.name == "ODCR for serve: 2 x g6e.12xlarge"]
+    assert odcr.kind == RESERVED and odcr.per_hour == pytest.approx(2 * g6e)
+    (group,) = [i for i in est.items if i.name.startswith("fminfra-cap-ec2-serve:")]
+    assert group.name == "fminfra-cap-ec2-serve: 2 x g6e.12xlarge (EKS, odcr)"
+    assert group.kind == RUNNING and group.per_hour == 0 and group.source == "billed by its reservation"
+    assert [i.name for i in est.items if i.key == "ec2:g6e.12xlarge"] == ["ODCR for serve: 2 x g6e.12xlarge"]
+
+
+def test_eks_groups_on_existing_reservations_and_a_capacity_block_run_at_zero(synth: Synth) -> None:
+    """Before: both inference groups of capacity-eks were priced On-Demand (the reservations and the block pay)."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    p4de = _price("ec2:p4de.24xlarge", "us-east-1")
+    groups = {i.name: i for i in est.items if i.name.startswith("fminfra-cap-eks-serve")}
+    assert set(groups) == {
+        "fminfra-cap-eks-serve-reserved: 2 x p4de.24xlarge (EKS, reservation)",
+        "fminfra-cap-eks-serve-block: 1 x p5en.48xlarge (EKS, capacity-block)",
+    }
+    assert all(i.kind == RUNNING and i.per_hour == 0 for i in groups.values())
+    (existing,) = [i for i in est.items if i.kind == RESERVED]
+    assert existing.name == "reservations for serve-reserved: 2 x p4de.24xlarge (existing)"
+    assert existing.per_hour == pytest.approx(2 * p4de) and existing.assumption == EXISTING_RESERVATION_ASSUMPTION
+    assert est.gpus == 4 * 8 + 2 * 8 + 1 * 8  # the training plan's and both groups' GPUs at their reserved size
+
+
+def test_an_eks_capacity_block_pays_its_fee_up_front(synth: Synth) -> None:
+    """Before: only training groups' blocks had a fee line; the inference group's block cost nothing, and an
+    assumption said its desired size 0 at the maximum 1 costs 1/1x."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    fees = {i.name: i for i in est.items if i.kind == UPFRONT}
+    block = fees["serve-block: capacity-block fee, 168 h window (1 x 168 instance-hours, indicative)"]
+    rate = _price("capacity-block:p5en.48xlarge", "us-east-1")
+    assert block.key == "capacity-block:p5en.48xlarge" and block.quantity * (block.usd_each or 0) == pytest.approx(168 * rate)
+    assert est.upfront == pytest.approx(168 * rate)  # the training plan's fee is unknown
+    assert not [i.assumption for i in est.items if i.assumption.startswith("desired size 0")]
