@@ -65,6 +65,7 @@ class Item:
     per_hour: float | None = field(default=None)
     per_month: float | None = field(default=None)
     unknown_hint: str = ""  # what else gives the price, added to "price unknown"
+    from_config: bool = False  # an up-front fee (and a block's window) taken from the config: no template holds them
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
@@ -91,6 +92,9 @@ class Estimate:
     items: list[Item]
     hours_per_month: float
     live: bool
+    # Lines said before the figures: where the templates and the config disagree (a stale cdk.out), or,
+    # for a baseline, what was taken from the current config because no template holds it.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
@@ -414,6 +418,7 @@ def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfi
         if block
         else TRAINING_PLAN_FEE_UNKNOWN,
         assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
+        from_config=True,
     )
     if block and fee is None and ec2 is None and hours:
         # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
@@ -491,14 +496,74 @@ def estimate(
     grafana_users: tuple[int, int] = (1, 0),
     amp_samples: float = 10000.0,
     ec2: Any = None,
+    baseline: bool = False,
 ) -> Estimate:
     """Price the environment's templates, read from a cloud assembly or a folder of templates; with an
-    EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings)."""
+    EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings). A `baseline` (the
+    templates before a change) says which of its fees come from the current config; otherwise the
+    estimate says where the templates and the config disagree."""
     stacks = stacks_of(cfg, outdir)
     items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2)
     for item in items:
         item.price(book, hours_per_month)
-    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None)
+    notes = [baseline_fee_note(i) for i in items if i.from_config] if baseline else disagreements(cfg, stacks)
+    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None, notes)
+
+
+def baseline_fee_note(item: Item) -> str:
+    """What a baseline's fee line took from the current config: no template holds a fee or a block's window."""
+    group, _, kind = item.name.partition(": ")
+    what = "Capacity Block window and fee are" if kind.startswith("capacity-block") else "training plan fee is"
+    return f"before: {group}'s {what} in no template: the baseline's are assumed equal to the current config's"
+
+
+def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
+    """The regions a cloud assembly's manifests give its stacks (aws://ACCOUNT/REGION); none for a folder of templates."""
+    regions: set[str] = set()
+    for stack in stacks:
+        manifest = stack.path.parent / "manifest.json"
+        if not manifest.is_file():
+            continue
+        for artifact in (json.loads(manifest.read_text(encoding="utf-8")).get("artifacts") or {}).values():
+            if (artifact.get("properties") or {}).get("templateFile") == stack.path.name:
+                region = str(artifact.get("environment") or "").rpartition("/")[2]
+                if region and region != "unknown-region":
+                    regions.add(region)
+    return regions
+
+
+def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict[str, int]:
+    """Config group name -> its size in the templates: a HyperPod group's InstanceCount, an Auto Scaling
+    group's MaxSize, an inference node group's MaxSize."""
+    names = [g.name for g in cfg.compute.instance_groups]
+    inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
+    sizes: dict[str, int] = {}
+    for lid, res, _ in _resources(stacks):
+        kind, props = res.get("Type"), res.get("Properties") or {}
+        if kind == "AWS::SageMaker::Cluster":
+            sizes.update({str(g.get("InstanceGroupName")): int(g.get("InstanceCount") or 0) for g in props.get("InstanceGroups") or []})
+        elif kind == "AWS::AutoScaling::AutoScalingGroup" and (name := auto_scaling_group_name(lid, names)):
+            sizes[name] = int(props.get("MaxSize") or 0)
+        elif kind == "AWS::EKS::Nodegroup" and (name := inference.get(str(props.get("NodegroupName")))):
+            sizes[name] = int((props.get("ScalingConfig") or {}).get("MaxSize") or 0)
+    return sizes
+
+
+def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[str]:
+    """Where a cloud assembly and the config disagree (a cdk.out synthesized before the config changed): the
+    region, and each group's count (max_size for an inference group). One line each, naming both values."""
+    lines = []
+    stale = "the templates and the config disagree"
+    again = "(synthesize again)"
+    for region in sorted(_stack_regions(stacks) - {cfg.region}):
+        lines.append(f"{stale}: region {region} in the templates, {cfg.region} in the config {again}")
+    sizes = _template_sizes(cfg, stacks)
+    configured = [(g.name, "count", g.count) for g in cfg.compute.instance_groups]
+    configured += [(g.name, "max_size", g.max_size) for g in cfg.compute.inference_node_groups]
+    for name, what, value in configured:
+        if name in sizes and sizes[name] != value:
+            lines.append(f"{stale}: group {name} {what} {sizes[name]} in the templates, {value} in the config {again}")
+    return lines
 
 
 def _money(value: float | None) -> str:
@@ -526,6 +591,7 @@ def render(est: Estimate) -> str:
     bound = "at least " if est.unknown else ""
     lines = [
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
+        *est.notes,
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
         + (
@@ -559,6 +625,9 @@ def markdown(after: Estimate, before: Estimate | None) -> str:
     unknown = a["items_price_unknown"]
     if unknown:
         lines += ["", f"{unknown} item(s) have no sourced price and are not in these figures (a lower bound; `fminfra cost --live`)."]
+    notes = [*after.notes, *(before.notes if before is not None else [])]
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -580,21 +649,24 @@ def command(ns: argparse.Namespace) -> int:
         "amp_samples": ns.amp_samples_per_second,
     }
     est = estimate(cfg, Path(ns.outdir), ec2=ec2, **options)  # type: ignore[arg-type]
-    before = estimate(cfg, Path(ns.baseline), **options) if ns.baseline else None  # type: ignore[arg-type]
+    before = estimate(cfg, Path(ns.baseline), ec2=ec2, baseline=True, **options) if ns.baseline else None  # type: ignore[arg-type]
     if ns.json:
         data: dict[str, Any] = {
             "environment": est.environment,
             "region": est.region,
             "summary": est.summary(),
             "items": [asdict(i) for i in est.items],
+            "notes": est.notes,
         }
         if before is not None:
-            data["before"] = before.summary()
+            data["before"] = {**before.summary(), "notes": before.notes}
         print(json.dumps(data, indent=2))
     elif ns.markdown:
         print(markdown(est, before), end="")
     else:
         print(render(est))
         if before is not None:
+            for note in before.notes:
+                print(note)
             print(f"per month before -> after: ${before.summary()['per_month']:,.2f} -> ${est.summary()['per_month']:,.2f} (known prices)")
     return EXIT_OK

@@ -486,3 +486,82 @@ def test_an_eks_capacity_block_pays_its_fee_up_front(synth: Synth) -> None:
     assert block.key == "capacity-block:p5en.48xlarge" and block.quantity * (block.usd_each or 0) == pytest.approx(168 * rate)
     assert est.upfront == pytest.approx(168 * rate)  # the training plan's fee is unknown
     assert not [i.assumption for i in est.items if i.assumption.startswith("desired size 0")]
+
+
+def _baseline(synth: Synth, env: str, folder: Any, edit: Any) -> None:
+    """Write ENV's synthesized templates, changed by EDIT(resource type, properties), as a baseline folder."""
+    from fminfra.ops.guard import read_templates, write_baseline
+
+    templates = read_templates(synth.outdir, env)
+    for template in templates.values():
+        for res in template.get("Resources", {}).values():
+            edit(res["Type"], res.get("Properties") or {})
+    write_baseline(templates, folder)
+
+
+def test_the_baseline_is_priced_from_its_own_templates(synth: Synth, tmp_path: Any) -> None:
+    """Before: the baseline's ec2 group count came from the current config, so a pull request that grows the
+    on-demand group showed the same cost before and after."""
+
+    def shrink(kind: str, props: dict[str, Any]) -> None:
+        if kind == "AWS::AutoScaling::AutoScalingGroup" and props.get("MaxSize") == "2" and props.get("MinSize") == "2":
+            props.update(MinSize="1", MaxSize="1", DesiredCapacity="1")  # the on-demand group of 2
+
+    _baseline(synth, "cap-ec2", tmp_path, shrink)
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
+    before = estimate(cfg, tmp_path, book=PriceBook(cfg.region), baseline=True)
+    assert [i.name for i in before.items if i.key == "ec2:p4d.24xlarge"] == ["ondemand: 1 x p4d.24xlarge (ec2)"]
+
+
+def test_a_baseline_block_fee_counts_the_baselines_instances_and_says_its_window_is_assumed(
+    synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the baseline's Capacity Block fee came from the current config's count; a pull request that
+    doubles the block showed the same fee before and after, and nothing said the window was the config's."""
+
+    def halve(kind: str, props: dict[str, Any]) -> None:
+        if kind == "AWS::AutoScaling::AutoScalingGroup":
+            props["MaxSize"] = "4"
+
+    _baseline(synth, "ec2-cb", tmp_path, halve)
+    config = str(ROOT / "examples" / "ec2-capacity-block.yaml")
+    assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
+    assert f"| paid up front | ${4 * 168 * rate:,.2f} | ${8 * 168 * rate:,.2f} |" in out
+    assert (
+        "before: block's Capacity Block window and fee are in no template: the baseline's are assumed equal to the current config's"
+    ) in out
+
+
+def test_a_stale_assembly_says_the_templates_and_the_config_disagree(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a cdk.out synthesized for another region or other counts was priced with the config's region
+    and counts mixed in, and nothing said so."""
+    from fminfra.ops.cost import disagreements
+
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    stale = cfg.model_copy(
+        update={
+            "region": "us-west-2",
+            "compute": cfg.compute.model_copy(
+                update={
+                    "instance_groups": [g.model_copy(update={"count": 3}) if g.name == "block" else g for g in cfg.compute.instance_groups]
+                }
+            ),
+        }
+    )
+    from fminfra.ops.cost import stacks_of
+
+    assert disagreements(stale, stacks_of(stale, synth.outdir)) == [
+        "the templates and the config disagree: region us-east-2 in the templates, us-west-2 in the config (synthesize again)",
+        "the templates and the config disagree: group block count 4 in the templates, 3 in the config (synthesize again)",
+    ]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+
+
+@pytest.mark.parametrize("name", ["cap-eks", "cap-ec2", "staging", "prod", "dev", "hp-slurm-inf"])
+def test_a_fresh_assembly_agrees_with_its_config(synth: Synth, name: str) -> None:
+    from fminfra.ops.cost import disagreements, stacks_of
+
+    cfg = synth.configs[name]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
