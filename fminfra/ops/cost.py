@@ -21,12 +21,13 @@ import argparse
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
 from fminfra.capacity.rules import RESERVATION_TYPES
-from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig
+from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end, supported_kubernetes_versions
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
@@ -220,6 +221,7 @@ def items_from_templates(
     grafana_users: tuple[int, int],
     amp_samples: float,
     ec2: Any = None,
+    today: date | None = None,
 ) -> list[Item]:
     """Every billable item the environment's templates create, with quantities (prices come later).
     Counts and capacity come from the templates; only the up-front fees (and a block's window), which no
@@ -326,17 +328,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::EKS::Cluster":
-            support = (props.get("UpgradePolicy") or {}).get("SupportType", "EXTENDED")
-            items.append(
-                Item(
-                    FIXED,
-                    f"EKS control plane {props.get('Name') or lid} (Kubernetes {props.get('Version')})",
-                    1,
-                    "hour",
-                    "eks-cluster:standard",
-                    assumption=f"standard support rate; upgrade policy {support}: past standard support it bills the extended rate",
-                )
-            )
+            items.append(_control_plane(lid, props, today or datetime.now(UTC).date()))
         elif kind == "AWS::Grafana::Workspace":
             editors, viewers = grafana_users
             items.append(
@@ -383,6 +375,45 @@ def items_from_templates(
     configured.update({g.name: g for g in cfg.compute.inference_node_groups})
     items.extend(_fee(p, configured.get(p.name), ec2) for p in prepaid)
     return items
+
+
+def _control_plane(lid: str, props: dict[str, Any], today: date) -> Item:
+    """An EKS control plane at the standard support rate, or the extended one once its version is past
+    standard support (the version manifest's end date, docs/facts/eks.md#eks-kubernetes-version) under the
+    upgrade policy EXTENDED, the default when the template sets none; with STANDARD, EKS upgrades the cluster
+    at the end of standard support instead (CloudFormation's AWS::EKS::Cluster UpgradePolicy,
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-eks-cluster-upgradepolicy.html)."""
+    version = str(props.get("Version") or "")
+    support = (props.get("UpgradePolicy") or {}).get("SupportType", "EXTENDED")
+    end = standard_support_end(version) if version in supported_kubernetes_versions() else None
+    name = f"EKS control plane {props.get('Name') or lid} (Kubernetes {version})"
+    if end is None:
+        return Item(
+            FIXED,
+            name,
+            1,
+            "hour",
+            "eks-cluster:standard",
+            assumption=f"standard support rate; no standard support end known for {version}: past it, an upgrade policy {support} cluster bills the extended rate",
+        )
+    if today >= end and support == "EXTENDED":
+        return Item(
+            FIXED,
+            name,
+            1,
+            "hour",
+            "eks-cluster:extended",
+            assumption=f"Kubernetes {version} is past its EKS standard support (ended {end.isoformat()}): the extended support rate (upgrade policy EXTENDED)",
+        )
+    after = "it bills the extended rate" if support == "EXTENDED" else "EKS upgrades it (upgrade policy STANDARD)"
+    return Item(
+        FIXED,
+        name,
+        1,
+        "hour",
+        "eks-cluster:standard",
+        assumption=f"Kubernetes {version}: standard support until {end.isoformat()}; after it {after}",
+    )
 
 
 def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfig | None, ec2: Any) -> Item:
@@ -497,13 +528,14 @@ def estimate(
     amp_samples: float = 10000.0,
     ec2: Any = None,
     baseline: bool = False,
+    today: date | None = None,
 ) -> Estimate:
     """Price the environment's templates, read from a cloud assembly or a folder of templates; with an
     EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings). A `baseline` (the
     templates before a change) says which of its fees come from the current config; otherwise the
     estimate says where the templates and the config disagree."""
     stacks = stacks_of(cfg, outdir)
-    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2)
+    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2, today=today)
     for item in items:
         item.price(book, hours_per_month)
     notes = [baseline_fee_note(i) for i in items if i.from_config] if baseline else disagreements(cfg, stacks)

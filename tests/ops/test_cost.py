@@ -382,8 +382,11 @@ def test_a_removed_price_fails_the_coverage_check(synth: Synth, monkeypatch: pyt
 def test_staging_network_and_eks_control_plane_are_priced_in_us_west_2(synth: Synth) -> None:
     """Before: staging's NAT gateway, interface endpoints and EKS control plane were "price unknown"
     (no us-west-2 source; docs/facts/pricing.md#us-west-2-network-eks)."""
+    from datetime import date
+
     cfg = load_config(ROOT / "config" / "staging.yaml")
-    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    # staging's Kubernetes 1.34 is in standard support until 2026-12-02 (then the extended rate, tested below)
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), today=date(2026, 12, 1))
     fixed = {i.key: i for i in est.items if i.kind == FIXED}
     nat, endpoints, eks = fixed["nat-gateway"], fixed["vpc-interface-endpoint"], fixed["eks-cluster:standard"]
     assert nat.per_hour == pytest.approx(nat.quantity * 0.045)
@@ -565,3 +568,23 @@ def test_a_fresh_assembly_agrees_with_its_config(synth: Synth, name: str) -> Non
 
     cfg = synth.configs[name]
     assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+
+
+def test_an_eks_control_plane_past_standard_support_bills_the_extended_rate(synth: Synth) -> None:
+    """Before: every control plane was priced at the standard rate, even on a version past its standard support
+    (cap-eks: Kubernetes 1.34, standard support until 2026-12-02; upgrade policy: the default, EXTENDED)."""
+    from datetime import date
+
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+
+    def plane(today: date) -> Any:
+        (item,) = [
+            i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region), today=today).items if i.name.startswith("EKS control")
+        ]
+        return item
+
+    before, after = plane(date(2026, 12, 1)), plane(date(2026, 12, 2))
+    assert before.key == "eks-cluster:standard" and before.per_hour == pytest.approx(_price("eks-cluster:standard", "us-east-1"))
+    assert "standard support until 2026-12-02" in before.assumption
+    assert after.key == "eks-cluster:extended" and after.per_hour == pytest.approx(_price("eks-cluster:extended", "us-east-1"))
+    assert "past its EKS standard support (ended 2026-12-02)" in after.assumption
