@@ -222,6 +222,7 @@ def items_from_templates(
     amp_samples: float,
     ec2: Any = None,
     today: date | None = None,
+    hours_per_month: float = HOURS_PER_MONTH,
 ) -> list[Item]:
     """Every billable item the environment's templates create, with quantities (prices come later).
     Counts and capacity come from the templates; only the up-front fees (and a block's window), which no
@@ -338,7 +339,7 @@ def items_from_templates(
                 Item(FIXED, f"Grafana viewers ({viewers})", viewers, "user-month", "grafana:viewer", assumption="--grafana-viewers")
             )
         elif kind == "AWS::APS::Workspace":
-            tens = amp_samples * 3600 * HOURS_PER_MONTH / 1e7
+            tens = amp_samples * 3600 * hours_per_month / 1e7  # samples in the month asked for
             items.append(
                 Item(
                     FIXED,
@@ -535,7 +536,9 @@ def estimate(
     templates before a change) says which of its fees come from the current config; otherwise the
     estimate says where the templates and the config disagree."""
     stacks = stacks_of(cfg, outdir)
-    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2, today=today)
+    items = items_from_templates(
+        cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2, today=today, hours_per_month=hours_per_month
+    )
     for item in items:
         item.price(book, hours_per_month)
     notes = [baseline_fee_note(i) for i in items if i.from_config] if baseline else disagreements(cfg, stacks)

@@ -588,3 +588,11 @@ def test_an_eks_control_plane_past_standard_support_bills_the_extended_rate(synt
     assert "standard support until 2026-12-02" in before.assumption
     assert after.key == "eks-cluster:extended" and after.per_hour == pytest.approx(_price("eks-cluster:extended", "us-east-1"))
     assert "past its EKS standard support (ended 2026-12-02)" in after.assumption
+
+
+def test_amp_ingestion_counts_the_hours_per_month_asked_for(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: AMP ingestion was counted for 730 hours whatever --hours-per-month said."""
+    assert main(["cost", "staging", "--outdir", str(synth.outdir), "--hours-per-month", "100", "--json"]) == 0
+    (amp,) = [i for i in json.loads(capsys.readouterr().out)["items"] if i["key"] == "amp:ingestion"]
+    assert amp["quantity"] == pytest.approx(10_000 * 3600 * 100 / 1e7)
+    assert amp["per_month"] == pytest.approx(10_000 * 3600 * 100 / 1e7 * _price("amp:ingestion", "us-west-2"))
