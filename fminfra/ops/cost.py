@@ -71,6 +71,10 @@ class Item:
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
             found: Price | None = book.get(self.key)
+            if found is None and self.kind == FIXED and self.quantity == 0:
+                # none of it used (Grafana viewers 0): nothing to pay, whatever the rate
+                self.per_hour, self.per_month, self.source = 0.0, 0.0, "none used: $0 at any rate"
+                return
             if found is None:
                 self.source = f"price unknown: {book.missing(self.key)}{self.unknown_hint}"
                 return
@@ -605,13 +609,21 @@ def _money(value: float | None) -> str:
     return "price unknown" if value is None else f"${value:,.2f}"
 
 
+def _unit_money(value: float) -> str:
+    """A unit price as money, like the totals: two decimals and thousands separators; a rate below a
+    dollar keeps up to four decimals (NAT's $0.045/hour)."""
+    if value >= 1 or round(value, 2) == value:
+        return f"${value:,.2f}"
+    return "$" + f"{value:.4f}".rstrip("0")
+
+
 def render(est: Estimate) -> str:
     rows = []
     for i in est.items:
         unit_price = (
             "price unknown"
             if i.usd_each is None and i.source.startswith("price unknown")
-            else (f"${i.usd_each:,.4g}/{i.unit}" if i.usd_each is not None else "-")
+            else (f"{_unit_money(i.usd_each)}/{i.unit}" if i.usd_each is not None else "-")
         )
         rows.append(
             [

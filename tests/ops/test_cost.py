@@ -596,3 +596,25 @@ def test_amp_ingestion_counts_the_hours_per_month_asked_for(synth: Synth, capsys
     (amp,) = [i for i in json.loads(capsys.readouterr().out)["items"] if i["key"] == "amp:ingestion"]
     assert amp["quantity"] == pytest.approx(10_000 * 3600 * 100 / 1e7)
     assert amp["per_month"] == pytest.approx(10_000 * 3600 * 100 / 1e7 * _price("amp:ingestion", "us-west-2"))
+
+
+def test_a_unit_price_is_money_with_two_decimals(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `%.4g` printed the block's fee as "$4.2e+04/window" and NAT as "$0.045/hour" beside "$9/user-month"."""
+    assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "$42,000.50/window" in out and "e+" not in out
+    p5en = _price("ec2:p5en.48xlarge", "us-east-2")
+    assert f"${p5en:,.2f}/instance-hour" in out and "$0.045/hour" in out  # a rate below a dollar keeps its digits
+    assert main(["cost", str(ROOT / "tests" / "configs" / "obs-grafana.yaml"), "--outdir", str(synth.outdir)]) == 0
+    assert "$9.00/user-month" in capsys.readouterr().out
+
+
+def test_no_grafana_viewers_cost_nothing_where_the_rate_is_unknown(synth: Synth) -> None:
+    """Before: "Grafana viewers (0)" was "price unknown" (and counted as an unknown item) in a region without a rate."""
+    cfg = load_config(ROOT / "tests" / "configs" / "obs-grafana.yaml")
+    elsewhere = cfg.model_copy(update={"region": "us-east-2"})  # no Grafana rate recorded there
+    est = estimate(elsewhere, synth.outdir, book=PriceBook("us-east-2"))
+    items = {i.name: i for i in est.items}
+    viewers, editors = items["Grafana viewers (0)"], items["Grafana editors (1)"]
+    assert viewers.per_month == 0 and viewers not in est.unknown
+    assert editors.per_month is None and editors in est.unknown
