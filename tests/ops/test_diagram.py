@@ -260,3 +260,18 @@ def test_diagram_output_to_a_folder_or_a_missing_folder_is_one_line(
     ]:
         assert main(["diagram", "dev", "--outdir", str(synth.outdir), "--format", "svg", "--output", str(output)]) == 2
         assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize("config", ["config/staging.yaml", "tests/configs/capacity-eks.yaml"])
+def test_hyperpod_eks_groups_write_no_metrics_to_amp(synth: Synth, config: str) -> None:
+    """Before: a HyperPod EKS group got a "remote write" edge because its lifecycle deployment references the
+    workspace, yet scripts/lifecycle/on_create.sh installs the exporters only on Slurm."""
+    pic, _ = _picture(synth, ROOT / config)
+    assert pic.has("amp") and any(b.id.startswith("group_") for b in pic.boxes)
+    assert [e for e in pic.edges if e.label == "remote write"] == []
+
+
+def test_hyperpod_slurm_groups_still_remote_write(synth: Synth) -> None:
+    pic, _ = _picture(synth, ROOT / "config" / "dev.yaml")
+    writers = {e.source for e in pic.edges if e.label == "remote write" and e.target == "amp"}
+    assert writers and writers <= {b.id for b in pic.boxes if b.id.startswith("group_")}
