@@ -330,7 +330,10 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             block = (data.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
             bid = f"reservation_{_id(gid)}"
             kind = "Capacity Block" if block else "reservation"
-            pic.add(Box(bid, f"{kind} {reservation}", pic.box(gid).zone if pic.box(gid).zone.startswith("subnet_") else VPC))
+            # A reservation belongs to an AZ: the AZ of the group's one subnet (else the VPC).
+            zone = pic.box(gid).zone
+            az = next((c.parent for c in pic.containers if c.id == zone and zone.startswith("subnet_")), None)
+            pic.add(Box(bid, f"{kind} {reservation}", az or VPC))
             pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", reservation))
         elif target.get("CapacityReservationResourceGroupArn") and not reserved & set(odcr_box):
             bid = f"reservation_{_id(gid)}"
