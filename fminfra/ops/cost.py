@@ -552,8 +552,9 @@ def estimate(
 def baseline_fee_note(item: Item) -> str:
     """What a baseline's fee line took from the current config: no template holds a fee or a block's window."""
     group, _, kind = item.name.partition(": ")
-    what = "Capacity Block window and fee are" if kind.startswith("capacity-block") else "training plan fee is"
-    return f"before: {group}'s {what} in no template: the baseline's are assumed equal to the current config's"
+    if kind.startswith("capacity-block"):
+        return f"before: the Capacity Block window and fee of {group} are in no template: the baseline's are assumed equal to the current config's"
+    return f"before: the training plan fee of {group} is in no template: the baseline's is assumed equal to the current config's"
 
 
 def _stack_regions(stacks: list[StackTemplate]) -> set[str]:

@@ -533,7 +533,7 @@ def test_a_baseline_block_fee_counts_the_baselines_instances_and_says_its_window
     rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
     assert f"| paid up front | ${4 * 168 * rate:,.2f} | ${8 * 168 * rate:,.2f} |" in out
     assert (
-        "before: block's Capacity Block window and fee are in no template: the baseline's are assumed equal to the current config's"
+        "before: the Capacity Block window and fee of block are in no template: the baseline's are assumed equal to the current config's"
     ) in out
 
 
