@@ -41,6 +41,7 @@ from fminfra.eks.rules import (
     DEFAULT_EXTENSION_ANCHOR,
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
+    DNS_LABEL,
     ENDING_CAPACITY_TYPES,
     EXTENDED_SUPPORT_USD_PER_HOUR,
     EXTENSION_ANCHORS,
@@ -892,6 +893,8 @@ class ComputeConfig(Model):
             problems.append(error("eks.system_nodes.count", KARPENTER_NEEDS_SYSTEM_NODES))
         for i, g in enumerate(self.inference_node_groups):
             path = f"inference_node_groups[{i}]"
+            if name_problem := DNS_LABEL.problem(g.name):
+                problems.append(error(f"{path}.name", f"group {g.name!r} names its NodePool and EC2NodeClass: {name_problem}"))
             if catalog.normalize_instance_type(g.instance_type) == GB200_INSTANCE_TYPE:
                 problems.append(error(f"{path}.instance_type", f"group {g.name!r}: {KARPENTER_ULTRASERVER_PROBLEM}"))
             if g.capacity.type not in KARPENTER_GROUP_CAPACITY:

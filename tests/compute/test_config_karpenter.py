@@ -122,3 +122,8 @@ def test_the_capacity_type_literal_is_the_rule() -> None:
     from fminfra.eks.rules import KARPENTER_CAPACITY_TYPES
 
     assert get_args(KarpenterCapacityType) == KARPENTER_CAPACITY_TYPES
+
+
+def test_group_names_are_kubernetes_names() -> None:
+    message = _error(_with(name="Serve-G6e"))
+    assert "compute.inference_node_groups[0].name: group 'Serve-G6e' names its NodePool and EC2NodeClass: must be a DNS label" in message

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -98,12 +98,23 @@ class KarpenterProps:
     cluster_name: its name (literal: the policies' tag conditions and the chart's settings.clusterName).
     version: the chart version (CHART_KARPENTER_VERSION).
     ami_release: the AL2023 release the node classes pin (KARPENTER_AL2023_AMI_RELEASE).
-    pools: one NodePool and EC2NodeClass each.
+    pools: one NodePool and EC2NodeClass each; the cluster's security group is added to each pool's.
     replicas: controller replicas (at most the system nodes). Default: 2, the chart's.
     """
 
     cluster: eks.Cluster
     cluster_name: str
+    version: str
+    ami_release: str
+    pools: Sequence[KarpenterPoolSpec]
+    replicas: int = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class KarpenterSpec:
+    """Karpenter on a cluster (`KarpenterProps` less the cluster and its name); each pool's security
+    groups are those besides the cluster's security group, which every pool gets."""
+
     version: str
     ami_release: str
     pools: Sequence[KarpenterPoolSpec]
@@ -227,9 +238,11 @@ class Karpenter(Construct):
             self.chart.node.add_dependency(before)
         self.manifests: dict[str, eks.KubernetesManifest] = {}
         for pool in props.pools:
+            # the nodes join through the cluster's security group, as managed node groups do
+            groups = [props.cluster.cluster_security_group_id, *pool.security_group_ids]
             manifest = props.cluster.add_manifest(
                 f"KarpenterPool-{pool.name}",
-                node_class(pool, role_name=self.node_role.role_name, ami_release=props.ami_release),
+                node_class(replace(pool, security_group_ids=groups), role_name=self.node_role.role_name, ami_release=props.ami_release),
                 node_pool(pool),
             )
             manifest.node.add_dependency(self.chart)
