@@ -157,7 +157,7 @@ class Karpenter(Construct):
         )
         acknowledge(
             self.queue,
-            "AwsSolutions-SQS3",
+            "SQS3",
             "Karpenter's interruption queue as its template has it: EventBridge notices that expire after 5 minutes and that "
             "Karpenter alone reads; a dead-letter queue would keep notices no one acts on",
         )
