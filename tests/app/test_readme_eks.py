@@ -58,8 +58,9 @@ def eks_components(template: dict[str, Any]) -> dict[str, str]:
             for obj in json.loads(manifest_text(props["Manifest"])):
                 assert TOKEN not in obj["kind"] + obj["metadata"]["name"], f"an object whose kind or name is a token: {obj!r:.200}"
                 # per-team objects (a team's Namespace and its Kueue queues) are named after the
-                # config's teams: their row names the kind, not each team
-                per_team = obj["kind"] == "Namespace" or obj["apiVersion"].startswith("kueue.x-k8s.io/")
+                # config's teams, and a Karpenter NodePool and EC2NodeClass after each inference group: their
+                # row names the kind, not each team or group
+                per_team = obj["kind"] == "Namespace" or obj["apiVersion"].startswith(("kueue.x-k8s.io/", "karpenter."))
                 found[obj["kind"] if per_team else obj["metadata"]["name"]] = ""
         elif kind == "AWS::Lambda::LayerVersion":
             bundled = KUBECTL_LAYER.search(props.get("Description", ""))
