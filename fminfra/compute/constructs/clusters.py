@@ -36,6 +36,7 @@ from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClust
 from fminfra.eks.constructs.extensions import EksExtension, install_extensions
 from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.eks.constructs.karpenter import Karpenter, KarpenterProps, KarpenterSpec
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.eks.constructs.load_balancer_controller import AwsLoadBalancerController, AwsLoadBalancerControllerProps
 from fminfra.eks.rules import FSX_CSI_ADDON, LBC_RELEASE, REPELLING_EFFECTS
@@ -214,6 +215,8 @@ class ClustersProps:
     fsx_volume, load_balancer: on the EKS cluster. Default: none.
     extensions: add-ons and charts of the user's, on the EKS cluster, each after its anchor and
       before fminfra's workloads (`fminfra.eks.constructs.extensions`). Default: none.
+    karpenter: Karpenter and its pools on the EKS cluster, after the system node group and the core
+      add-ons (docs/compute.md#karpenter). Default: none.
     """
 
     region: str
@@ -227,6 +230,7 @@ class ClustersProps:
     fsx_volume: FsxVolumeSpec | None = None
     load_balancer: LoadBalancerSpec | None = None
     extensions: Sequence[EksExtension] = ()
+    karpenter: KarpenterSpec | None = None
 
 
 class Clusters(Construct):
@@ -256,6 +260,7 @@ class Clusters(Construct):
         self.fsx_volume: FsxStaticVolume | None = None
         self.load_balancer: AwsLoadBalancerController | None = None
         self.extensions: dict[str, IConstruct] = {}
+        self.karpenter: Karpenter | None = None
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
         on_eks = props.hyperpod_on_eks
@@ -327,8 +332,30 @@ class Clusters(Construct):
                 self.kueue.chart.node.add_dependency(inference_group.nodegroup)
             if runs_controllers:
                 controller_nodes.append(inference_group.nodegroup)
+        if props.karpenter is not None:
+            self._karpenter(stack, props, props.karpenter)
         if self.eks is not None:
             self._addons_and_extensions(stack, props, controller_nodes)
+
+    def _karpenter(self, stack: Construct, props: ClustersProps, spec: KarpenterSpec) -> None:
+        """Karpenter's chart waits for the system node group (its controller's nodes) and the core add-ons."""
+        if self.eks is None or props.eks is None:
+            raise ValidationError("Clusters: karpenter needs eks")
+        self.karpenter = Karpenter(
+            stack,
+            "Karpenter",
+            KarpenterProps(
+                cluster=self.eks.cluster,
+                cluster_name=props.eks.cluster_name,
+                version=spec.version,
+                ami_release=spec.ami_release,
+                pools=spec.pools,
+                replicas=spec.replicas,
+            ),
+        )
+        system = [self.eks.system_nodegroup] if self.eks.system_nodegroup is not None else []
+        for before in [*system, *(self.eks.addons[name] for name in REQUIRED_ADDONS)]:
+            self.karpenter.chart.node.add_dependency(before)
 
     def _addons_and_extensions(self, stack: Construct, props: ClustersProps, controller_nodes: list[IConstruct]) -> None:
         """The FSx volume, the AWS Load Balancer Controller and the user's extensions, in the order
