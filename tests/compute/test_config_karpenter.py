@@ -127,3 +127,12 @@ def test_the_capacity_type_literal_is_the_rule() -> None:
 def test_group_names_are_kubernetes_names() -> None:
     message = _error(_with(name="Serve-G6e"))
     assert "compute.inference_node_groups[0].name: group 'Serve-G6e' names its NodePool and EC2NodeClass: must be a DNS label" in message
+
+
+def test_plan_says_karpenter() -> None:
+    from fminfra.ops.plan import group_plans
+
+    rows = {r.name: r for r in group_plans(parse_config(KARPENTER, "f.yaml"))}
+    assert rows["serve-g6e"].count_text == "0-4"
+    assert any("Karpenter pool: nodes for pending pods, up to 4, capacity on-demand, spot" in n for n in rows["serve-g6e"].notes)
+    assert any("capacity reserved" in n for n in rows["serve-p5"].notes)
