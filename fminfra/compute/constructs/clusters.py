@@ -194,7 +194,6 @@ class FsxVolumeSpec:
     file_system_id: str
     dns_name: str
     mount_name: str
-    capacity_gib: int
     namespaces: Sequence[str]
     security_group: ec2.ISecurityGroup | None = None
     efa_enabled: bool = False
@@ -359,7 +358,6 @@ class Clusters(Construct):
                     file_system_id=spec.file_system_id,
                     dns_name=spec.dns_name,
                     mount_name=spec.mount_name,
-                    capacity_gib=spec.capacity_gib,
                     namespaces=spec.namespaces,
                 ),
             )

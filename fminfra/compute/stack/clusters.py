@@ -400,7 +400,6 @@ def add_clusters(
                 file_system_id=fsx.file_system_id,
                 dns_name=fsx.dns_name,
                 mount_name=fsx.mount_name,
-                capacity_gib=cfg.storage.lustre.capacity_gib,
                 namespaces=fsx_namespaces(cfg),
                 security_group=fsx.security_group,
                 efa_enabled=fsx.efa_enabled,
