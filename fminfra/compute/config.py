@@ -44,6 +44,7 @@ from fminfra.eks.rules import (
     ENDING_CAPACITY_TYPES,
     EXTENDED_SUPPORT_USD_PER_HOUR,
     EXTENSION_ANCHORS,
+    LBC_WITHOUT_OWN_NODES,
     MANAGED_ADDONS,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
@@ -691,6 +692,13 @@ class ComputeConfig(Model):
         if self.eks is None:
             return out
         out += self._acceptance_team_warnings()
+        if (
+            self.orchestrator == "eks"
+            and self.eks.load_balancer_controller
+            and self.system_node_count() == 0
+            and not any(s.startswith("inference") for s in self.untainted_node_sources())
+        ):
+            out.append(warning("eks.load_balancer_controller", LBC_WITHOUT_OWN_NODES))
         out += [
             warning(f"eks.public_access_cidrs[{i}]", open_endpoint_problem(cidr))
             for i, cidr in enumerate(self.eks.public_access_cidrs)

@@ -186,12 +186,16 @@ INTERNAL_ELB_SUBNET_TAG = ("kubernetes.io/role/internal-elb", "1")
 
 # Where an extension (a library user's add-on or chart, or a config's extra EKS add-on) installs:
 # after the named fminfra component, and always before fminfra's workloads (the device plugins,
-# exporters, Kueue, the HyperPod dependency chart and the FSx volume).
+# exporters, Kueue and the FSx volume; HyperPod's dependency chart is not one of them: it installs after
+# the VPC CNI and before HyperPod).
 EXTENSION_ANCHORS = ("vpc-cni", "core-addons", FSX_CSI_ADDON, LBC_RELEASE)
 DEFAULT_EXTENSION_ANCHOR = "core-addons"
 # EKS add-on names and builds (botocore's CreateAddon: addonName, addonVersion as EKS lists them).
+# Marketplace and community add-ons carry '_' (dynatrace_dynatrace-operator, upbound_universal-crossplane:
+# docs/facts/eks.md#eks-addon-names).
 ADDON_NAME = Pattern(
-    r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
+    r"^[a-z0-9][a-z0-9_-]{0,99}$",
+    "an EKS add-on name: lowercase letters, digits, '-' and '_' (as `aws eks describe-addon-versions` lists it)",
 )
 ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
 # An extension add-on's own Pod Identity: the Kubernetes service account (a DNS subdomain, at most
@@ -239,4 +243,14 @@ MANAGED_ADDONS = (
     "cert-manager",
     "amazon-sagemaker-hyperpod-training-operator",
     "amazon-sagemaker-hyperpod-taskgovernance",
+)
+
+
+# The load balancer controller's chart on HyperPod EKS with nothing but HyperPod's nodes to run on: they
+# carry the deep-health-check taint while their checks run (docs/facts/eks.md#hyperpod-node-health-taint),
+# for a time no source gives, and CDK's helm wait ends after 15 minutes (docs/facts/eks.md#cdk-helm-chart-timeout).
+LBC_WITHOUT_OWN_NODES = (
+    "the load balancer controller's chart waits at most 15 minutes for a node its pods can run on, and here the only "
+    "ones are HyperPod's, tainted while their deep health checks run (for how long is not published); set "
+    "compute.eks.system_nodes.count (2) or add an untainted inference node group"
 )

@@ -36,10 +36,14 @@ from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClust
 from fminfra.eks.constructs.extensions import EksExtension, install_extensions
 from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.eks.constructs.kueue import NAMESPACE as KUEUE_NAMESPACE
+from fminfra.eks.constructs.kueue import RELEASE as KUEUE_RELEASE
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.eks.constructs.load_balancer_controller import AwsLoadBalancerController, AwsLoadBalancerControllerProps
-from fminfra.eks.rules import FSX_CSI_ADDON, LBC_RELEASE, REPELLING_EFFECTS
+from fminfra.eks.rules import FSX_CSI_ADDON, LBC_NAMESPACE, LBC_RELEASE, REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.hyperpod.constructs.dependencies import NAMESPACE as DEPENDENCIES_NAMESPACE
+from fminfra.hyperpod.constructs.dependencies import RELEASE as DEPENDENCIES_RELEASE
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
 from fminfra.hyperpod.constructs.plan_drain import HyperPodPlanDrain, HyperPodPlanDrainProps, PlanDrainGroup
@@ -342,8 +346,9 @@ class Clusters(Construct):
 
     def _addons_and_extensions(self, stack: Construct, props: ClustersProps, controller_nodes: list[IConstruct]) -> None:
         """The FSx volume, the AWS Load Balancer Controller and the user's extensions, in the order
-        vpc-cni -> core add-ons -> FSx CSI driver -> load balancer controller -> extensions (each after
-        its anchor) -> fminfra's workloads (docs/compute.md#add-ons-fsx-load-balancers-and-your-own)."""
+        vpc-cni -> core add-ons -> (the load balancer controller's chart, when on: every other install
+        waits for it, `_after_load_balancer`) -> FSx CSI driver -> extensions (each after its anchor) ->
+        fminfra's workloads (docs/compute.md#add-ons-fsx-load-balancers-and-your-own)."""
         assert self.eks is not None and props.eks is not None
         addons = self.eks.addons
         workloads: list[IConstruct] = [*self.eks.charts.values(), *([self.kueue.chart] if self.kueue is not None else [])]
@@ -372,8 +377,11 @@ class Clusters(Construct):
                     client_group=self.eks.cluster.cluster_security_group,
                     efa_enabled=spec.efa_enabled,
                 )
-            # the claims live in the teams' namespaces, which the quotas / queues create
-            for creator in (self.task_governance, self.kueue):
+            # the claims live in the teams' namespaces, which the quotas / queues create, and the acceptance
+            # access's own Namespace manifest where there is one (whether a quota's namespace exists at its
+            # CREATE_COMPLETE is not documented: fminfra/eks/constructs/accept_access.py)
+            creators = [self.task_governance, self.kueue, *(self.accept_access.manifests[:1] if self.accept_access is not None else [])]
+            for creator in creators:
                 if creator is not None:
                     self.fsx_volume.manifest.node.add_dependency(creator)
             workloads.append(self.fsx_volume.manifest)
@@ -403,7 +411,13 @@ class Clusters(Construct):
             if self.hyperpod is not None and props.hyperpod_on_eks is not None:
                 chart.node.add_dependency(self.hyperpod)
             anchors[LBC_RELEASE] = [chart]
-        self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads)
+        releases = [
+            *((c.name, c.namespace) for c in props.eks.helm_charts),
+            *([(LBC_RELEASE, LBC_NAMESPACE)] if self.load_balancer is not None else []),
+            *([(KUEUE_RELEASE, KUEUE_NAMESPACE)] if self.kueue is not None else []),
+            *([(DEPENDENCIES_RELEASE, DEPENDENCIES_NAMESPACE)] if self.dependencies is not None else []),
+        ]
+        self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads, releases)
         if self.load_balancer is not None:
             _after_load_balancer(self.load_balancer.chart, self._installs_after_load_balancer(workloads))
 

@@ -101,3 +101,13 @@ def test_growing_the_file_system_leaves_the_claims_alone() -> None:
     assert f'"storage":"{example_claim["spec"]["resources"]["requests"]["storage"]}"' in json.dumps(small, separators=(",", ":")).replace(
         "\\", ""
     )
+
+
+def test_the_claims_wait_for_the_acceptance_namespaces(synth: Synth) -> None:
+    """Serving read r2, unconfirmed: staging's claim in hyperpod-ns-training waited only for the quota,
+    whose namespace is not documented to exist at its CREATE_COMPLETE; fminfra's own Namespace manifest
+    (accept_access) creates it, and the claims now wait for that too."""
+    resources = synth.template("staging", "Compute")["Resources"]
+    [fsx] = [lid for lid in resources if lid.startswith("FsxVolume") and resources[lid]["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
+    [spaces] = [lid for lid in resources if lid.startswith("AcceptNamespaces")]
+    assert spaces in resources[fsx].get("DependsOn", [])
