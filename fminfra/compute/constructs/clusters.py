@@ -558,7 +558,7 @@ class Clusters(Construct):
 def _after_load_balancer(chart: IConstruct, installs: Sequence[IConstruct]) -> None:
     """Each of `installs` after the AWS Load Balancer Controller's chart: its webhook refuses every new
     Service until its pods answer (`mservice.elbv2.k8s.aws`, failurePolicy Fail, on by default:
-    tests/data/aws_load_balancer_controller/webhook-3.5.0.yaml), and Helm waits for those pods, so
+    the webhook template recorded in tests/data/aws_load_balancer_controller/), and Helm waits for those pods, so
     nothing that may create a Service installs while the chart does."""
     for install in installs:
         if install is not chart:
