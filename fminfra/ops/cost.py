@@ -458,7 +458,11 @@ def render(est: Estimate) -> str:
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
-        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else "")
+        + (
+            f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs{'; the up-front fees are not in it' if est.upfront else ''})"
+            if s["per_gpu_hour"] is not None
+            else ""
+        )
         + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
         f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]

@@ -15,7 +15,7 @@ from botocore.stub import Stubber
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.cli.main import main
 from fminfra.config import load_config
-from fminfra.ops.cost import HOURS_PER_MONTH, RESERVED, RUNNING, TRAINING_PLAN_FEE_UNKNOWN, UPFRONT, Estimate, estimate
+from fminfra.ops.cost import FIXED, HOURS_PER_MONTH, RESERVED, RUNNING, TRAINING_PLAN_FEE_UNKNOWN, UPFRONT, Estimate, estimate
 from fminfra.ops.pricing import PriceBook, live_price, table, unsourced
 from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
@@ -197,17 +197,17 @@ def test_an_unknown_price_says_what_is_missing(synth: Synth, capsys: pytest.Capt
         "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public source recorded for the SageMaker HyperPod rate of"
         " ml.p5.48xlarge in us-west-2 (searched: "
     ) in out
-    assert "no public source recorded for the NAT gateway hourly rate in us-west-2 (searched: " in out
+    assert "no public source recorded for the FSx for Lustre scratch_2 storage rate in us-west-2 (searched: " in out
 
 
 def test_an_unknown_price_without_a_search_record_names_the_regions_the_table_has() -> None:
     assert PriceBook("eu-west-3").missing("nat-gateway") == (
         "no public source recorded for the NAT gateway hourly rate in eu-west-3"
-        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for us-east-1, us-east-2)"
+        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for eu-west-1, us-east-1, us-east-2, us-west-2)"
     )
     assert (
-        PriceBook("eu-west-3").missing("grafana:editor")
-        == "no public source recorded for the Managed Grafana editor user rate in eu-west-3"
+        PriceBook("eu-west-3").missing("fsx-lustre:metadata-iops")
+        == "no public source recorded for the FSx for Lustre metadata IOPS rate in eu-west-3"
     )
 
 
@@ -367,6 +367,65 @@ def test_a_removed_price_fails_the_coverage_check(synth: Synth, monkeypatch: pyt
     monkeypatch.setattr(pricing, "table", lambda: kept)
     (line,) = _unpriced(estimate(cfg, synth.outdir, book=PriceBook(cfg.region)))
     assert line.startswith("ODCR for trainers: 4 x p5.48xlarge: price unknown: no public source recorded for the EC2 On-Demand")
+
+
+def test_staging_network_and_eks_control_plane_are_priced_in_us_west_2(synth: Synth) -> None:
+    """Before: staging's NAT gateway, interface endpoints and EKS control plane were "price unknown"
+    (no us-west-2 source; docs/facts/pricing.md#us-west-2-network-eks)."""
+    cfg = load_config(ROOT / "config" / "staging.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    fixed = {i.key: i for i in est.items if i.kind == FIXED}
+    nat, endpoints, eks = fixed["nat-gateway"], fixed["vpc-interface-endpoint"], fixed["eks-cluster:standard"]
+    assert nat.per_hour == pytest.approx(nat.quantity * 0.045)
+    assert endpoints.per_hour == pytest.approx(endpoints.quantity * 0.01) and endpoints.quantity > 0
+    assert eks.per_month == pytest.approx(0.10 * HOURS_PER_MONTH)
+    assert all("hsr87/sample-agentic-rl-sandboxes-on-sagemaker-hyperpod" in i.source for i in (nat, endpoints, eks))
+    # the extended-support rate is recorded for the same region
+    assert _price("eks-cluster:extended", "us-west-2") == 0.60
+
+
+def test_an_interface_endpoint_is_priced_in_us_east_1_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """prod (us-east-1) prices its endpoints per endpoint-AZ; the ODCR example (us-east-2) still names the
+    source it lacks, and which regions the table has."""
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    (endpoints,) = [i for i in estimate(prod, synth.outdir, book=PriceBook(prod.region)).items if i.key == "vpc-interface-endpoint"]
+    assert endpoints.per_month == pytest.approx(endpoints.quantity * 0.01 * HOURS_PER_MONTH)
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "vpc-interface-endpoint"]
+    assert unknown.usd_each is None
+    assert "no public source recorded for the interface VPC endpoint rate per AZ-hour in us-east-2" in unknown.source
+    assert "USE2-VpcEndpoint-Hours" in unknown.source
+
+
+def test_grafana_users_are_priced_where_a_source_names_the_region() -> None:
+    """Grafana's editor and viewer rates have sources for us-east-1, us-west-2 and eu-west-1
+    (docs/facts/pricing.md#helios-price-list-2026-09); elsewhere the line says where the table has them."""
+    for region in ("us-east-1", "us-west-2", "eu-west-1"):
+        assert (_price("grafana:editor", region), _price("grafana:viewer", region)) == (9.0, 5.0)
+    assert PriceBook("us-east-2").get("grafana:editor") is None
+    assert "has grafana:editor only for eu-west-1, us-east-1, us-west-2" in PriceBook("us-east-2").missing("grafana:editor")
+
+
+def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """Before: AMP ingestion was "price unknown" in every shipped config; now dev, staging and prod price it
+    (us-west-2, us-east-1) and the us-east-2 example still names the source it lacks."""
+    for path in (ROOT / "config" / "staging.yaml", ROOT / "config" / "prod.yaml"):
+        cfg = load_config(path)
+        (amp,) = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "amp:ingestion"]
+        # 10,000 samples/s (the default) for 730 hours, in units of 10 million samples, at $0.90 each
+        assert amp.per_month == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7 * 0.90)
+        assert "billynorris/helios" in amp.source
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "amp:ingestion"]
+    assert unknown.usd_each is None and "AMP sample ingestion rate in us-east-2 (searched: " in unknown.source
+
+
+def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Capacity Block example is fully priced now: its per-GPU-hour figure is the hourly cost only
+    (the block's fee is paid up front), and the line says so rather than read as the block's GPU-hour rate."""
+    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
 
 
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
