@@ -49,6 +49,7 @@ from fminfra.eks.rules import (
     KARPENTER_GROUP_CAPACITY,
     KARPENTER_NEEDS_SYSTEM_NODES,
     KARPENTER_ULTRASERVER_PROBLEM,
+    LBC_WITHOUT_OWN_NODES,
     MANAGED_ADDONS,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
@@ -57,6 +58,7 @@ from fminfra.eks.rules import (
     anchor_problem,
     k8s_problems,
     open_endpoint_problem,
+    pod_identity_problems,
     principal_arn_problem,
     reserved_label_problem,
     unquoted_version_problem,
@@ -506,6 +508,15 @@ class SchedulingConfig(Model):
         return value
 
 
+class EksAddonPodIdentityConfig(Model):
+    """A role for one of the add-on's service accounts, through EKS Pod Identity."""
+
+    service_account: str = Field(description="The add-on's Kubernetes service account (its documentation names it).")
+    managed_policies: list[str] = Field(
+        description="AWS managed policies of its role, by name with path (such as service-role/AmazonEBSCSIDriverPolicy)."
+    )
+
+
 class EksAddonConfig(Model):
     """An extra EKS add-on, at a pinned build, installed after an fminfra component and before fminfra's workloads."""
 
@@ -514,6 +525,18 @@ class EksAddonConfig(Model):
     after: str = Field(
         default=DEFAULT_EXTENSION_ANCHOR, description=f"The fminfra component it installs after: {', '.join(EXTENSION_ANCHORS)}."
     )
+
+    pod_identity: list[EksAddonPodIdentityConfig] = Field(
+        default_factory=list,
+        description="Roles for the add-on's service accounts, for an add-on that calls AWS (docs/compute.md); default none.",
+    )
+
+    @field_validator("pod_identity")
+    @classmethod
+    def _pod_identity(cls, value: list[EksAddonPodIdentityConfig]) -> list[EksAddonPodIdentityConfig]:
+        if problems := pod_identity_problems([(i.service_account, i.managed_policies) for i in value]):
+            raise ValueError("; ".join(problems))
+        return value
 
     @field_validator("name")
     @classmethod
@@ -710,6 +733,13 @@ class ComputeConfig(Model):
         if self.eks is None:
             return out
         out += self._acceptance_team_warnings()
+        if (
+            self.orchestrator == "eks"
+            and self.eks.load_balancer_controller
+            and self.system_node_count() == 0
+            and not any(s.startswith("inference") for s in self.untainted_node_sources())
+        ):
+            out.append(warning("eks.load_balancer_controller", LBC_WITHOUT_OWN_NODES))
         out += [
             warning(f"eks.public_access_cidrs[{i}]", open_endpoint_problem(cidr))
             for i, cidr in enumerate(self.eks.public_access_cidrs)

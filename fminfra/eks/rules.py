@@ -13,6 +13,7 @@ On EKS without HyperPod fminfra's own Kueue queues use the team's name as the na
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -185,14 +186,46 @@ INTERNAL_ELB_SUBNET_TAG = ("kubernetes.io/role/internal-elb", "1")
 
 # Where an extension (a library user's add-on or chart, or a config's extra EKS add-on) installs:
 # after the named fminfra component, and always before fminfra's workloads (the device plugins,
-# exporters, Kueue, the HyperPod dependency chart and the FSx volume).
+# exporters, Kueue and the FSx volume; HyperPod's dependency chart is not one of them: it installs after
+# the VPC CNI and before HyperPod).
 EXTENSION_ANCHORS = ("vpc-cni", "core-addons", FSX_CSI_ADDON, LBC_RELEASE)
 DEFAULT_EXTENSION_ANCHOR = "core-addons"
 # EKS add-on names and builds (botocore's CreateAddon: addonName, addonVersion as EKS lists them).
+# Marketplace and community add-ons carry '_' (dynatrace_dynatrace-operator, upbound_universal-crossplane:
+# docs/facts/eks.md#eks-addon-names).
 ADDON_NAME = Pattern(
-    r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
+    r"^[a-z0-9][a-z0-9_-]{0,99}$",
+    "an EKS add-on name: lowercase letters, digits, '-' and '_' (as `aws eks describe-addon-versions` lists it)",
 )
 ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
+# An extension add-on's own Pod Identity: the Kubernetes service account (a DNS subdomain, at most
+# 253 characters: docs/facts/eks.md#kubernetes-label-syntax) and the AWS managed policies its role gets,
+# by name with their path (IAM's policy names: 1-128 of [A-Za-z0-9+=,.@_-]; AWS's paths such as
+# service-role/: docs/facts/iam.md#iam-aws-managed-policy-paths).
+SERVICE_ACCOUNT = Pattern(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "a Kubernetes service account name: a DNS subdomain of at most 253 lowercase letters, digits, '-' and '.'",
+)
+AWS_MANAGED_POLICY = Pattern(
+    r"^(?:[A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128}$",
+    "an AWS managed policy name with its path, if it has one (such as service-role/AmazonEBSCSIDriverPolicy), not an ARN",
+)
+
+
+def pod_identity_problems(entries: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """One line per problem of an add-on's Pod Identity entries, each (service account, managed policies)."""
+    problems = []
+    accounts = [account for account, _ in entries]
+    for j, (account, policies) in enumerate(entries):
+        where = f"pod_identity[{j}]"
+        if problem := SERVICE_ACCOUNT.problem(account):
+            problems.append(f"{where}: service_account {problem}")
+        if accounts.index(account) != j:
+            problems.append(f"{where}: service_account {account!r} is given twice")
+        if not policies:
+            problems.append(f"{where}: managed_policies must name at least one AWS managed policy")
+        problems.extend(f"{where}: managed_policies {problem}" for policy in policies if (problem := AWS_MANAGED_POLICY.problem(policy)))
+    return problems
 
 
 def anchor_problem(after: str) -> str | None:
@@ -256,4 +289,14 @@ KARPENTER_ULTRASERVER_PROBLEM = (
 KARPENTER_NEEDS_SYSTEM_NODES = (
     "the Karpenter controller runs on nodes Karpenter does not manage (its chart keeps it off Karpenter's nodes): "
     "with karpenter enabled the system node group needs at least 1 node (default 2); set count to 1 or more, or unset it"
+)
+
+
+# The load balancer controller's chart on HyperPod EKS with nothing but HyperPod's nodes to run on: they
+# carry the deep-health-check taint while their checks run (docs/facts/eks.md#hyperpod-node-health-taint),
+# for a time no source gives, and CDK's helm wait ends after 15 minutes (docs/facts/eks.md#cdk-helm-chart-timeout).
+LBC_WITHOUT_OWN_NODES = (
+    "the load balancer controller's chart waits at most 15 minutes for a node its pods can run on, and here the only "
+    "ones are HyperPod's, tainted while their deep health checks run (for how long is not published); set "
+    "compute.eks.system_nodes.count (2) or add an untainted inference node group"
 )

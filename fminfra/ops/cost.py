@@ -38,11 +38,14 @@ RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "p
 
 EXISTING_RESERVATION_ASSUMPTION = "an existing reservation is priced at the On-Demand rate for the group's count; its real size is in EC2 (describe-capacity-reservations)"
 # What a Capacity Block's price is (docs/facts/pricing.md#capacity-block-pricing): said beside every
-# block fee that is not a live quote.
+# block fee that is not a live quote. The OS fee has no source (docs/facts/pricing.md#capacity-block-rates).
 CAPACITY_BLOCK_INDICATIVE = (
     "Capacity Block fee: indicative only; block prices move with supply and demand and are charged up front "
-    "at the rate when bought, and the operating system is billed separately while instances run (--live quotes it)"
+    "at the rate when bought (--live quotes it), and the operating system is billed separately while instances run: "
+    "that OS fee is not included, no public source recorded for it"
 )
+# A training plan's fee is quoted when the plan is bought: no table can hold it.
+TRAINING_PLAN_FEE_UNKNOWN = "price unknown: no public source for a training plan's fee (quoted when bought); set capacity.upfront_fee_usd"
 
 
 @dataclass
@@ -60,21 +63,22 @@ class Item:
     assumption: str = ""
     per_hour: float | None = field(default=None)
     per_month: float | None = field(default=None)
+    unknown_hint: str = ""  # what else gives the price, added to "price unknown"
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
             found: Price | None = book.get(self.key)
             if found is None:
-                self.source = f"price unknown: {book.missing(self.key)}"
+                self.source = f"price unknown: {book.missing(self.key)}{self.unknown_hint}"
                 return
             self.usd_each, self.source = found.usd, found.source
         if self.usd_each is None:
             return
         total = self.quantity * self.usd_each
-        if self.unit in ("instance-hour", "hour"):
-            self.per_hour, self.per_month = total, total * hours_per_month
-        elif self.kind == UPFRONT:
+        if self.kind == UPFRONT:
             self.per_hour, self.per_month = None, None
+        elif self.unit in ("instance-hour", "hour"):
+            self.per_hour, self.per_month = total, total * hours_per_month
         else:  # priced per month
             self.per_hour, self.per_month = total / hours_per_month, total
 
@@ -333,15 +337,24 @@ def items_from_templates(
                 usd_each=float(fee) if fee is not None else None,
                 source="the config's capacity.upfront_fee_usd"
                 if fee is not None
-                else f"price unknown: set capacity.upfront_fee_usd{' or quote it live (--live)' if block else ''}",
+                else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
+                if block
+                else TRAINING_PLAN_FEE_UNKNOWN,
                 assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
             )
+            if block and fee is None and ec2 is None and hours:
+                # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
+                itype = catalog.normalize_instance_type(g.instance_type)
+                item.quantity, item.unit, item.key = g.count * hours, "instance-hour", f"capacity-block:{itype}"
+                item.name += f" ({g.count} x {hours:g} instance-hours, indicative)"
+                item.unknown_hint = "; set capacity.upfront_fee_usd or quote it live (--live)"
             if block and fee is None and ec2 is not None and g.capacity.starts_at and g.capacity.ends_at and hours:
                 quote = capacity_block_quote(
                     ec2, catalog.normalize_instance_type(g.instance_type), g.count, g.capacity.starts_at, g.capacity.ends_at
                 )
                 if quote is not None:
                     item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
+                    item.name += ", live quote"
                 else:
                     item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
             items.append(item)
@@ -445,7 +458,11 @@ def render(est: Estimate) -> str:
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
-        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else "")
+        + (
+            f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs{'; the up-front fees are not in it' if est.upfront else ''})"
+            if s["per_gpu_hour"] is not None
+            else ""
+        )
         + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
         f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]

@@ -43,10 +43,16 @@ def manifest_text(manifest: Any) -> str:
     return separator.join(part if isinstance(part, str) else TOKEN for part in parts)
 
 
+# install_extensions names each extension's construct Extension-<name> (logical id Extension<name>...).
+EXTENSION_ID = "Extension"
+
+
 def eks_components(template: dict[str, Any]) -> dict[str, str]:
     """Component name -> the version its row must show ("" when it has none)."""
     found: dict[str, str] = {}
-    for resource in (template.get("Resources") or {}).values():
+    for lid, resource in (template.get("Resources") or {}).items():
+        if lid.startswith(EXTENSION_ID):  # a team's own add-on or chart (a config's `compute.eks.addons`), not fminfra's
+            continue
         kind, props = resource.get("Type"), resource.get("Properties") or {}
         if kind == "AWS::EKS::Addon":
             found[props["AddonName"]] = props.get("AddonVersion", "")

@@ -15,9 +15,9 @@ from botocore.stub import Stubber
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.cli.main import main
 from fminfra.config import load_config
-from fminfra.ops.cost import HOURS_PER_MONTH, RESERVED, RUNNING, UPFRONT, estimate
-from fminfra.ops.pricing import PriceBook, live_price, table
-from tests.conftest import ROOT, Synth
+from fminfra.ops.cost import FIXED, HOURS_PER_MONTH, RESERVED, RUNNING, TRAINING_PLAN_FEE_UNKNOWN, UPFRONT, Estimate, estimate
+from fminfra.ops.pricing import PriceBook, live_price, table, unsourced
+from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
 
 def _price(key: str, region: str) -> float:
@@ -184,7 +184,9 @@ def test_an_existing_reservation_bills_while_idle_at_its_on_demand_rate(synth: S
     four = reserved["reservations for reserved: 4 x p5en.48xlarge (existing)"]
     assert four.key == "ec2:p5en.48xlarge" and four.per_hour == pytest.approx(4 * _price("ec2:p5en.48xlarge", "us-west-2"))
     one = reserved["reservations for reserved-one: 1 x p5e.48xlarge (existing)"]
-    assert one.per_hour is None and one.source.startswith("price unknown: no public price for ec2:p5e.48xlarge in us-west-2")
+    assert one.per_hour is None and one.source.startswith(
+        "price unknown: no public source recorded for the EC2 On-Demand Linux rate of p5e.48xlarge in us-west-2"
+    )
     assert est.summary()["idle_per_month"] >= 4 * _price("ec2:p5en.48xlarge", "us-west-2") * HOURS_PER_MONTH
 
 
@@ -192,10 +194,21 @@ def test_an_unknown_price_says_what_is_missing(synth: Synth, capsys: pytest.Capt
     assert main(["cost", "dev", "--outdir", str(synth.outdir)]) == 0
     out = capsys.readouterr().out
     assert (
-        "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public price for sagemaker-hyperpod:ml.p5.48xlarge in us-west-2"
-        " in fminfra/ops/pricing/prices.yaml"
+        "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public source recorded for the SageMaker HyperPod rate of"
+        " ml.p5.48xlarge in us-west-2 (searched: "
     ) in out
-    assert "no public price for nat-gateway in us-west-2 in fminfra/ops/pricing/prices.yaml (the table has it for us-east-2)" in out
+    assert "no public source recorded for the FSx for Lustre scratch_2 storage rate in us-west-2 (searched: " in out
+
+
+def test_an_unknown_price_without_a_search_record_names_the_regions_the_table_has() -> None:
+    assert PriceBook("eu-west-3").missing("nat-gateway") == (
+        "no public source recorded for the NAT gateway hourly rate in eu-west-3"
+        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for eu-west-1, us-east-1, us-east-2, us-west-2)"
+    )
+    assert (
+        PriceBook("eu-west-3").missing("fsx-lustre:metadata-iops")
+        == "no public source recorded for the FSx for Lustre metadata IOPS rate in eu-west-3"
+    )
 
 
 def test_an_eks_inference_group_in_eu_west_1_is_priced(synth: Synth) -> None:
@@ -210,7 +223,19 @@ def test_a_table_capacity_block_fee_is_marked_indicative(synth: Synth, capsys: p
     assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
     out = capsys.readouterr().out
     assert "assumption: Capacity Block fee: indicative only; block prices move with supply and demand" in out
-    assert "the operating system is billed separately while instances run" in out
+    assert "the operating system is billed separately while instances run: that OS fee is not included" in out
+
+
+def test_a_capacity_block_without_a_fee_is_priced_at_the_tables_indicative_rate(synth: Synth) -> None:
+    """Before: the example's block (no upfront_fee_usd) was "price unknown" offline."""
+    cfg = load_config(ROOT / "examples" / "ec2-capacity-block.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    (fee,) = [i for i in est.items if i.kind == UPFRONT]
+    rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
+    assert rate == 74.88  # koyakimu/ec2-capacity-blocks-for-ml-pricing-json, 2026-02-01 (prices.yaml's source)
+    assert fee.name == "block: capacity-block fee, 168 h window (8 x 168 instance-hours, indicative)"
+    assert fee.per_hour is None and est.summary()["paid_up_front"] == pytest.approx(8 * 168 * rate)
+    assert "indicative only" in fee.assumption and "OS fee is not included" in fee.assumption
 
 
 def test_a_capacity_block_fee_is_quoted_live_from_describe_capacity_block_offerings(synth: Synth) -> None:
@@ -259,7 +284,7 @@ def test_a_capacity_block_fee_is_quoted_live_from_describe_capacity_block_offeri
         est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), ec2=ec2)
     stub.assert_no_pending_responses()
     (fee,) = [i for i in est.items if i.kind == UPFRONT]
-    assert fee.usd_each == 190000.5 and fee.source == LIVE_QUOTE_SOURCE
+    assert fee.usd_each == 190000.5 and fee.source == LIVE_QUOTE_SOURCE and fee.name.endswith(", live quote")
     assert "charged at the rate when bought" in fee.assumption
 
 
@@ -282,13 +307,125 @@ def test_every_table_price_has_a_source_and_a_date() -> None:
     from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
     from fminfra.ops.pricing import PRICES_FILE
 
-    rows = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))["prices"]
+    data = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))
+    rows = data["prices"]
     keys = [(r["key"], r["region"]) for r in rows]
     assert len(keys) == len(set(keys)), "one price per key and region"
     for r in rows:
         assert r["usd"] > 0 and r["unit"] in ("hour", "GB-month", "user-month", "10M samples", "IOPS-month"), r
         assert r["region"] in AZ_ID_PREFIX_BY_REGION and str(r["source"]).strip(), r
         assert isinstance(r["checked"], date), r
+    # An entry with no price recorded says what was searched, and when.
+    for u in data["unsourced"]:
+        assert str(u["searched"]).strip() and isinstance(u["checked"], date), u
+        assert all(region in AZ_ID_PREFIX_BY_REGION and (u["key"], region) not in keys for region in u["regions"]), u
+
+
+def test_a_regional_instance_price_is_for_a_region_the_catalog_sells_the_type_in() -> None:
+    from fminfra.core.regional import regions_offering_ec2
+
+    instance_keys = ("ec2:", "capacity-block:")
+    wrong = [
+        (key, region)
+        for key, region in table()
+        if key.startswith(instance_keys) and region not in regions_offering_ec2(key.split(":", 1)[1])
+    ]
+    assert wrong == []
+    # and the check bites: eu-west-1 sells no p5en (fminfra/core/ec2_regional.json)
+    assert "eu-west-1" not in regions_offering_ec2("p5en.48xlarge")
+
+
+def _unpriced(est: Estimate) -> list[str]:
+    """The lines that have neither a price nor a recorded missing source (prices.yaml's `unsourced`)."""
+    return [
+        f"{i.name}: {i.source}"
+        for i in est.unknown
+        if not (
+            (i.key is not None and (i.key, est.region) in unsourced() and "no public source recorded for" in i.source)
+            or (i.key is None and i.source == TRAINING_PLAN_FEE_UNKNOWN)
+        )
+    ]
+
+
+@pytest.mark.parametrize("path", [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_line_of_a_shipped_config_is_priced_or_names_the_source_it_lacks(synth: Synth, path: Any) -> None:
+    """Issue 36: before, the P types, g6e and the block fee were unknown with no source named."""
+    cfg = load_config(path)
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    assert _unpriced(est) == []
+    # the GPU groups on EC2 On-Demand are priced wherever the shipped files use them
+    assert all(i.usd_each is not None for i in est.items if i.key and i.key.startswith(("ec2:", "capacity-block:")))
+
+
+def test_a_removed_price_fails_the_coverage_check(synth: Synth, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test of the test: drop the ODCR example's p5.48xlarge price and its line is reported."""
+    from fminfra.ops import pricing
+
+    cfg = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    assert _unpriced(estimate(cfg, synth.outdir, book=PriceBook(cfg.region))) == []
+    kept = {k: v for k, v in table().items() if k != ("ec2:p5.48xlarge", "us-east-2")}
+    monkeypatch.setattr(pricing, "table", lambda: kept)
+    (line,) = _unpriced(estimate(cfg, synth.outdir, book=PriceBook(cfg.region)))
+    assert line.startswith("ODCR for trainers: 4 x p5.48xlarge: price unknown: no public source recorded for the EC2 On-Demand")
+
+
+def test_staging_network_and_eks_control_plane_are_priced_in_us_west_2(synth: Synth) -> None:
+    """Before: staging's NAT gateway, interface endpoints and EKS control plane were "price unknown"
+    (no us-west-2 source; docs/facts/pricing.md#us-west-2-network-eks)."""
+    cfg = load_config(ROOT / "config" / "staging.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    fixed = {i.key: i for i in est.items if i.kind == FIXED}
+    nat, endpoints, eks = fixed["nat-gateway"], fixed["vpc-interface-endpoint"], fixed["eks-cluster:standard"]
+    assert nat.per_hour == pytest.approx(nat.quantity * 0.045)
+    assert endpoints.per_hour == pytest.approx(endpoints.quantity * 0.01) and endpoints.quantity > 0
+    assert eks.per_month == pytest.approx(0.10 * HOURS_PER_MONTH)
+    assert all("hsr87/sample-agentic-rl-sandboxes-on-sagemaker-hyperpod" in i.source for i in (nat, endpoints, eks))
+    # the extended-support rate is recorded for the same region
+    assert _price("eks-cluster:extended", "us-west-2") == 0.60
+
+
+def test_an_interface_endpoint_is_priced_in_us_east_1_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """prod (us-east-1) prices its endpoints per endpoint-AZ; the ODCR example (us-east-2) still names the
+    source it lacks, and which regions the table has."""
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    (endpoints,) = [i for i in estimate(prod, synth.outdir, book=PriceBook(prod.region)).items if i.key == "vpc-interface-endpoint"]
+    assert endpoints.per_month == pytest.approx(endpoints.quantity * 0.01 * HOURS_PER_MONTH)
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "vpc-interface-endpoint"]
+    assert unknown.usd_each is None
+    assert "no public source recorded for the interface VPC endpoint rate per AZ-hour in us-east-2" in unknown.source
+    assert "USE2-VpcEndpoint-Hours" in unknown.source
+
+
+def test_grafana_users_are_priced_where_a_source_names_the_region() -> None:
+    """Grafana's editor and viewer rates have sources for us-east-1, us-west-2 and eu-west-1
+    (docs/facts/pricing.md#helios-price-list-2026-09); elsewhere the line says where the table has them."""
+    for region in ("us-east-1", "us-west-2", "eu-west-1"):
+        assert (_price("grafana:editor", region), _price("grafana:viewer", region)) == (9.0, 5.0)
+    assert PriceBook("us-east-2").get("grafana:editor") is None
+    assert "has grafana:editor only for eu-west-1, us-east-1, us-west-2" in PriceBook("us-east-2").missing("grafana:editor")
+
+
+def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """Before: AMP ingestion was "price unknown" in every shipped config; now dev, staging and prod price it
+    (us-west-2, us-east-1) and the us-east-2 example still names the source it lacks."""
+    for path in (ROOT / "config" / "staging.yaml", ROOT / "config" / "prod.yaml"):
+        cfg = load_config(path)
+        (amp,) = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "amp:ingestion"]
+        # 10,000 samples/s (the default) for 730 hours, in units of 10 million samples, at $0.90 each
+        assert amp.per_month == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7 * 0.90)
+        assert "billynorris/helios" in amp.source
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "amp:ingestion"]
+    assert unknown.usd_each is None and "AMP sample ingestion rate in us-east-2 (searched: " in unknown.source
+
+
+def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Capacity Block example is fully priced now: its per-GPU-hour figure is the hourly cost only
+    (the block's fee is paid up front), and the line says so rather than read as the block's GPU-hour rate."""
+    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
 
 
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
