@@ -404,13 +404,8 @@ class Clusters(Construct):
                     client_group=self.eks.cluster.cluster_security_group,
                     efa_enabled=spec.efa_enabled,
                 )
-            # the claims live in the teams' namespaces, which the quotas / queues create, and the acceptance
-            # access's own Namespace manifest where there is one (whether a quota's namespace exists at its
-            # CREATE_COMPLETE is not documented: fminfra/eks/constructs/accept_access.py)
-            creators = [self.task_governance, self.kueue, *(self.accept_access.manifests[:1] if self.accept_access is not None else [])]
-            for creator in creators:
-                if creator is not None:
-                    self.fsx_volume.manifest.node.add_dependency(creator)
+            for creator in self._namespace_creators():
+                self.fsx_volume.manifest.node.add_dependency(creator)
             workloads.append(self.fsx_volume.manifest)
         if FSX_CSI_ADDON in addons:
             anchors[FSX_CSI_ADDON] = [addons[FSX_CSI_ADDON]]
@@ -448,6 +443,18 @@ class Clusters(Construct):
         self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads, releases)
         if self.load_balancer is not None:
             _after_load_balancer(self.load_balancer.chart, self._installs_after_load_balancer(workloads))
+
+    def _namespace_creators(self) -> list[IConstruct]:
+        """What creates the teams' namespaces the FSx claims live in: task governance's quotas
+        (`hyperpod-ns-<team>`), the Kueue queues' manifest (each team's namespace), and the acceptance
+        access's own Namespace manifest where there is one (whether a quota's namespace exists at its
+        CREATE_COMPLETE is not documented: fminfra/eks/constructs/accept_access.py). Each is a construct
+        that holds the resources (Kueue's chart and queues live under the EKS cluster, not under `Kueue`)."""
+        return [
+            *([self.task_governance] if self.task_governance is not None else []),
+            *([self.kueue.queues] if self.kueue is not None else []),
+            *(self.accept_access.manifests[:1] if self.accept_access is not None else []),
+        ]
 
     def _installs_after_load_balancer(self, workloads: Sequence[IConstruct]) -> list[IConstruct]:
         """What installs into the cluster and is not already before the load balancer controller's chart:
