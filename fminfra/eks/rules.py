@@ -186,12 +186,16 @@ INTERNAL_ELB_SUBNET_TAG = ("kubernetes.io/role/internal-elb", "1")
 
 # Where an extension (a library user's add-on or chart, or a config's extra EKS add-on) installs:
 # after the named fminfra component, and always before fminfra's workloads (the device plugins,
-# exporters, Kueue, the HyperPod dependency chart and the FSx volume).
+# exporters, Kueue and the FSx volume; HyperPod's dependency chart is not one of them: it installs after
+# the VPC CNI and before HyperPod).
 EXTENSION_ANCHORS = ("vpc-cni", "core-addons", FSX_CSI_ADDON, LBC_RELEASE)
 DEFAULT_EXTENSION_ANCHOR = "core-addons"
 # EKS add-on names and builds (botocore's CreateAddon: addonName, addonVersion as EKS lists them).
+# Marketplace and community add-ons carry '_' (dynatrace_dynatrace-operator, upbound_universal-crossplane:
+# docs/facts/eks.md#eks-addon-names).
 ADDON_NAME = Pattern(
-    r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
+    r"^[a-z0-9][a-z0-9_-]{0,99}$",
+    "an EKS add-on name: lowercase letters, digits, '-' and '_' (as `aws eks describe-addon-versions` lists it)",
 )
 ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
 # An extension add-on's own Pod Identity: the Kubernetes service account (a DNS subdomain, at most
@@ -239,4 +243,60 @@ MANAGED_ADDONS = (
     "cert-manager",
     "amazon-sagemaker-hyperpod-training-operator",
     "amazon-sagemaker-hyperpod-taskgovernance",
+)
+
+
+# --- Karpenter on EKS without HyperPod (compute.eks.karpenter; docs/facts/karpenter.md) ---
+# Its release, namespace and service account as its getting-started guide installs it (the Pod
+# Identity association names them): docs/facts/karpenter.md#chart-karpenter, #karpenter-getting-started-template.
+KARPENTER_RELEASE = "karpenter"
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+# The NodePool and EC2NodeClass APIs of the pinned release (docs/facts/karpenter.md#karpenter-api-versions).
+KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
+KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
+# Capacity types a pool of an on-demand inference group may take (compute.eks.karpenter.capacity_types);
+# a group on a reservation or a Capacity Block gets `reserved`, selected by its reservation id
+# (Karpenter does no open ODCR matching: docs/facts/karpenter.md#karpenter-reserved-capacity).
+KARPENTER_CAPACITY_TYPES = ("on-demand", "spot")
+KARPENTER_RESERVED = "reserved"
+# The group capacity types a Karpenter pool takes, and the ones it reads as `reserved`.
+KARPENTER_GROUP_CAPACITY = ("on-demand", "reservation", "capacity-block")
+KARPENTER_RESERVED_GROUP_CAPACITY = ("reservation", "capacity-block")
+# Disruption: at most one node of a pool at a time, each drained through the Eviction API, which
+# honours PodDisruptionBudgets; no terminationGracePeriod, which would let drift and expiry delete
+# pods past a blocking budget (docs/facts/karpenter.md#karpenter-api-versions). Nodes expire after
+# Karpenter's own default of 30 days; empty or underutilized nodes are consolidated after 5 minutes.
+KARPENTER_DISRUPTION_NODES = "1"
+KARPENTER_EXPIRE_AFTER = "720h"
+KARPENTER_CONSOLIDATION_POLICY = "WhenEmptyOrUnderutilized"
+KARPENTER_CONSOLIDATE_AFTER = "5m"
+# The EventBridge events the getting-started template sends to the interruption queue, as
+# (rule id, source, detail-type) (docs/facts/karpenter.md#karpenter-getting-started-template).
+KARPENTER_INTERRUPTION_EVENTS = (
+    ("ScheduledChange", "aws.health", "AWS Health Event"),
+    ("SpotInterruption", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    ("Rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    ("InstanceStateChange", "aws.ec2", "EC2 Instance State-change Notification"),
+    ("CapacityReservationInterruption", "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+)
+# UltraServers need DRA, which EKS documents Karpenter does not support
+# (docs/facts/karpenter.md#eks-ultraserver-dra-karpenter).
+KARPENTER_ULTRASERVER_PROBLEM = (
+    "UltraServer instances (p6e-gb200) need Dynamic Resource Allocation, and EKS documents that DRA is not supported in "
+    "Karpenter or EKS Auto Mode (it recommends node groups); set compute.eks.karpenter.enabled: false for this cluster"
+)
+KARPENTER_NEEDS_SYSTEM_NODES = (
+    "the Karpenter controller runs on nodes Karpenter does not manage (its chart keeps it off Karpenter's nodes): "
+    "with karpenter enabled the system node group needs at least 1 node (default 2); set count to 1 or more, or unset it"
+)
+
+
+# The load balancer controller's chart on HyperPod EKS with nothing but HyperPod's nodes to run on: they
+# carry the deep-health-check taint while their checks run (docs/facts/eks.md#hyperpod-node-health-taint),
+# for a time no source gives, and CDK's helm wait ends after 15 minutes (docs/facts/eks.md#cdk-helm-chart-timeout).
+LBC_WITHOUT_OWN_NODES = (
+    "the load balancer controller's chart waits at most 15 minutes for a node its pods can run on, and here the only "
+    "ones are HyperPod's, tainted while their deep health checks run (for how long is not published); set "
+    "compute.eks.system_nodes.count (2) or add an untainted inference node group"
 )

@@ -42,6 +42,7 @@ from fminfra.compute.constructs.launch_template import (
     EfaLaunchTemplateProps,
 )
 from fminfra.compute.constructs.placement import ClusterPlacementGroup
+from fminfra.compute.stack.karpenter import karpenter_spec
 from fminfra.config import (
     CONTROLLER_GROUP_NAME,
     LOGIN_GROUP_NAME,
@@ -400,7 +401,6 @@ def add_clusters(
                 file_system_id=fsx.file_system_id,
                 dns_name=fsx.dns_name,
                 mount_name=fsx.mount_name,
-                capacity_gib=cfg.storage.lustre.capacity_gib,
                 namespaces=fsx_namespaces(cfg),
                 security_group=fsx.security_group,
                 efa_enabled=fsx.efa_enabled,
@@ -436,7 +436,11 @@ def add_clusters(
             kubectl_layer=layer_class(stack, "KubectlLayer"),
             # anything applied through the kubectl provider besides the charts (`applies_manifests`), and the
             # FSx volume, the load balancer controller and extension charts
-            kubectl_manifests=applies_manifests(cfg) or fsx_volume is not None or load_balancer is not None or bool(all_extensions),
+            kubectl_manifests=applies_manifests(cfg)
+            or fsx_volume is not None
+            or load_balancer is not None
+            or bool(all_extensions)
+            or compute.karpenter,
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -488,7 +492,9 @@ def add_clusters(
             inference_node_groups=[
                 inference_group(cfg, g, network, placement_groups.get(g.name), (capacity_targets or {}).get(g.name))
                 for g in compute.inference_node_groups
+                if not compute.karpenter  # Karpenter's pools instead (compute/stack/karpenter.py)
             ],
+            karpenter=karpenter_spec(cfg, network),
             fsx_volume=fsx_volume,
             load_balancer=load_balancer,
             extensions=all_extensions,

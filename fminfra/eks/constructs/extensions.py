@@ -127,11 +127,20 @@ def install_extensions(
     extensions: Sequence[EksExtension],
     anchors: Mapping[str, Sequence[IConstruct]],
     workloads: Sequence[IConstruct],
+    releases: Sequence[tuple[str, str]] = (),
 ) -> dict[str, IConstruct]:
     """Each extension after its anchor's constructs, and every workload after every extension.
     `anchors`: anchor name -> what it stands for on this cluster (absent: the cluster lacks it).
+    `releases`: fminfra's own Helm releases on this cluster, (release, namespace): a chart extension
+    may not take one over (`helm upgrade --install` of the same release upgrades it).
     Returns name -> the add-on or chart created."""
     problems = extension_problems(extensions)
+    for i, ext in enumerate(extensions):
+        if isinstance(ext, ChartExtension) and (ext.chart.name, ext.chart.namespace) in releases:
+            problems.append(
+                f"eks_extensions[{i}] ({ext.chart.name}): fminfra installs Helm release {ext.chart.name!r} in namespace "
+                f"{ext.chart.namespace!r} itself; give the chart another release name or namespace"
+            )
     for i, ext in enumerate(extensions):
         if ext.after not in anchors and anchor_problem(ext.after) is None:
             problems.append(

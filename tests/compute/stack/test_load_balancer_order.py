@@ -102,7 +102,7 @@ def test_nothing_installs_beside_the_load_balancer_controller(synth: Synth) -> N
         for s in synth.all_templates()
         if any((r.get("Properties") or {}).get("Release") == LBC_RELEASE for r in (s.template.get("Resources") or {}).values())
     ]
-    assert {"eks-inf/Compute", "cap-eks/Compute"} <= set(with_chart), with_chart
+    assert {"eks-inf/Compute", "cap-eks/Compute", "eks-karp/Compute"} <= set(with_chart), with_chart
     problems = {s.display_name: found for s in synth.all_templates() if (found := concurrent_installs(s.template))}
     assert not problems, problems
 

@@ -160,3 +160,32 @@ def test_the_documented_addon_policy_exists_where_named() -> None:
     policies = json.loads(aws_managed_policies_data)
     assert policies["AmazonEBSCSIDriverPolicy"]["Path"] == "/service-role/"
     assert "service-role/AmazonEBSCSIDriverPolicy" in (ROOT / "docs" / "compute.md").read_text()
+
+
+def test_a_marketplace_addon_name_with_an_underscore_is_accepted() -> None:
+    """docs/facts/eks.md#eks-addon-names: vendor_product names (serving read r2, C: they were refused)."""
+    raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["compute"]["eks"]["addons"] = [{"name": "dynatrace_dynatrace-operator", "version": "v1.4.0-eksbuild.1"}]
+    assert parse_config(raw, "staging.yaml").compute.eks is not None
+
+
+def test_a_chart_extension_may_not_take_over_an_fminfra_release() -> None:
+    """`helm upgrade --install` of a release fminfra installs would replace fminfra's chart (serving read r2, C)."""
+    app = cdk.App(context=FEATURE_FLAGS)
+    cfg = load_config(ROOT / "tests" / "configs" / "eks-inference-only.yaml")
+    takeover = ChartExtension(
+        chart=HelmChartSpec(
+            name="aws-load-balancer-controller",
+            chart="x",
+            repository="https://example.org/charts",
+            version="1.0.0",
+            namespace="kube-system",
+        )
+    )
+    with pytest.raises(ValueError, match="fminfra installs Helm release 'aws-load-balancer-controller' in namespace 'kube-system' itself"):
+        EnvironmentStage(app, cfg, eks_extensions=[takeover])
+    # the same release name in another namespace is another release
+    other = ChartExtension(
+        chart=HelmChartSpec(name="aws-load-balancer-controller", chart="x", repository="https://e.org", version="1.0.0", namespace="team")
+    )
+    EnvironmentStage(cdk.App(context=FEATURE_FLAGS), cfg, eks_extensions=[other])
