@@ -48,6 +48,7 @@ from fminfra.eks.rules import (
     KARPENTER_CAPACITY_TYPES,
     KARPENTER_GROUP_CAPACITY,
     KARPENTER_NEEDS_SYSTEM_NODES,
+    KARPENTER_SPOT_ROLE,
     KARPENTER_ULTRASERVER_PROBLEM,
     LBC_WITHOUT_OWN_NODES,
     MANAGED_ADDONS,
@@ -789,24 +790,32 @@ class ComputeConfig(Model):
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
         Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
-        return [
-            warning(
-                f"inference_node_groups[{i}].max_size",
-                f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
-                f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
-                + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+        return (
+            [
+                warning(
+                    f"inference_node_groups[{i}].max_size",
+                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
+                    f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
+                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+                )
+                for i, g in enumerate(self.inference_node_groups)
+                if g.min_size < g.max_size and not self.karpenter
+            ]
+            + [
+                warning(
+                    f"inference_node_groups[{i}].min_size",
+                    f"{g.name}: Karpenter starts nodes for pending pods and removes empty ones: min_size ({g.min_size}) and "
+                    f"desired_size are not kept, only max_size ({g.max_size}) bounds the pool",
+                )
+                for i, g in enumerate(self.inference_node_groups)
+                if self.karpenter and g.min_size > 0
+            ]
+            + (
+                [warning("eks.karpenter.capacity_types", KARPENTER_SPOT_ROLE)]
+                if self.karpenter and self.eks is not None and "spot" in self.eks.karpenter.capacity_types
+                else []
             )
-            for i, g in enumerate(self.inference_node_groups)
-            if g.min_size < g.max_size and not self.karpenter
-        ] + [
-            warning(
-                f"inference_node_groups[{i}].min_size",
-                f"{g.name}: Karpenter starts nodes for pending pods and removes empty ones: min_size ({g.min_size}) and "
-                f"desired_size are not kept, only max_size ({g.max_size}) bounds the pool",
-            )
-            for i, g in enumerate(self.inference_node_groups)
-            if self.karpenter and g.min_size > 0
-        ]
+        )
 
     def _acceptance_team_warnings(self) -> list[Finding]:
         """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one

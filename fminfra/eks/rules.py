@@ -286,6 +286,14 @@ KARPENTER_ULTRASERVER_PROBLEM = (
     "UltraServer instances (p6e-gb200) need Dynamic Resource Allocation, and EKS documents that DRA is not supported in "
     "Karpenter or EKS Auto Mode (it recommends node groups); set compute.eks.karpenter.enabled: false for this cluster"
 )
+# Spot needs the account's EC2 Spot service-linked role, which Karpenter's role may not create
+# (docs/facts/karpenter.md#karpenter-spot-service-linked-role).
+KARPENTER_SPOT_ROLE = (
+    "spot capacity needs the account's EC2 Spot service-linked role (AWSServiceRoleForEC2Spot), which fminfra does not "
+    "create and Karpenter's role may not: without it spot launches fail with ServiceLinkedRoleCreationNotPermitted; "
+    "create it once per account (aws iam create-service-linked-role --aws-service-name spot.amazonaws.com) if "
+    "`aws iam get-role --role-name AWSServiceRoleForEC2Spot` finds none"
+)
 KARPENTER_NEEDS_SYSTEM_NODES = (
     "the Karpenter controller runs on nodes Karpenter does not manage (its chart keeps it off Karpenter's nodes): "
     "with karpenter enabled the system node group needs at least 1 node (default 2); set count to 1 or more, or unset it"

@@ -444,3 +444,16 @@ def test_the_load_balancer_controller_on_hyperpod_nodes_alone_is_warned() -> Non
     assert [f.path for f in warned] == ["eks.load_balancer_controller"]
     raw["compute"]["eks"]["system_nodes"] = {"count": 2}
     assert not [f for f in parse_config(raw, "staging.yaml").compute.warnings() if f.message == LBC_WITHOUT_OWN_NODES]
+
+
+def test_karpenter_spot_warns_about_the_spot_service_linked_role() -> None:
+    """Serving read r4, B: spot pools fail in an account without AWSServiceRoleForEC2Spot, which nothing
+    creates (docs/facts/karpenter.md#karpenter-spot-service-linked-role)."""
+    from fminfra.config import parse_config, read_yaml
+    from fminfra.eks.rules import KARPENTER_SPOT_ROLE
+
+    raw = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    warned = [f.path for f in parse_config(raw, "k.yaml").compute.warnings() if f.message == KARPENTER_SPOT_ROLE]
+    assert warned == ["eks.karpenter.capacity_types"]
+    raw["compute"]["eks"]["karpenter"]["capacity_types"] = ["on-demand"]
+    assert not [f for f in parse_config(raw, "k.yaml").compute.warnings() if f.message == KARPENTER_SPOT_ROLE]

@@ -78,14 +78,17 @@ def controller_statements(
     return cast(list[dict[str, Any]], json.loads(text))
 
 
-def karpenter_values(*, cluster_name: str, queue_name: str, replicas: int) -> dict[str, Any]:
+def karpenter_values(*, cluster_name: str, queue_name: str, replicas: int, region: str) -> dict[str, Any]:
     """Chart values: the cluster and interruption queue, native reservations (the `ReservedCapacity`
     gate, on by default since v1.6, set explicitly), the service account the Pod Identity association
-    names, the guide's controller resources, and no more replicas than system nodes (one a host)."""
+    names, the guide's controller resources, no more replicas than system nodes (one a host), and the
+    region in `AWS_REGION` (the chart's own example of `controller.env`): without it the controller
+    asks the instance metadata service, which pods on fminfra's nodes cannot reach (hop limit 1),
+    and exits (docs/facts/karpenter.md#karpenter-region-from-env)."""
     return {
         "settings": {"clusterName": cluster_name, "interruptionQueue": queue_name, "featureGates": {"reservedCapacity": True}},
         "serviceAccount": {"create": True, "name": KARPENTER_SERVICE_ACCOUNT},
-        "controller": {"resources": CONTROLLER_RESOURCES},
+        "controller": {"resources": CONTROLLER_RESOURCES, "env": [{"name": "AWS_REGION", "value": region}]},
         "replicas": replicas,
     }
 
@@ -229,7 +232,9 @@ class Karpenter(Construct):
             version=props.version,
             namespace=KARPENTER_NAMESPACE,
             release=KARPENTER_RELEASE,
-            values=karpenter_values(cluster_name=props.cluster_name, queue_name=self.queue.queue_name, replicas=props.replicas),
+            values=karpenter_values(
+                cluster_name=props.cluster_name, queue_name=self.queue.queue_name, replicas=props.replicas, region=stack.region
+            ),
             # the NodePools after it need its CRDs and a running controller (docs/facts/eks.md#cdk-helm-chart-timeout)
             wait=True,
             timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
