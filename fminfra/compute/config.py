@@ -38,6 +38,7 @@ from fminfra.eks.rules import (
     ACCEPT_NEEDS_TEAM,
     ADDON_BUILD,
     ADDON_NAME,
+    CORE_ADDONS,
     DEFAULT_EXTENSION_ANCHOR,
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
@@ -51,11 +52,11 @@ from fminfra.eks.rules import (
     KARPENTER_SPOT_ROLE,
     KARPENTER_ULTRASERVER_PROBLEM,
     LBC_WITHOUT_OWN_NODES,
-    MANAGED_ADDONS,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
     STANDARD_SUPPORT_USD_PER_HOUR,
     SUPPORT_END_WARNING_DAYS,
+    addon_taken_problem,
     anchor_problem,
     k8s_problems,
     open_endpoint_problem,
@@ -544,8 +545,9 @@ class EksAddonConfig(Model):
     def _name(cls, value: str) -> str:
         if problem := ADDON_NAME.problem(value):
             raise ValueError(problem)
-        if value in MANAGED_ADDONS:
-            raise ValueError(f"fminfra installs {value!r} itself; name an add-on it does not install ({', '.join(MANAGED_ADDONS)})")
+        # the core add-ons are on every cluster; the others depend on the environment (EnvironmentConfig's check)
+        if problem := addon_taken_problem(value, CORE_ADDONS):
+            raise ValueError(problem)
         return value
 
     @field_validator("version")

@@ -234,16 +234,29 @@ def anchor_problem(after: str) -> str | None:
 
 
 # The EKS add-ons fminfra itself installs on some cluster: a config's extra add-ons name none of them.
-MANAGED_ADDONS = (
-    "vpc-cni",
-    "coredns",
-    "kube-proxy",
-    "eks-pod-identity-agent",
-    FSX_CSI_ADDON,
-    "cert-manager",
-    "amazon-sagemaker-hyperpod-training-operator",
-    "amazon-sagemaker-hyperpod-taskgovernance",
-)
+# The add-ons fminfra installs on every cluster, and those it adds with HyperPod on the cluster, with
+# task governance and with an FSx file system (fminfra/compute/stack/clusters.py installs them).
+CORE_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+HYPERPOD_EKS_ADDONS = ("cert-manager", "amazon-sagemaker-hyperpod-training-operator")
+TASK_GOVERNANCE_ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
+MANAGED_ADDONS = (*CORE_ADDONS, FSX_CSI_ADDON, *HYPERPOD_EKS_ADDONS, TASK_GOVERNANCE_ADDON_NAME)
+
+
+def installed_addons(*, hyperpod: bool, task_governance: bool, file_system: bool) -> tuple[str, ...]:
+    """The add-ons fminfra installs on a cluster: the core ones, and the others where it needs them."""
+    return (
+        *CORE_ADDONS,
+        *(HYPERPOD_EKS_ADDONS if hyperpod else ()),
+        *((TASK_GOVERNANCE_ADDON_NAME,) if task_governance else ()),
+        *((FSX_CSI_ADDON,) if file_system else ()),
+    )
+
+
+def addon_taken_problem(name: str, installed: tuple[str, ...]) -> str | None:
+    """An extension's add-on name that fminfra installs itself on this cluster, or None."""
+    if name not in installed:
+        return None
+    return f"fminfra installs {name!r} itself on this cluster; name an add-on it does not install ({', '.join(installed)})"
 
 
 # --- Karpenter on EKS without HyperPod (compute.eks.karpenter; docs/facts/karpenter.md) ---

@@ -25,8 +25,9 @@ from fminfra.eks.constructs.cluster import EksCluster, HelmChartSpec
 from fminfra.eks.rules import (
     ADDON_BUILD,
     ADDON_NAME,
+    CORE_ADDONS,
     DEFAULT_EXTENSION_ANCHOR,
-    MANAGED_ADDONS,
+    addon_taken_problem,
     anchor_problem,
     pod_identity_problems,
 )
@@ -88,8 +89,8 @@ def extension_problems(extensions: Sequence[EksExtension]) -> list[str]:
             for field_name, pattern, value in (("name", ADDON_NAME, ext.name), ("version", ADDON_BUILD, ext.version)):
                 if problem := pattern.problem(value):
                     problems.append(f"{where}: {field_name} {problem}")
-            if ext.name in MANAGED_ADDONS:
-                problems.append(f"{where}: fminfra installs {ext.name!r} itself; name an add-on it does not ({', '.join(MANAGED_ADDONS)})")
+            if problem := addon_taken_problem(ext.name, CORE_ADDONS):
+                problems.append(f"{where}: {problem}")
             entries = [(i.service_account, i.managed_policies) for i in ext.pod_identity]
             problems.extend(f"{where}: {p}" for p in pod_identity_problems(entries))
     return problems
@@ -147,6 +148,10 @@ def install_extensions(
                 f"eks_extensions[{i}] ({extension_name(ext)}): after {ext.after!r}, which this cluster does not install; "
                 f"use one of {', '.join(anchors)}"
             )
+    installed = tuple(eks_cluster.addons)
+    for i, ext in enumerate(extensions):
+        if isinstance(ext, AddonExtension) and (problem := addon_taken_problem(ext.name, installed)) and ext.name not in CORE_ADDONS:
+            problems.append(f"eks_extensions[{i}] ({ext.name}): {problem}")
     if problems:
         raise ValidationError("; ".join(problems))
     created: dict[str, IConstruct] = {}

@@ -189,3 +189,40 @@ def test_a_chart_extension_may_not_take_over_an_fminfra_release() -> None:
         chart=HelmChartSpec(name="aws-load-balancer-controller", chart="x", repository="https://e.org", version="1.0.0", namespace="team")
     )
     EnvironmentStage(cdk.App(context=FEATURE_FLAGS), cfg, eks_extensions=[other])
+
+
+def test_the_installed_addons_rule_is_what_each_cluster_installs(synth: Synth) -> None:
+    """`installed_addons` (what validate refuses an extension to repeat) against every synthesized cluster's add-ons."""
+    from fminfra.eks.rules import installed_addons
+
+    checked = 0
+    for env, cfg in synth.configs.items():
+        if not cfg.compute.needs_eks:
+            continue
+        resources = synth.template(env, "Compute")["Resources"]
+        found = {
+            r["Properties"]["AddonName"]
+            for lid, r in resources.items()
+            if r["Type"] == "AWS::EKS::Addon" and not lid.startswith("Extension")
+        }
+        expected = installed_addons(
+            hyperpod=cfg.compute.orchestrator == "eks",
+            task_governance=bool(cfg.compute.team_quotas()),
+            file_system=cfg.storage is not None and cfg.storage.lustre is not None,
+        )
+        assert found == set(expected), env
+        checked += 1
+    assert checked >= 4
+
+
+@pytest.mark.parametrize(("config", "refused"), [("tests/configs/eks-inference-only.yaml", False), ("config/staging.yaml", True)])
+def test_cert_manager_is_refused_only_where_fminfra_installs_it(config: str, refused: bool) -> None:
+    """Serving read r2, C: cert-manager (and the FSx CSI driver) were refused on every cluster, also where
+    fminfra does not install them (an inference-only cluster without HyperPod)."""
+    raw = read_yaml(ROOT / config)
+    raw["compute"].setdefault("eks", {})["addons"] = [{"name": "cert-manager", "version": "v1.18.2-eksbuild.2"}]
+    if refused:
+        with pytest.raises(ConfigError, match=r"compute.eks.addons\[0\].name.*fminfra installs 'cert-manager' itself on this cluster"):
+            parse_config(raw, "x.yaml")
+    else:
+        assert parse_config(raw, "x.yaml").compute.eks is not None
