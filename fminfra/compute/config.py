@@ -38,20 +38,29 @@ from fminfra.eks.rules import (
     ACCEPT_NEEDS_TEAM,
     ADDON_BUILD,
     ADDON_NAME,
+    CORE_ADDONS,
     DEFAULT_EXTENSION_ANCHOR,
     DEFAULT_GPU_TAINT,
     DEFAULT_TEAM,
+    DNS_LABEL,
     ENDING_CAPACITY_TYPES,
     EXTENDED_SUPPORT_USD_PER_HOUR,
     EXTENSION_ANCHORS,
-    MANAGED_ADDONS,
+    KARPENTER_CAPACITY_TYPES,
+    KARPENTER_GROUP_CAPACITY,
+    KARPENTER_NEEDS_SYSTEM_NODES,
+    KARPENTER_SPOT_ROLE,
+    KARPENTER_ULTRASERVER_PROBLEM,
+    LBC_WITHOUT_OWN_NODES,
     REPELLING_EFFECTS,
     RESERVED_NAMESPACES,
     STANDARD_SUPPORT_USD_PER_HOUR,
     SUPPORT_END_WARNING_DAYS,
+    addon_taken_problem,
     anchor_problem,
     k8s_problems,
     open_endpoint_problem,
+    pod_identity_problems,
     principal_arn_problem,
     reserved_label_problem,
     unquoted_version_problem,
@@ -501,6 +510,15 @@ class SchedulingConfig(Model):
         return value
 
 
+class EksAddonPodIdentityConfig(Model):
+    """A role for one of the add-on's service accounts, through EKS Pod Identity."""
+
+    service_account: str = Field(description="The add-on's Kubernetes service account (its documentation names it).")
+    managed_policies: list[str] = Field(
+        description="AWS managed policies of its role, by name with path (such as service-role/AmazonEBSCSIDriverPolicy)."
+    )
+
+
 class EksAddonConfig(Model):
     """An extra EKS add-on, at a pinned build, installed after an fminfra component and before fminfra's workloads."""
 
@@ -510,13 +528,26 @@ class EksAddonConfig(Model):
         default=DEFAULT_EXTENSION_ANCHOR, description=f"The fminfra component it installs after: {', '.join(EXTENSION_ANCHORS)}."
     )
 
+    pod_identity: list[EksAddonPodIdentityConfig] = Field(
+        default_factory=list,
+        description="Roles for the add-on's service accounts, for an add-on that calls AWS (docs/compute.md); default none.",
+    )
+
+    @field_validator("pod_identity")
+    @classmethod
+    def _pod_identity(cls, value: list[EksAddonPodIdentityConfig]) -> list[EksAddonPodIdentityConfig]:
+        if problems := pod_identity_problems([(i.service_account, i.managed_policies) for i in value]):
+            raise ValueError("; ".join(problems))
+        return value
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
         if problem := ADDON_NAME.problem(value):
             raise ValueError(problem)
-        if value in MANAGED_ADDONS:
-            raise ValueError(f"fminfra installs {value!r} itself; name an add-on it does not install ({', '.join(MANAGED_ADDONS)})")
+        # the core add-ons are on every cluster; the others depend on the environment (EnvironmentConfig's check)
+        if problem := addon_taken_problem(value, CORE_ADDONS):
+            raise ValueError(problem)
         return value
 
     @field_validator("version")
@@ -531,6 +562,33 @@ class EksAddonConfig(Model):
     def _after(cls, value: str) -> str:
         if problem := anchor_problem(value):
             raise ValueError(problem)
+        return value
+
+
+KarpenterCapacityType = Literal["on-demand", "spot"]  # KARPENTER_CAPACITY_TYPES
+
+
+class KarpenterConfig(Model):
+    """Karpenter on EKS without HyperPod: every inference node group becomes a NodePool and an
+    EC2NodeClass instead of a managed node group (docs/compute.md#karpenter)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="Provision the inference groups' nodes with Karpenter (pinned chart, Pod Identity role and interruption "
+        "queue from its getting-started template) instead of managed node groups; needs the system node group.",
+    )
+    capacity_types: list[KarpenterCapacityType] = Field(
+        default_factory=lambda: list[KarpenterCapacityType](["on-demand"]),
+        description="Capacity types of the pools of on-demand groups: on-demand, spot or both (Karpenter prefers "
+        "reserved, then the cheaper); groups on a reservation or a Capacity Block get reserved.",
+    )
+
+    @field_validator("capacity_types")
+    @classmethod
+    def _capacity_types(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError(f"must list at least one capacity type; allowed: {', '.join(KARPENTER_CAPACITY_TYPES)}")
+        _raise_problems([error(f"[{i}]", f"{v!r} is listed twice") for i, v in enumerate(value) if v in value[:i]])
         return value
 
 
@@ -557,6 +615,9 @@ class EksConfig(Model):
         description="Install the AWS Load Balancer Controller (pinned chart, Pod Identity role from its own IAM policy); load "
         "balancers are internal unless a Service or Ingress asks otherwise, in the private subnets it finds by their "
         "kubernetes.io/role/internal-elb tag (docs/compute.md).",
+    )
+    karpenter: KarpenterConfig = Field(
+        default_factory=KarpenterConfig, description="EKS without HyperPod: Karpenter NodePools for the inference groups."
     )
     addons: list[EksAddonConfig] = Field(
         default_factory=list, description="Extra EKS add-ons at pinned builds, each after an fminfra component (docs/compute.md)."
@@ -628,6 +689,11 @@ class ComputeConfig(Model):
     def needs_eks(self) -> bool:
         return self.orchestrator == "eks" or bool(self.inference_node_groups)
 
+    @property
+    def karpenter(self) -> bool:
+        """Karpenter provisions the inference groups' nodes (compute.eks.karpenter.enabled)."""
+        return self.eks is not None and self.eks.karpenter.enabled
+
     def untainted_node_sources(self) -> list[str]:
         """Node groups of the EKS cluster on which CoreDNS and other system pods can run for good: HyperPod
         instance groups with nodes (fminfra sets no Kubernetes taints on them) and inference groups
@@ -642,7 +708,8 @@ class ComputeConfig(Model):
             ]
         for g in self.inference_node_groups:
             taints = [(t.key, t.value, t.effect) for t in g.taints]
-            if g.capacity.type in ENDING_CAPACITY_TYPES:
+            if g.capacity.type in ENDING_CAPACITY_TYPES or self.karpenter:
+                # Karpenter's nodes come and go with the pods that need them
                 continue
             if g.desired_size > 0 and not any(effect in REPELLING_EFFECTS for _, _, effect in taints):
                 sources.append(f"inference node group {g.name!r}")
@@ -654,7 +721,7 @@ class ComputeConfig(Model):
         assert self.eks is not None
         if self.eks.system_nodes.count is not None:
             return self.eks.system_nodes.count
-        return 0 if self.untainted_node_sources() else 2
+        return 0 if self.untainted_node_sources() and not self.karpenter else 2
 
     def warnings(self, today: date | None = None) -> list[Finding]:
         """(field path, message) for what does not reject the config: a Kubernetes version within
@@ -669,6 +736,13 @@ class ComputeConfig(Model):
         if self.eks is None:
             return out
         out += self._acceptance_team_warnings()
+        if (
+            self.orchestrator == "eks"
+            and self.eks.load_balancer_controller
+            and self.system_node_count() == 0
+            and not any(s.startswith("inference") for s in self.untainted_node_sources())
+        ):
+            out.append(warning("eks.load_balancer_controller", LBC_WITHOUT_OWN_NODES))
         out += [
             warning(f"eks.public_access_cidrs[{i}]", open_endpoint_problem(cidr))
             for i, cidr in enumerate(self.eks.public_access_cidrs)
@@ -718,16 +792,32 @@ class ComputeConfig(Model):
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
         Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
-        return [
-            warning(
-                f"inference_node_groups[{i}].max_size",
-                f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
-                f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
-                + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+        return (
+            [
+                warning(
+                    f"inference_node_groups[{i}].max_size",
+                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
+                    f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
+                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+                )
+                for i, g in enumerate(self.inference_node_groups)
+                if g.min_size < g.max_size and not self.karpenter
+            ]
+            + [
+                warning(
+                    f"inference_node_groups[{i}].min_size",
+                    f"{g.name}: Karpenter starts nodes for pending pods and removes empty ones: min_size ({g.min_size}) and "
+                    f"desired_size are not kept, only max_size ({g.max_size}) bounds the pool",
+                )
+                for i, g in enumerate(self.inference_node_groups)
+                if self.karpenter and g.min_size > 0
+            ]
+            + (
+                [warning("eks.karpenter.capacity_types", KARPENTER_SPOT_ROLE)]
+                if self.karpenter and self.eks is not None and "spot" in self.eks.karpenter.capacity_types
+                else []
             )
-            for i, g in enumerate(self.inference_node_groups)
-            if g.min_size < g.max_size
-        ]
+        )
 
     def _acceptance_team_warnings(self) -> list[Finding]:
         """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one
@@ -796,6 +886,7 @@ class ComputeConfig(Model):
             problems.extend(_capacity_problems(path, igroup, "EKS inference node groups", EC2_CAPACITY_TYPES))
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(error(f"{path}.placement", f"group {igroup.name!r}: {BLOCK_PLACEMENT}"))
+        problems.extend(self._karpenter_problems())
         _raise_problems(problems)
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
@@ -822,6 +913,55 @@ class ComputeConfig(Model):
                 ]
             )
         return self
+
+    def _karpenter_problems(self) -> list[Finding]:
+        """compute.eks.karpenter: EKS without HyperPod only; the system node group on; each inference
+        group on capacity a pool can take, spread over zones, and no UltraServer."""
+        if not self.karpenter:
+            return []
+        assert self.eks is not None
+        base = "eks.karpenter.enabled"
+        if self.orchestrator == "eks":
+            return [
+                error(
+                    base,
+                    "HyperPod EKS scales its nodes with HyperPod's own managed autoscaling, not a second Karpenter; "
+                    "allowed with orchestrator eks: false",
+                )
+            ]
+        problems: list[Finding] = []
+        if self.eks.system_nodes.count == 0:
+            problems.append(error("eks.system_nodes.count", KARPENTER_NEEDS_SYSTEM_NODES))
+        for i, g in enumerate(self.inference_node_groups):
+            path = f"inference_node_groups[{i}]"
+            if name_problem := DNS_LABEL.problem(g.name):
+                problems.append(error(f"{path}.name", f"group {g.name!r} names its NodePool and EC2NodeClass: {name_problem}"))
+            if catalog.normalize_instance_type(g.instance_type) == GB200_INSTANCE_TYPE:
+                problems.append(error(f"{path}.instance_type", f"group {g.name!r}: {KARPENTER_ULTRASERVER_PROBLEM}"))
+            if g.capacity.type not in KARPENTER_GROUP_CAPACITY:
+                problems.append(
+                    error(
+                        f"{path}.capacity.type",
+                        f"group {g.name!r}: a Karpenter pool takes {', '.join(KARPENTER_GROUP_CAPACITY)}, not {g.capacity.type} "
+                        "(for a reservation of your own use reservation with its id)",
+                    )
+                )
+            if g.capacity.starts_at is not None:
+                problems.append(
+                    error(
+                        f"{path}.capacity.starts_at",
+                        f"group {g.name!r}: Karpenter launches into a Capacity Block while it is active and drains its nodes "
+                        "before EC2 reclaims them; drop starts_at and ends_at (they schedule a node group)",
+                    )
+                )
+            if g.placement == "cluster":
+                problems.append(
+                    error(
+                        f"{path}.placement",
+                        f"group {g.name!r}: fminfra's Karpenter pools spread over the network's zones; allowed with karpenter: none",
+                    )
+                )
+        return problems
 
     def scheduling_teams(self) -> list[TeamConfig]:
         """The teams of the cluster's Kueue: on HyperPod EKS with task governance, the config's or one

@@ -29,7 +29,7 @@ from fminfra.core.regional import (
 )
 from fminfra.core.regions import az_id_problem
 from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, TAG_KEY_MAX, TAG_VALUE_MAX
-from fminfra.eks.rules import NODEGROUP_NAME_MAX
+from fminfra.eks.rules import CORE_ADDONS, NODEGROUP_NAME_MAX, addon_taken_problem, installed_addons
 from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
@@ -125,6 +125,15 @@ class EnvironmentConfig(Model):
                     f"({self.account}, {self.region}), got {topic['account']}, {topic['region']}",
                 )
             )
+        if self.compute.eks is not None and self.compute.needs_eks:
+            installed = installed_addons(
+                hyperpod=self.compute.orchestrator == "eks",
+                task_governance=bool(self.compute.team_quotas()),
+                file_system=self.storage is not None and self.storage.lustre is not None,
+            )
+            for i, addon in enumerate(self.compute.eks.addons):
+                if addon.name not in CORE_ADDONS and (problem := addon_taken_problem(addon.name, installed)):
+                    problems.append(error(f"compute.eks.addons[{i}].name", problem))
         obs = self.observability
         if problem := empty_stack_problem(
             prometheus=obs.prometheus,

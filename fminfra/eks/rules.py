@@ -13,6 +13,7 @@ On EKS without HyperPod fminfra's own Kueue queues use the team's name as the na
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -185,14 +186,46 @@ INTERNAL_ELB_SUBNET_TAG = ("kubernetes.io/role/internal-elb", "1")
 
 # Where an extension (a library user's add-on or chart, or a config's extra EKS add-on) installs:
 # after the named fminfra component, and always before fminfra's workloads (the device plugins,
-# exporters, Kueue, the HyperPod dependency chart and the FSx volume).
+# exporters, Kueue and the FSx volume; HyperPod's dependency chart is not one of them: it installs after
+# the VPC CNI and before HyperPod).
 EXTENSION_ANCHORS = ("vpc-cni", "core-addons", FSX_CSI_ADDON, LBC_RELEASE)
 DEFAULT_EXTENSION_ANCHOR = "core-addons"
 # EKS add-on names and builds (botocore's CreateAddon: addonName, addonVersion as EKS lists them).
+# Marketplace and community add-ons carry '_' (dynatrace_dynatrace-operator, upbound_universal-crossplane:
+# docs/facts/eks.md#eks-addon-names).
 ADDON_NAME = Pattern(
-    r"^[a-z0-9][a-z0-9-]{0,99}$", "an EKS add-on name: lowercase letters, digits and '-' (as `aws eks describe-addon-versions` lists it)"
+    r"^[a-z0-9][a-z0-9_-]{0,99}$",
+    "an EKS add-on name: lowercase letters, digits, '-' and '_' (as `aws eks describe-addon-versions` lists it)",
 )
 ADDON_BUILD = Pattern(r"^v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+$", "an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest')")
+# An extension add-on's own Pod Identity: the Kubernetes service account (a DNS subdomain, at most
+# 253 characters: docs/facts/eks.md#kubernetes-label-syntax) and the AWS managed policies its role gets,
+# by name with their path (IAM's policy names: 1-128 of [A-Za-z0-9+=,.@_-]; AWS's paths such as
+# service-role/: docs/facts/iam.md#iam-aws-managed-policy-paths).
+SERVICE_ACCOUNT = Pattern(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    "a Kubernetes service account name: a DNS subdomain of at most 253 lowercase letters, digits, '-' and '.'",
+)
+AWS_MANAGED_POLICY = Pattern(
+    r"^(?:[A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128}$",
+    "an AWS managed policy name with its path, if it has one (such as service-role/AmazonEBSCSIDriverPolicy), not an ARN",
+)
+
+
+def pod_identity_problems(entries: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """One line per problem of an add-on's Pod Identity entries, each (service account, managed policies)."""
+    problems = []
+    accounts = [account for account, _ in entries]
+    for j, (account, policies) in enumerate(entries):
+        where = f"pod_identity[{j}]"
+        if problem := SERVICE_ACCOUNT.problem(account):
+            problems.append(f"{where}: service_account {problem}")
+        if accounts.index(account) != j:
+            problems.append(f"{where}: service_account {account!r} is given twice")
+        if not policies:
+            problems.append(f"{where}: managed_policies must name at least one AWS managed policy")
+        problems.extend(f"{where}: managed_policies {problem}" for policy in policies if (problem := AWS_MANAGED_POLICY.problem(policy)))
+    return problems
 
 
 def anchor_problem(after: str) -> str | None:
@@ -201,13 +234,90 @@ def anchor_problem(after: str) -> str | None:
 
 
 # The EKS add-ons fminfra itself installs on some cluster: a config's extra add-ons name none of them.
-MANAGED_ADDONS = (
-    "vpc-cni",
-    "coredns",
-    "kube-proxy",
-    "eks-pod-identity-agent",
-    FSX_CSI_ADDON,
-    "cert-manager",
-    "amazon-sagemaker-hyperpod-training-operator",
-    "amazon-sagemaker-hyperpod-taskgovernance",
+# The add-ons fminfra installs on every cluster, and those it adds with HyperPod on the cluster, with
+# task governance and with an FSx file system (fminfra/compute/stack/clusters.py installs them).
+CORE_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
+HYPERPOD_EKS_ADDONS = ("cert-manager", "amazon-sagemaker-hyperpod-training-operator")
+TASK_GOVERNANCE_ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
+MANAGED_ADDONS = (*CORE_ADDONS, FSX_CSI_ADDON, *HYPERPOD_EKS_ADDONS, TASK_GOVERNANCE_ADDON_NAME)
+
+
+def installed_addons(*, hyperpod: bool, task_governance: bool, file_system: bool) -> tuple[str, ...]:
+    """The add-ons fminfra installs on a cluster: the core ones, and the others where it needs them."""
+    return (
+        *CORE_ADDONS,
+        *(HYPERPOD_EKS_ADDONS if hyperpod else ()),
+        *((TASK_GOVERNANCE_ADDON_NAME,) if task_governance else ()),
+        *((FSX_CSI_ADDON,) if file_system else ()),
+    )
+
+
+def addon_taken_problem(name: str, installed: tuple[str, ...]) -> str | None:
+    """An extension's add-on name that fminfra installs itself on this cluster, or None."""
+    if name not in installed:
+        return None
+    return f"fminfra installs {name!r} itself on this cluster; name an add-on it does not install ({', '.join(installed)})"
+
+
+# --- Karpenter on EKS without HyperPod (compute.eks.karpenter; docs/facts/karpenter.md) ---
+# Its release, namespace and service account as its getting-started guide installs it (the Pod
+# Identity association names them): docs/facts/karpenter.md#chart-karpenter, #karpenter-getting-started-template.
+KARPENTER_RELEASE = "karpenter"
+KARPENTER_NAMESPACE = "kube-system"
+KARPENTER_SERVICE_ACCOUNT = "karpenter"
+# The NodePool and EC2NodeClass APIs of the pinned release (docs/facts/karpenter.md#karpenter-api-versions).
+KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
+KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
+# Capacity types a pool of an on-demand inference group may take (compute.eks.karpenter.capacity_types);
+# a group on a reservation or a Capacity Block gets `reserved`, selected by its reservation id
+# (Karpenter does no open ODCR matching: docs/facts/karpenter.md#karpenter-reserved-capacity).
+KARPENTER_CAPACITY_TYPES = ("on-demand", "spot")
+KARPENTER_RESERVED = "reserved"
+# The group capacity types a Karpenter pool takes, and the ones it reads as `reserved`.
+KARPENTER_GROUP_CAPACITY = ("on-demand", "reservation", "capacity-block")
+KARPENTER_RESERVED_GROUP_CAPACITY = ("reservation", "capacity-block")
+# Disruption: at most one node of a pool at a time, each drained through the Eviction API, which
+# honours PodDisruptionBudgets; no terminationGracePeriod, which would let drift and expiry delete
+# pods past a blocking budget (docs/facts/karpenter.md#karpenter-api-versions). Nodes expire after
+# Karpenter's own default of 30 days; empty or underutilized nodes are consolidated after 5 minutes.
+KARPENTER_DISRUPTION_NODES = "1"
+KARPENTER_EXPIRE_AFTER = "720h"
+KARPENTER_CONSOLIDATION_POLICY = "WhenEmptyOrUnderutilized"
+KARPENTER_CONSOLIDATE_AFTER = "5m"
+# The EventBridge events the getting-started template sends to the interruption queue, as
+# (rule id, source, detail-type) (docs/facts/karpenter.md#karpenter-getting-started-template).
+KARPENTER_INTERRUPTION_EVENTS = (
+    ("ScheduledChange", "aws.health", "AWS Health Event"),
+    ("SpotInterruption", "aws.ec2", "EC2 Spot Instance Interruption Warning"),
+    ("Rebalance", "aws.ec2", "EC2 Instance Rebalance Recommendation"),
+    ("InstanceStateChange", "aws.ec2", "EC2 Instance State-change Notification"),
+    ("CapacityReservationInterruption", "aws.ec2", "EC2 Capacity Reservation Instance Interruption Warning"),
+)
+# UltraServers need DRA, which EKS documents Karpenter does not support
+# (docs/facts/karpenter.md#eks-ultraserver-dra-karpenter).
+KARPENTER_ULTRASERVER_PROBLEM = (
+    "UltraServer instances (p6e-gb200) need Dynamic Resource Allocation, and EKS documents that DRA is not supported in "
+    "Karpenter or EKS Auto Mode (it recommends node groups); set compute.eks.karpenter.enabled: false for this cluster"
+)
+# Spot needs the account's EC2 Spot service-linked role, which Karpenter's role may not create
+# (docs/facts/karpenter.md#karpenter-spot-service-linked-role).
+KARPENTER_SPOT_ROLE = (
+    "spot capacity needs the account's EC2 Spot service-linked role (AWSServiceRoleForEC2Spot), which fminfra does not "
+    "create and Karpenter's role may not: without it spot launches fail with ServiceLinkedRoleCreationNotPermitted; "
+    "create it once per account (aws iam create-service-linked-role --aws-service-name spot.amazonaws.com) if "
+    "`aws iam get-role --role-name AWSServiceRoleForEC2Spot` finds none"
+)
+KARPENTER_NEEDS_SYSTEM_NODES = (
+    "the Karpenter controller runs on nodes Karpenter does not manage (its chart keeps it off Karpenter's nodes): "
+    "with karpenter enabled the system node group needs at least 1 node (default 2); set count to 1 or more, or unset it"
+)
+
+
+# The load balancer controller's chart on HyperPod EKS with nothing but HyperPod's nodes to run on: they
+# carry the deep-health-check taint while their checks run (docs/facts/eks.md#hyperpod-node-health-taint),
+# for a time no source gives, and CDK's helm wait ends after 15 minutes (docs/facts/eks.md#cdk-helm-chart-timeout).
+LBC_WITHOUT_OWN_NODES = (
+    "the load balancer controller's chart waits at most 15 minutes for a node its pods can run on, and here the only "
+    "ones are HyperPod's, tainted while their deep health checks run (for how long is not published); set "
+    "compute.eks.system_nodes.count (2) or add an untainted inference node group"
 )

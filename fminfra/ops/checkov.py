@@ -128,6 +128,14 @@ SKIPS: tuple[Skip, ...] = (
         "by the CDK BucketDeployment and read by the node role; no per-object log is kept (same reason as its cdk-nag S1 acknowledgment)",
     ),
     Skip(
+        "CKV_AWS_27",
+        "AWS::SQS::Queue",
+        "KarpenterInterruptionQueue",
+        "Karpenter's interruption queue as its getting-started template at the pinned release has it: SQS-managed server-side "
+        "encryption (SqsManagedSseEnabled), not a KMS key; it holds EC2 and AWS Health notices of the account's own instances "
+        "for 5 minutes, and a customer key would also need a key policy for EventBridge (docs/facts/karpenter.md#karpenter-getting-started-template)",
+    ),
+    Skip(
         "CKV_AWS_111",
         "AWS::IAM::Policy",
         "LoadBalancerControllerRoleDefaultPolicy",

@@ -21,11 +21,13 @@ import argparse
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
 from fminfra.capacity.rules import RESERVATION_TYPES
+from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end, supported_kubernetes_versions
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
@@ -38,11 +40,14 @@ RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "p
 
 EXISTING_RESERVATION_ASSUMPTION = "an existing reservation is priced at the On-Demand rate for the group's count; its real size is in EC2 (describe-capacity-reservations)"
 # What a Capacity Block's price is (docs/facts/pricing.md#capacity-block-pricing): said beside every
-# block fee that is not a live quote.
+# block fee that is not a live quote. The OS fee has no source (docs/facts/pricing.md#capacity-block-rates).
 CAPACITY_BLOCK_INDICATIVE = (
     "Capacity Block fee: indicative only; block prices move with supply and demand and are charged up front "
-    "at the rate when bought, and the operating system is billed separately while instances run (--live quotes it)"
+    "at the rate when bought (--live quotes it), and the operating system is billed separately while instances run: "
+    "that OS fee is not included, no public source recorded for it"
 )
+# A training plan's fee is quoted when the plan is bought: no table can hold it.
+TRAINING_PLAN_FEE_UNKNOWN = "price unknown: no public source for a training plan's fee (quoted when bought); set capacity.upfront_fee_usd"
 
 
 @dataclass
@@ -60,21 +65,27 @@ class Item:
     assumption: str = ""
     per_hour: float | None = field(default=None)
     per_month: float | None = field(default=None)
+    unknown_hint: str = ""  # what else gives the price, added to "price unknown"
+    from_config: bool = False  # an up-front fee (and a block's window) taken from the config: no template holds them
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
             found: Price | None = book.get(self.key)
+            if found is None and self.kind == FIXED and self.quantity == 0:
+                # none of it used (Grafana viewers 0): nothing to pay, whatever the rate
+                self.per_hour, self.per_month, self.source = 0.0, 0.0, "none used: $0 at any rate"
+                return
             if found is None:
-                self.source = f"price unknown: {book.missing(self.key)}"
+                self.source = f"price unknown: {book.missing(self.key)}{self.unknown_hint}"
                 return
             self.usd_each, self.source = found.usd, found.source
         if self.usd_each is None:
             return
         total = self.quantity * self.usd_each
-        if self.unit in ("instance-hour", "hour"):
-            self.per_hour, self.per_month = total, total * hours_per_month
-        elif self.kind == UPFRONT:
+        if self.kind == UPFRONT:
             self.per_hour, self.per_month = None, None
+        elif self.unit in ("instance-hour", "hour"):
+            self.per_hour, self.per_month = total, total * hours_per_month
         else:  # priced per month
             self.per_hour, self.per_month = total / hours_per_month, total
 
@@ -86,6 +97,9 @@ class Estimate:
     items: list[Item]
     hours_per_month: float
     live: bool
+    # Lines said before the figures: where the templates and the config disagree (a stale cdk.out), or,
+    # for a baseline, what was taken from the current config because no template holds it.
+    notes: list[str] = field(default_factory=list)
 
     @property
     def gpus(self) -> int:
@@ -129,6 +143,81 @@ def _gpus(instance_type: str) -> int:
     return spec.gpus if spec else 0
 
 
+def _launch_template_data(template: dict[str, Any], reference: Any) -> dict[str, Any]:
+    """The LaunchTemplateData of the launch template a group references (Ref or GetAtt of its id)."""
+    if not isinstance(reference, dict):
+        return {}
+    target = reference.get("LaunchTemplateId") or reference.get("Id") or reference
+    logical = (target.get("Ref") or (target.get("Fn::GetAtt") or [None])[0]) if isinstance(target, dict) else None
+    resource = (template.get("Resources") or {}).get(logical or "", {})
+    return dict((resource.get("Properties") or {}).get("LaunchTemplateData") or {})
+
+
+def _capacity(props: dict[str, Any], launch_template: dict[str, Any]) -> str:
+    """What a group's instances run in, as its template says: capacity-block (the node group's
+    CAPACITY_BLOCK capacity type or the launch template's capacity-block market), odcr (a reservation
+    the templates create: a reference), reservation (existing ones: a literal id or a reservation
+    group), else on-demand."""
+    if (
+        props.get("CapacityType") == "CAPACITY_BLOCK"
+        or (launch_template.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
+    ):
+        return "capacity-block"
+    target = (launch_template.get("CapacityReservationSpecification") or {}).get("CapacityReservationTarget") or {}
+    if target.get("CapacityReservationResourceGroupArn") or isinstance(target.get("CapacityReservationId"), str):
+        return "reservation"
+    return "odcr" if target.get("CapacityReservationId") else "on-demand"
+
+
+# Why a group in reserved capacity adds nothing per hour (docs/facts/pricing.md#odcr-billing).
+RESERVED_CAPACITY_NOTE = {
+    "odcr": "billed by its reservation",
+    "capacity-block": "covered by the block's fee",
+    "reservation": "billed by its reservations",
+}
+
+
+def _reserved_group(name: str, label: str, count: int, itype: str, capacity: str, path: str) -> list[Item]:
+    """A group whose instances run in reserved capacity: $0 an hour, beside the line of what pays for it
+    (an existing reservation bills at the On-Demand rate whether used or not; an ODCR the templates
+    create has its own line, a block its fee)."""
+    items = []
+    if capacity == "reservation":
+        items.append(
+            Item(
+                RESERVED,
+                f"reservations for {name}: {count} x {itype} (existing)",
+                count,
+                "instance-hour",
+                f"ec2:{itype}",
+                assumption=EXISTING_RESERVATION_ASSUMPTION,
+            )
+        )
+    items.append(
+        Item(
+            RUNNING,
+            f"{label}: {count} x {itype} ({path}, {capacity})",
+            0,
+            "instance-hour",
+            None,
+            _gpus(itype) * count,
+            0.0,
+            RESERVED_CAPACITY_NOTE[capacity],
+        )
+    )
+    return items
+
+
+@dataclass(frozen=True)
+class _Prepaid:
+    """A group the templates show on a Capacity Block or a training plan: its fee is in no template."""
+
+    kind: str  # capacity-block or training-plan
+    name: str  # the config's group name (or, for a group the config lacks, the template's)
+    count: int  # from the template
+    instance_type: str
+
+
 def items_from_templates(
     cfg: EnvironmentConfig,
     stacks: list[StackTemplate],
@@ -136,10 +225,16 @@ def items_from_templates(
     grafana_users: tuple[int, int],
     amp_samples: float,
     ec2: Any = None,
+    today: date | None = None,
+    hours_per_month: float = HOURS_PER_MONTH,
 ) -> list[Item]:
-    """Every billable item the environment's templates create, with quantities (prices come later)."""
+    """Every billable item the environment's templates create, with quantities (prices come later).
+    Counts and capacity come from the templates; only the up-front fees (and a block's window), which no
+    template holds, come from the config."""
     items: list[Item] = []
     groups = {g.name: g for g in cfg.compute.instance_groups}
+    inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
+    prepaid: list[_Prepaid] = []
     nat_gateways = 0
     endpoints: list[tuple[str, int]] = []
     for lid, res, template in _resources(stacks):
@@ -148,6 +243,7 @@ def items_from_templates(
             for g in props.get("InstanceGroups") or []:
                 name, itype, count = g.get("InstanceGroupName"), g.get("InstanceType"), int(g.get("InstanceCount") or 0)
                 if g.get("TrainingPlanArn"):
+                    prepaid.append(_Prepaid("training-plan", str(name), count, str(itype)))
                     items.append(
                         Item(
                             RUNNING,
@@ -174,60 +270,34 @@ def items_from_templates(
                 )
         elif kind == "AWS::AutoScaling::AutoScalingGroup":
             itype = launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"
-            group = groups.get(auto_scaling_group_name(lid, groups) or "")
-            count = group.count if group else int(props.get("MaxSize") or 0)
-            capacity = group.capacity.type if group else "on-demand"
-            if capacity == "reservation":
-                # An existing reservation bills at the On-Demand rate whether used or not
-                # (docs/facts/pricing.md#odcr-billing); the group's instances add nothing.
-                items.append(
-                    Item(
-                        RESERVED,
-                        f"reservations for {group.name if group else lid}: {count} x {itype} (existing)",
-                        count,
-                        "instance-hour",
-                        f"ec2:{itype}",
-                        assumption=EXISTING_RESERVATION_ASSUMPTION,
-                    )
-                )
-            if capacity in ("odcr", "capacity-block", "reservation"):
-                note = {
-                    "odcr": "billed by its reservation",
-                    "capacity-block": "covered by the block's fee",
-                    "reservation": "billed by its reservations",
-                }[capacity]
-                items.append(
-                    Item(
-                        RUNNING,
-                        f"{group.name if group else lid}: {count} x {itype} (ec2, {capacity})",
-                        0,
-                        "instance-hour",
-                        None,
-                        _gpus(itype) * count,
-                        0.0,
-                        note,
-                    )
-                )
+            name = auto_scaling_group_name(lid, groups) or lid
+            count = int(props.get("MaxSize") or 0)
+            capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            if capacity == "capacity-block":
+                prepaid.append(_Prepaid(capacity, name, count, itype))
+            if capacity != "on-demand":
+                items.extend(_reserved_group(name, name, count, itype, capacity, "ec2"))
             else:
                 items.append(
-                    Item(
-                        RUNNING,
-                        f"{group.name if group else lid}: {count} x {itype} (ec2)",
-                        count,
-                        "instance-hour",
-                        f"ec2:{itype}",
-                        _gpus(itype) * count,
-                    )
+                    Item(RUNNING, f"{name}: {count} x {itype} (ec2)", count, "instance-hour", f"ec2:{itype}", _gpus(itype) * count)
                 )
         elif kind == "AWS::EKS::Nodegroup":
             types = props.get("InstanceTypes") or [launch_template_instance_type(template, props.get("LaunchTemplate")) or "?"]
             scaling = props.get("ScalingConfig") or {}
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
-            itype = types[0]
+            itype, label = types[0], str(props.get("NodegroupName") or lid)
+            capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            if capacity != "on-demand":
+                # What the reservation or the block holds: the group's maximum (an ODCR is sized by max_size).
+                name = inference.get(label, label)
+                if capacity == "capacity-block":
+                    prepaid.append(_Prepaid(capacity, name, maximum, itype))
+                items.extend(_reserved_group(name, label, maximum, itype, capacity, "EKS"))
+                continue
             items.append(
                 Item(
                     RUNNING,
-                    f"{props.get('NodegroupName') or lid}: {desired} x {itype} (EKS, up to {maximum})",
+                    f"{label}: {desired} x {itype} (EKS, up to {maximum})",
                     desired,
                     "instance-hour",
                     f"ec2:{itype}",
@@ -263,17 +333,7 @@ def items_from_templates(
                     )
                 )
         elif kind == "AWS::EKS::Cluster":
-            support = (props.get("UpgradePolicy") or {}).get("SupportType", "EXTENDED")
-            items.append(
-                Item(
-                    FIXED,
-                    f"EKS control plane {props.get('Name') or lid} (Kubernetes {props.get('Version')})",
-                    1,
-                    "hour",
-                    "eks-cluster:standard",
-                    assumption=f"standard support rate; upgrade policy {support}: past standard support it bills the extended rate",
-                )
-            )
+            items.append(_control_plane(lid, props, today or datetime.now(UTC).date()))
         elif kind == "AWS::Grafana::Workspace":
             editors, viewers = grafana_users
             items.append(
@@ -283,7 +343,7 @@ def items_from_templates(
                 Item(FIXED, f"Grafana viewers ({viewers})", viewers, "user-month", "grafana:viewer", assumption="--grafana-viewers")
             )
         elif kind == "AWS::APS::Workspace":
-            tens = amp_samples * 3600 * HOURS_PER_MONTH / 1e7
+            tens = amp_samples * 3600 * hours_per_month / 1e7  # samples in the month asked for
             items.append(
                 Item(
                     FIXED,
@@ -316,36 +376,100 @@ def items_from_templates(
                 "vpc-interface-endpoint",
             )
         )
-    for g in cfg.compute.instance_groups:
-        fee = g.capacity.upfront_fee_usd
-        if g.capacity.type in ("capacity-block", "training-plan"):
-            window, hours = "", 0.0
-            if g.capacity.type == "capacity-block" and g.capacity.starts_at and g.capacity.ends_at:
-                hours = (g.capacity.ends_at - g.capacity.starts_at).total_seconds() / 3600
-                window = f", {hours:g} h window"
-            block = g.capacity.type == "capacity-block"
-            item = Item(
-                UPFRONT,
-                f"{g.name}: {g.capacity.type} fee{window}",
-                1,
-                "window",
-                None,
-                usd_each=float(fee) if fee is not None else None,
-                source="the config's capacity.upfront_fee_usd"
-                if fee is not None
-                else f"price unknown: set capacity.upfront_fee_usd{' or quote it live (--live)' if block else ''}",
-                assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
-            )
-            if block and fee is None and ec2 is not None and g.capacity.starts_at and g.capacity.ends_at and hours:
-                quote = capacity_block_quote(
-                    ec2, catalog.normalize_instance_type(g.instance_type), g.count, g.capacity.starts_at, g.capacity.ends_at
-                )
-                if quote is not None:
-                    item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
-                else:
-                    item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
-            items.append(item)
+    configured: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in cfg.compute.instance_groups}
+    configured.update({g.name: g for g in cfg.compute.inference_node_groups})
+    items.extend(_fee(p, configured.get(p.name), ec2) for p in prepaid)
     return items
+
+
+def _control_plane(lid: str, props: dict[str, Any], today: date) -> Item:
+    """An EKS control plane at the standard support rate, or the extended one once its version is past
+    standard support (the version manifest's end date, docs/facts/eks.md#eks-kubernetes-version) under the
+    upgrade policy EXTENDED, the default when the template sets none; with STANDARD, EKS upgrades the cluster
+    at the end of standard support instead (CloudFormation's AWS::EKS::Cluster UpgradePolicy,
+    https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-properties-eks-cluster-upgradepolicy.html)."""
+    version = str(props.get("Version") or "")
+    support = (props.get("UpgradePolicy") or {}).get("SupportType", "EXTENDED")
+    end = standard_support_end(version) if version in supported_kubernetes_versions() else None
+    name = f"EKS control plane {props.get('Name') or lid} (Kubernetes {version})"
+    if end is None:
+        return Item(
+            FIXED,
+            name,
+            1,
+            "hour",
+            "eks-cluster:standard",
+            assumption=f"standard support rate; no standard support end known for {version}: past it, an upgrade policy {support} cluster bills the extended rate",
+        )
+    if today >= end and support == "EXTENDED":
+        return Item(
+            FIXED,
+            name,
+            1,
+            "hour",
+            "eks-cluster:extended",
+            assumption=f"Kubernetes {version} is past its EKS standard support (ended {end.isoformat()}): the extended support rate (upgrade policy EXTENDED)",
+        )
+    after = "it bills the extended rate" if support == "EXTENDED" else "EKS upgrades it (upgrade policy STANDARD)"
+    return Item(
+        FIXED,
+        name,
+        1,
+        "hour",
+        "eks-cluster:standard",
+        assumption=f"Kubernetes {version}: standard support until {end.isoformat()}; after it {after}",
+    )
+
+
+def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfig | None, ec2: Any) -> Item:
+    """The up-front fee of a block or a training plan the templates show: the config's upfront_fee_usd,
+    a live quote, or the table's indicative rate x the template's count x the config's window."""
+    block = prepaid.kind == "capacity-block"
+    if group is None or group.capacity.type != prepaid.kind:
+        return Item(
+            UPFRONT,
+            f"{prepaid.name}: {prepaid.kind} fee",
+            1,
+            "window",
+            None,
+            source=f"price unknown: the config has no {prepaid.kind} group {prepaid.name}, and no template holds the fee"
+            + (" or the window" if block else ""),
+        )
+    cap, count = group.capacity, prepaid.count
+    fee = cap.upfront_fee_usd
+    window, hours = "", 0.0
+    if block and cap.starts_at and cap.ends_at:
+        hours = (cap.ends_at - cap.starts_at).total_seconds() / 3600
+        window = f", {hours:g} h window"
+    item = Item(
+        UPFRONT,
+        f"{group.name}: {prepaid.kind} fee{window}",
+        1,
+        "window",
+        None,
+        usd_each=float(fee) if fee is not None else None,
+        source="the config's capacity.upfront_fee_usd"
+        if fee is not None
+        else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
+        if block
+        else TRAINING_PLAN_FEE_UNKNOWN,
+        assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
+        from_config=True,
+    )
+    if block and fee is None and ec2 is None and hours:
+        # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
+        itype = catalog.normalize_instance_type(prepaid.instance_type)
+        item.quantity, item.unit, item.key = count * hours, "instance-hour", f"capacity-block:{itype}"
+        item.name += f" ({count} x {hours:g} instance-hours, indicative)"
+        item.unknown_hint = "; set capacity.upfront_fee_usd or quote it live (--live)"
+    if block and fee is None and ec2 is not None and cap.starts_at and cap.ends_at and hours:
+        quote = capacity_block_quote(ec2, catalog.normalize_instance_type(prepaid.instance_type), count, cap.starts_at, cap.ends_at)
+        if quote is not None:
+            item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
+            item.name += ", live quote"
+        else:
+            item.source = f"{item.source}; no Capacity Block offering for this window now (DescribeCapacityBlockOfferings)"
+    return item
 
 
 LIVE_QUOTE_SOURCE = "EC2 DescribeCapacityBlockOfferings (--live): the lowest offering's UpfrontFee for this window"
@@ -408,18 +532,90 @@ def estimate(
     grafana_users: tuple[int, int] = (1, 0),
     amp_samples: float = 10000.0,
     ec2: Any = None,
+    baseline: bool = False,
+    today: date | None = None,
 ) -> Estimate:
     """Price the environment's templates, read from a cloud assembly or a folder of templates; with an
-    EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings)."""
+    EC2 client, Capacity Block fees are quoted live (DescribeCapacityBlockOfferings). A `baseline` (the
+    templates before a change) says which of its fees come from the current config; otherwise the
+    estimate says where the templates and the config disagree."""
     stacks = stacks_of(cfg, outdir)
-    items = items_from_templates(cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2)
+    items = items_from_templates(
+        cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2, today=today, hours_per_month=hours_per_month
+    )
     for item in items:
         item.price(book, hours_per_month)
-    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None)
+    notes = [baseline_fee_note(i) for i in items if i.from_config] if baseline else disagreements(cfg, stacks)
+    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None, notes)
+
+
+def baseline_fee_note(item: Item) -> str:
+    """What a baseline's fee line took from the current config: no template holds a fee or a block's window."""
+    group, _, kind = item.name.partition(": ")
+    if kind.startswith("capacity-block"):
+        return f"before: the Capacity Block window and fee of {group} are in no template: the baseline's are assumed equal to the current config's"
+    return f"before: the training plan fee of {group} is in no template: the baseline's is assumed equal to the current config's"
+
+
+def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
+    """The regions a cloud assembly's manifests give its stacks (aws://ACCOUNT/REGION); none for a folder of templates."""
+    regions: set[str] = set()
+    for stack in stacks:
+        manifest = stack.path.parent / "manifest.json"
+        if not manifest.is_file():
+            continue
+        for artifact in (json.loads(manifest.read_text(encoding="utf-8")).get("artifacts") or {}).values():
+            if (artifact.get("properties") or {}).get("templateFile") == stack.path.name:
+                region = str(artifact.get("environment") or "").rpartition("/")[2]
+                if region and region != "unknown-region":
+                    regions.add(region)
+    return regions
+
+
+def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict[str, int]:
+    """Config group name -> its size in the templates: a HyperPod group's InstanceCount, an Auto Scaling
+    group's MaxSize, an inference node group's MaxSize."""
+    names = [g.name for g in cfg.compute.instance_groups]
+    inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
+    sizes: dict[str, int] = {}
+    for lid, res, _ in _resources(stacks):
+        kind, props = res.get("Type"), res.get("Properties") or {}
+        if kind == "AWS::SageMaker::Cluster":
+            sizes.update({str(g.get("InstanceGroupName")): int(g.get("InstanceCount") or 0) for g in props.get("InstanceGroups") or []})
+        elif kind == "AWS::AutoScaling::AutoScalingGroup" and (name := auto_scaling_group_name(lid, names)):
+            sizes[name] = int(props.get("MaxSize") or 0)
+        elif kind == "AWS::EKS::Nodegroup" and (name := inference.get(str(props.get("NodegroupName")))):
+            sizes[name] = int((props.get("ScalingConfig") or {}).get("MaxSize") or 0)
+    return sizes
+
+
+def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[str]:
+    """Where a cloud assembly and the config disagree (a cdk.out synthesized before the config changed): the
+    region, and each group's count (max_size for an inference group). One line each, naming both values."""
+    lines = []
+    stale = "the templates and the config disagree"
+    again = "(synthesize again)"
+    for region in sorted(_stack_regions(stacks) - {cfg.region}):
+        lines.append(f"{stale}: region {region} in the templates, {cfg.region} in the config {again}")
+    sizes = _template_sizes(cfg, stacks)
+    configured = [(g.name, "count", g.count) for g in cfg.compute.instance_groups]
+    configured += [(g.name, "max_size", g.max_size) for g in cfg.compute.inference_node_groups]
+    for name, what, value in configured:
+        if name in sizes and sizes[name] != value:
+            lines.append(f"{stale}: group {name} {what} {sizes[name]} in the templates, {value} in the config {again}")
+    return lines
 
 
 def _money(value: float | None) -> str:
     return "price unknown" if value is None else f"${value:,.2f}"
+
+
+def _unit_money(value: float) -> str:
+    """A unit price as money, like the totals: two decimals and thousands separators; a rate below a
+    dollar keeps up to four decimals (NAT's $0.045/hour)."""
+    if value >= 1 or round(value, 2) == value:
+        return f"${value:,.2f}"
+    return "$" + f"{value:.4f}".rstrip("0")
 
 
 def render(est: Estimate) -> str:
@@ -428,7 +624,7 @@ def render(est: Estimate) -> str:
         unit_price = (
             "price unknown"
             if i.usd_each is None and i.source.startswith("price unknown")
-            else (f"${i.usd_each:,.4g}/{i.unit}" if i.usd_each is not None else "-")
+            else (f"{_unit_money(i.usd_each)}/{i.unit}" if i.usd_each is not None else "-")
         )
         rows.append(
             [
@@ -443,9 +639,14 @@ def render(est: Estimate) -> str:
     bound = "at least " if est.unknown else ""
     lines = [
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
+        *est.notes,
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
-        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs)" if s["per_gpu_hour"] is not None else "")
+        + (
+            f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs{'; the up-front fees are not in it' if est.upfront else ''})"
+            if s["per_gpu_hour"] is not None
+            else ""
+        )
         + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
         f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]
@@ -472,6 +673,9 @@ def markdown(after: Estimate, before: Estimate | None) -> str:
     unknown = a["items_price_unknown"]
     if unknown:
         lines += ["", f"{unknown} item(s) have no sourced price and are not in these figures (a lower bound; `fminfra cost --live`)."]
+    notes = [*after.notes, *(before.notes if before is not None else [])]
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
 
 
@@ -493,21 +697,24 @@ def command(ns: argparse.Namespace) -> int:
         "amp_samples": ns.amp_samples_per_second,
     }
     est = estimate(cfg, Path(ns.outdir), ec2=ec2, **options)  # type: ignore[arg-type]
-    before = estimate(cfg, Path(ns.baseline), **options) if ns.baseline else None  # type: ignore[arg-type]
+    before = estimate(cfg, Path(ns.baseline), ec2=ec2, baseline=True, **options) if ns.baseline else None  # type: ignore[arg-type]
     if ns.json:
         data: dict[str, Any] = {
             "environment": est.environment,
             "region": est.region,
             "summary": est.summary(),
             "items": [asdict(i) for i in est.items],
+            "notes": est.notes,
         }
         if before is not None:
-            data["before"] = before.summary()
+            data["before"] = {**before.summary(), "notes": before.notes}
         print(json.dumps(data, indent=2))
     elif ns.markdown:
         print(markdown(est, before), end="")
     else:
         print(render(est))
         if before is not None:
+            for note in before.notes:
+                print(note)
             print(f"per month before -> after: ${before.summary()['per_month']:,.2f} -> ${est.summary()['per_month']:,.2f} (known prices)")
     return EXIT_OK

@@ -270,11 +270,12 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
         if isinstance(props.get("DestinationBucketKeyPrefix"), str)
     }
 
-    def node_edges(gid: str, holder: str, prop: str, referenced: set[str]) -> None:
-        """`mounts` and `remote write` where what the group's nodes get references FSx or AMP."""
+    def node_edges(gid: str, holder: str, prop: str, referenced: set[str], *, writes: bool = True) -> None:
+        """`mounts` and `remote write` where what the group's nodes get references FSx or AMP (`writes`:
+        the nodes run what writes to the workspace, not only receive its URL)."""
         if fsx and fsx in referenced:
             pic.edge(gid, "fsx", "mounts", Proof(holder, prop, fsx))
-        if amp and amp in referenced:
+        if amp and amp in referenced and writes:
             pic.edge(gid, "amp", "remote write", Proof(holder, prop, amp))
 
     # HyperPod.
@@ -295,7 +296,9 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             uri = str((g.get("LifeCycleConfig") or {}).get("SourceS3Uri", ""))
             for prefix, (deployment, referenced) in lifecycle.items():
                 if uri.endswith("/" + prefix):
-                    node_edges(gid, deployment, "SourceMarkers", referenced)
+                    # scripts/lifecycle/on_create.sh installs the exporters that remote-write only on
+                    # Slurm (workload_manager slurm); on EKS the workspace's URL reaches the nodes unused.
+                    node_edges(gid, deployment, "SourceMarkers", referenced, writes=orchestrator == "Slurm")
 
     # EC2 Auto Scaling groups and EKS node groups, with what their launch templates reference.
     groups_by_name = {g.name: g for g in cfg.compute.instance_groups}
@@ -327,7 +330,10 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             block = (data.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
             bid = f"reservation_{_id(gid)}"
             kind = "Capacity Block" if block else "reservation"
-            pic.add(Box(bid, f"{kind} {reservation}", pic.box(gid).zone if pic.box(gid).zone.startswith("subnet_") else VPC))
+            # A reservation belongs to an AZ: the AZ of the group's one subnet (else the VPC).
+            zone = pic.box(gid).zone
+            az = next((c.parent for c in pic.containers if c.id == zone and zone.startswith("subnet_")), None)
+            pic.add(Box(bid, f"{kind} {reservation}", az or VPC))
             pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", reservation))
         elif target.get("CapacityReservationResourceGroupArn") and not reserved & set(odcr_box):
             bid = f"reservation_{_id(gid)}"

@@ -84,6 +84,18 @@ def group_plans(cfg: EnvironmentConfig) -> list[GroupPlan]:
             notes.append("an ODCR bills from creation whether or not instances run")
         if group.capacity.type == "capacity-block" and group_kind == "ec2":
             notes.append(_capacity_block_note(group.capacity, count))
+        if isinstance(group, InferenceNodeGroupConfig) and cfg.compute.karpenter:
+            assert cfg.compute.eks is not None
+            types = (
+                "reserved"
+                if group.capacity.type in ("reservation", "capacity-block")
+                else ", ".join(cfg.compute.eks.karpenter.capacity_types)
+            )
+            count_text = f"0-{group.max_size}"
+            notes.append(
+                f"Karpenter pool: nodes for pending pods, up to {group.max_size}, capacity {types}; EFA interfaces only for pods "
+                "that ask for vpc.amazonaws.com/efa (docs/compute.md#karpenter)"
+            )
         rows.append(
             GroupPlan(
                 name=group.name,

@@ -149,17 +149,30 @@ def test_actions_are_found_in_every_kind_of_policy_document() -> None:
 def test_every_allow_names_each_required_resource_type(templates: list[tuple[str, dict[str, Any]]]) -> None:
     # An Allow whose resources miss a resource type the SAR marks required never matches: the
     # request is implicitly denied (docs/facts/iam.md#iam-required-resource-types).
+    # EC2 authorizes each resource of one request (RunInstances, CreateFleet) against the whole policy, so
+    # one document's Allow statements of an action meet its required types together, as Karpenter's own
+    # policy splits them (docs/facts/karpenter.md#ec2-request-resources-authorized-separately).
     found = [(name, *entry) for name, template in templates for entry in iam.allow_statement_resources(template)]
     assert len(found) >= 40, "the walk reaches role, key, bucket and topic policies"
+    granted: dict[tuple[str, str, str], list[str]] = {}
+    for stack, where, actions, resources in found:
+        for a in actions:
+            granted.setdefault((stack, where.rsplit(".Statement[", 1)[0], a), []).extend(resources)
     problems = sorted(
-        {
-            f"{stack} {where}: {p}"
-            for stack, where, actions, resources in found
-            for a in actions
-            if (p := iam.required_resource_problem(a, resources))
-        }
+        f"{stack} {document}: {p}"
+        for (stack, document, a), resources in granted.items()
+        if (p := iam.required_resource_problem(a, resources))
     )
     assert problems == []
+
+
+def test_required_types_split_over_statements_are_met_only_together() -> None:
+    """Karpenter's launch statements: each alone misses a required type of ec2:RunInstances; together they meet them."""
+    images = ["arn:aws:ec2:us-west-2::image/*", "arn:aws:ec2:us-west-2:*:security-group/*", "arn:aws:ec2:us-west-2:*:subnet/*"]
+    instances = ["arn:aws:ec2:us-west-2:*:instance/*", "arn:aws:ec2:us-west-2:*:network-interface/*"]
+    assert iam.required_resource_problem("ec2:RunInstances", images) is not None
+    assert iam.required_resource_problem("ec2:RunInstances", instances) is not None
+    assert iam.required_resource_problem("ec2:RunInstances", images + instances) is None
 
 
 @pytest.mark.parametrize(

@@ -43,10 +43,16 @@ def manifest_text(manifest: Any) -> str:
     return separator.join(part if isinstance(part, str) else TOKEN for part in parts)
 
 
+# install_extensions names each extension's construct Extension-<name> (logical id Extension<name>...).
+EXTENSION_ID = "Extension"
+
+
 def eks_components(template: dict[str, Any]) -> dict[str, str]:
     """Component name -> the version its row must show ("" when it has none)."""
     found: dict[str, str] = {}
-    for resource in (template.get("Resources") or {}).values():
+    for lid, resource in (template.get("Resources") or {}).items():
+        if lid.startswith(EXTENSION_ID):  # a team's own add-on or chart (a config's `compute.eks.addons`), not fminfra's
+            continue
         kind, props = resource.get("Type"), resource.get("Properties") or {}
         if kind == "AWS::EKS::Addon":
             found[props["AddonName"]] = props.get("AddonVersion", "")
@@ -57,9 +63,12 @@ def eks_components(template: dict[str, Any]) -> dict[str, str]:
         elif kind == "Custom::AWSCDK-EKS-KubernetesResource":
             for obj in json.loads(manifest_text(props["Manifest"])):
                 assert TOKEN not in obj["kind"] + obj["metadata"]["name"], f"an object whose kind or name is a token: {obj!r:.200}"
-                # per-team objects (a team's Namespace and its Kueue queues) are named after the
-                # config's teams: their row names the kind, not each team
-                per_team = obj["kind"] == "Namespace" or obj["apiVersion"].startswith("kueue.x-k8s.io/")
+                # per-team objects (a team's Namespace, its Kueue queues, the FSx volume of its namespace) are named after the
+                # config's teams, and a Karpenter NodePool and EC2NodeClass after each inference group: their
+                # row names the kind, not each team or group
+                per_team = obj["kind"] in ("Namespace", "PersistentVolume") or obj["apiVersion"].startswith(
+                    ("kueue.x-k8s.io/", "karpenter.")
+                )
                 found[obj["kind"] if per_team else obj["metadata"]["name"]] = ""
         elif kind == "AWS::Lambda::LayerVersion":
             bundled = KUBECTL_LAYER.search(props.get("Description", ""))
@@ -185,7 +194,7 @@ def test_components_are_read_from_each_kind_of_resource() -> None:
         "ClusterQueue": "",
         "Namespace": "",
         "reader": "",
-        "vol": "",
+        "PersistentVolume": "",
         "claim": "",
         "kubectl": "1.34.5",
         "helm": "4.1.3",

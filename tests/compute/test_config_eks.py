@@ -429,3 +429,31 @@ def test_a_system_node_type_the_region_does_not_offer_is_refused() -> None:
         "f.yaml: compute.eks.system_nodes.instance_type: m6i.large is not offered by EC2 in eu-south-2 (cfn-lint's EC2"
     )
     parse_config(_inference_only_in("eu-south-2", "eus2", "g6e.12xlarge", "m5.large"), "f.yaml")
+
+
+def test_the_load_balancer_controller_on_hyperpod_nodes_alone_is_warned() -> None:
+    """Serving read r2, unconfirmed (possible A): on HyperPod EKS with no system nodes and no untainted
+    inference group, the controller's chart can only wait for HyperPod's nodes, tainted during their
+    health checks, and helm gives up after 15 minutes."""
+    from fminfra.config import parse_config, read_yaml
+    from fminfra.eks.rules import LBC_WITHOUT_OWN_NODES
+
+    raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["compute"]["eks"]["load_balancer_controller"] = True
+    warned = [f for f in parse_config(raw, "staging.yaml").compute.warnings() if f.message == LBC_WITHOUT_OWN_NODES]
+    assert [f.path for f in warned] == ["eks.load_balancer_controller"]
+    raw["compute"]["eks"]["system_nodes"] = {"count": 2}
+    assert not [f for f in parse_config(raw, "staging.yaml").compute.warnings() if f.message == LBC_WITHOUT_OWN_NODES]
+
+
+def test_karpenter_spot_warns_about_the_spot_service_linked_role() -> None:
+    """Serving read r4, B: spot pools fail in an account without AWSServiceRoleForEC2Spot, which nothing
+    creates (docs/facts/karpenter.md#karpenter-spot-service-linked-role)."""
+    from fminfra.config import parse_config, read_yaml
+    from fminfra.eks.rules import KARPENTER_SPOT_ROLE
+
+    raw = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    warned = [f.path for f in parse_config(raw, "k.yaml").compute.warnings() if f.message == KARPENTER_SPOT_ROLE]
+    assert warned == ["eks.karpenter.capacity_types"]
+    raw["compute"]["eks"]["karpenter"]["capacity_types"] = ["on-demand"]
+    assert not [f for f in parse_config(raw, "k.yaml").compute.warnings() if f.message == KARPENTER_SPOT_ROLE]

@@ -326,6 +326,10 @@ def _placement_group_name(r: Resource) -> str:
     return r.name(None, 255)
 
 
+def _queue_name(r: Resource) -> str:
+    return r.name("QueueName", 80)
+
+
 def _sagemaker_cluster_id(r: Resource) -> str:
     return r.hex(12, "cluster")
 
@@ -358,6 +362,7 @@ REF_SHAPES: dict[str, tuple[str, Shape]] = {
     "AWS::S3::Bucket": ("BucketName", _bucket_name),
     "AWS::SNS::Topic": ("TopicArn", lambda r: r.arn("sns", r.name("TopicName", 256))),
     "AWS::SSM::Parameter": ("Name", lambda r: r.name("Name", 1011)),
+    "AWS::SQS::Queue": ("QueueUrl", lambda r: f"https://sqs.{r.stack.region}.{r.stack.url_suffix}/{r.stack.account}/{_queue_name(r)}"),
 }
 
 # Fn::GetAtt: (resource type, attribute) -> the representative value.
@@ -392,6 +397,8 @@ GETATT_SHAPES: dict[tuple[str, str], Shape] = {
     ("AWS::ResourceGroups::Group", "Arn"): lambda r: r.arn("resource-groups", f"group/{r.prop('Name')}"),
     ("AWS::S3::Bucket", "Arn"): lambda r: r.arn("s3", _bucket_name(r), region=False, account=False),
     ("AWS::SageMaker::Cluster", "ClusterArn"): lambda r: r.arn("sagemaker", f"cluster/{_sagemaker_cluster_id(r)}"),
+    ("AWS::SQS::Queue", "Arn"): lambda r: r.arn("sqs", _queue_name(r)),
+    ("AWS::SQS::Queue", "QueueName"): _queue_name,
 }
 
 # Parameter types: AWS-specific and SSM parameter types -> the value CloudFormation passes in.

@@ -15,9 +15,19 @@ from botocore.stub import Stubber
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.cli.main import main
 from fminfra.config import load_config
-from fminfra.ops.cost import HOURS_PER_MONTH, RESERVED, RUNNING, UPFRONT, estimate
-from fminfra.ops.pricing import PriceBook, live_price, table
-from tests.conftest import ROOT, Synth
+from fminfra.ops.cost import (
+    EXISTING_RESERVATION_ASSUMPTION,
+    FIXED,
+    HOURS_PER_MONTH,
+    RESERVED,
+    RUNNING,
+    TRAINING_PLAN_FEE_UNKNOWN,
+    UPFRONT,
+    Estimate,
+    estimate,
+)
+from fminfra.ops.pricing import PriceBook, live_price, table, unsourced
+from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
 
 
 def _price(key: str, region: str) -> float:
@@ -184,7 +194,9 @@ def test_an_existing_reservation_bills_while_idle_at_its_on_demand_rate(synth: S
     four = reserved["reservations for reserved: 4 x p5en.48xlarge (existing)"]
     assert four.key == "ec2:p5en.48xlarge" and four.per_hour == pytest.approx(4 * _price("ec2:p5en.48xlarge", "us-west-2"))
     one = reserved["reservations for reserved-one: 1 x p5e.48xlarge (existing)"]
-    assert one.per_hour is None and one.source.startswith("price unknown: no public price for ec2:p5e.48xlarge in us-west-2")
+    assert one.per_hour is None and one.source.startswith(
+        "price unknown: no public source recorded for the EC2 On-Demand Linux rate of p5e.48xlarge in us-west-2"
+    )
     assert est.summary()["idle_per_month"] >= 4 * _price("ec2:p5en.48xlarge", "us-west-2") * HOURS_PER_MONTH
 
 
@@ -192,10 +204,21 @@ def test_an_unknown_price_says_what_is_missing(synth: Synth, capsys: pytest.Capt
     assert main(["cost", "dev", "--outdir", str(synth.outdir)]) == 0
     out = capsys.readouterr().out
     assert (
-        "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public price for sagemaker-hyperpod:ml.p5.48xlarge in us-west-2"
-        " in fminfra/ops/pricing/prices.yaml"
+        "workers: 2 x ml.p5.48xlarge (HyperPod): price unknown: no public source recorded for the SageMaker HyperPod rate of"
+        " ml.p5.48xlarge in us-west-2 (searched: "
     ) in out
-    assert "no public price for nat-gateway in us-west-2 in fminfra/ops/pricing/prices.yaml (the table has it for us-east-2)" in out
+    assert "no public source recorded for the FSx for Lustre scratch_2 storage rate in us-west-2 (searched: " in out
+
+
+def test_an_unknown_price_without_a_search_record_names_the_regions_the_table_has() -> None:
+    assert PriceBook("eu-west-3").missing("nat-gateway") == (
+        "no public source recorded for the NAT gateway hourly rate in eu-west-3"
+        " (fminfra/ops/pricing/prices.yaml has nat-gateway only for eu-west-1, us-east-1, us-east-2, us-west-2)"
+    )
+    assert (
+        PriceBook("eu-west-3").missing("fsx-lustre:metadata-iops")
+        == "no public source recorded for the FSx for Lustre metadata IOPS rate in eu-west-3"
+    )
 
 
 def test_an_eks_inference_group_in_eu_west_1_is_priced(synth: Synth) -> None:
@@ -210,7 +233,19 @@ def test_a_table_capacity_block_fee_is_marked_indicative(synth: Synth, capsys: p
     assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
     out = capsys.readouterr().out
     assert "assumption: Capacity Block fee: indicative only; block prices move with supply and demand" in out
-    assert "the operating system is billed separately while instances run" in out
+    assert "the operating system is billed separately while instances run: that OS fee is not included" in out
+
+
+def test_a_capacity_block_without_a_fee_is_priced_at_the_tables_indicative_rate(synth: Synth) -> None:
+    """Before: the example's block (no upfront_fee_usd) was "price unknown" offline."""
+    cfg = load_config(ROOT / "examples" / "ec2-capacity-block.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    (fee,) = [i for i in est.items if i.kind == UPFRONT]
+    rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
+    assert rate == 74.88  # koyakimu/ec2-capacity-blocks-for-ml-pricing-json, 2026-02-01 (prices.yaml's source)
+    assert fee.name == "block: capacity-block fee, 168 h window (8 x 168 instance-hours, indicative)"
+    assert fee.per_hour is None and est.summary()["paid_up_front"] == pytest.approx(8 * 168 * rate)
+    assert "indicative only" in fee.assumption and "OS fee is not included" in fee.assumption
 
 
 def test_a_capacity_block_fee_is_quoted_live_from_describe_capacity_block_offerings(synth: Synth) -> None:
@@ -259,7 +294,7 @@ def test_a_capacity_block_fee_is_quoted_live_from_describe_capacity_block_offeri
         est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), ec2=ec2)
     stub.assert_no_pending_responses()
     (fee,) = [i for i in est.items if i.kind == UPFRONT]
-    assert fee.usd_each == 190000.5 and fee.source == LIVE_QUOTE_SOURCE
+    assert fee.usd_each == 190000.5 and fee.source == LIVE_QUOTE_SOURCE and fee.name.endswith(", live quote")
     assert "charged at the rate when bought" in fee.assumption
 
 
@@ -282,13 +317,128 @@ def test_every_table_price_has_a_source_and_a_date() -> None:
     from fminfra.core.regions import AZ_ID_PREFIX_BY_REGION
     from fminfra.ops.pricing import PRICES_FILE
 
-    rows = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))["prices"]
+    data = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))
+    rows = data["prices"]
     keys = [(r["key"], r["region"]) for r in rows]
     assert len(keys) == len(set(keys)), "one price per key and region"
     for r in rows:
         assert r["usd"] > 0 and r["unit"] in ("hour", "GB-month", "user-month", "10M samples", "IOPS-month"), r
         assert r["region"] in AZ_ID_PREFIX_BY_REGION and str(r["source"]).strip(), r
         assert isinstance(r["checked"], date), r
+    # An entry with no price recorded says what was searched, and when.
+    for u in data["unsourced"]:
+        assert str(u["searched"]).strip() and isinstance(u["checked"], date), u
+        assert all(region in AZ_ID_PREFIX_BY_REGION and (u["key"], region) not in keys for region in u["regions"]), u
+
+
+def test_a_regional_instance_price_is_for_a_region_the_catalog_sells_the_type_in() -> None:
+    from fminfra.core.regional import regions_offering_ec2
+
+    instance_keys = ("ec2:", "capacity-block:")
+    wrong = [
+        (key, region)
+        for key, region in table()
+        if key.startswith(instance_keys) and region not in regions_offering_ec2(key.split(":", 1)[1])
+    ]
+    assert wrong == []
+    # and the check bites: eu-west-1 sells no p5en (fminfra/core/ec2_regional.json)
+    assert "eu-west-1" not in regions_offering_ec2("p5en.48xlarge")
+
+
+def _unpriced(est: Estimate) -> list[str]:
+    """The lines that have neither a price nor a recorded missing source (prices.yaml's `unsourced`)."""
+    return [
+        f"{i.name}: {i.source}"
+        for i in est.unknown
+        if not (
+            (i.key is not None and (i.key, est.region) in unsourced() and "no public source recorded for" in i.source)
+            or (i.key is None and i.source == TRAINING_PLAN_FEE_UNKNOWN)
+        )
+    ]
+
+
+@pytest.mark.parametrize("path", [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS], ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_line_of_a_shipped_config_is_priced_or_names_the_source_it_lacks(synth: Synth, path: Any) -> None:
+    """Issue 36: before, the P types, g6e and the block fee were unknown with no source named."""
+    cfg = load_config(path)
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    assert _unpriced(est) == []
+    # the GPU groups on EC2 On-Demand are priced wherever the shipped files use them
+    assert all(i.usd_each is not None for i in est.items if i.key and i.key.startswith(("ec2:", "capacity-block:")))
+
+
+def test_a_removed_price_fails_the_coverage_check(synth: Synth, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test of the test: drop the ODCR example's p5.48xlarge price and its line is reported."""
+    from fminfra.ops import pricing
+
+    cfg = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    assert _unpriced(estimate(cfg, synth.outdir, book=PriceBook(cfg.region))) == []
+    kept = {k: v for k, v in table().items() if k != ("ec2:p5.48xlarge", "us-east-2")}
+    monkeypatch.setattr(pricing, "table", lambda: kept)
+    (line,) = _unpriced(estimate(cfg, synth.outdir, book=PriceBook(cfg.region)))
+    assert line.startswith("ODCR for trainers: 4 x p5.48xlarge: price unknown: no public source recorded for the EC2 On-Demand")
+
+
+def test_staging_network_and_eks_control_plane_are_priced_in_us_west_2(synth: Synth) -> None:
+    """Before: staging's NAT gateway, interface endpoints and EKS control plane were "price unknown"
+    (no us-west-2 source; docs/facts/pricing.md#us-west-2-network-eks)."""
+    from datetime import date
+
+    cfg = load_config(ROOT / "config" / "staging.yaml")
+    # staging's Kubernetes 1.34 is in standard support until 2026-12-02 (then the extended rate, tested below)
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), today=date(2026, 12, 1))
+    fixed = {i.key: i for i in est.items if i.kind == FIXED}
+    nat, endpoints, eks = fixed["nat-gateway"], fixed["vpc-interface-endpoint"], fixed["eks-cluster:standard"]
+    assert nat.per_hour == pytest.approx(nat.quantity * 0.045)
+    assert endpoints.per_hour == pytest.approx(endpoints.quantity * 0.01) and endpoints.quantity > 0
+    assert eks.per_month == pytest.approx(0.10 * HOURS_PER_MONTH)
+    assert all("hsr87/sample-agentic-rl-sandboxes-on-sagemaker-hyperpod" in i.source for i in (nat, endpoints, eks))
+    # the extended-support rate is recorded for the same region
+    assert _price("eks-cluster:extended", "us-west-2") == 0.60
+
+
+def test_an_interface_endpoint_is_priced_in_us_east_1_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """prod (us-east-1) prices its endpoints per endpoint-AZ; the ODCR example (us-east-2) still names the
+    source it lacks, and which regions the table has."""
+    prod = load_config(ROOT / "config" / "prod.yaml")
+    (endpoints,) = [i for i in estimate(prod, synth.outdir, book=PriceBook(prod.region)).items if i.key == "vpc-interface-endpoint"]
+    assert endpoints.per_month == pytest.approx(endpoints.quantity * 0.01 * HOURS_PER_MONTH)
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "vpc-interface-endpoint"]
+    assert unknown.usd_each is None
+    assert "no public source recorded for the interface VPC endpoint rate per AZ-hour in us-east-2" in unknown.source
+    assert "USE2-VpcEndpoint-Hours" in unknown.source
+
+
+def test_grafana_users_are_priced_where_a_source_names_the_region() -> None:
+    """Grafana's editor and viewer rates have sources for us-east-1, us-west-2 and eu-west-1
+    (docs/facts/pricing.md#helios-price-list-2026-09); elsewhere the line says where the table has them."""
+    for region in ("us-east-1", "us-west-2", "eu-west-1"):
+        assert (_price("grafana:editor", region), _price("grafana:viewer", region)) == (9.0, 5.0)
+    assert PriceBook("us-east-2").get("grafana:editor") is None
+    assert "has grafana:editor only for eu-west-1, us-east-1, us-west-2" in PriceBook("us-east-2").missing("grafana:editor")
+
+
+def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth: Synth) -> None:
+    """Before: AMP ingestion was "price unknown" in every shipped config; now dev, staging and prod price it
+    (us-west-2, us-east-1) and the us-east-2 example still names the source it lacks."""
+    for path in (ROOT / "config" / "staging.yaml", ROOT / "config" / "prod.yaml"):
+        cfg = load_config(path)
+        (amp,) = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "amp:ingestion"]
+        # 10,000 samples/s (the default) for 730 hours, in units of 10 million samples, at $0.90 each
+        assert amp.per_month == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7 * 0.90)
+        assert "billynorris/helios" in amp.source
+    odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
+    (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "amp:ingestion"]
+    assert unknown.usd_each is None and "AMP sample ingestion rate in us-east-2 (searched: " in unknown.source
+
+
+def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """The Capacity Block example is fully priced now: its per-GPU-hour figure is the hourly cost only
+    (the block's fee is paid up front), and the line says so rather than read as the block's GPU-hour rate."""
+    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
 
 
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
@@ -296,3 +446,175 @@ def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> 
 
     assert auto_scaling_group_name("AutoScalingGroupreservedoneGroup0A489F60", ["reserved", "reserved-one"]) == "reserved-one"
     assert auto_scaling_group_name("AutoScalingGroupreservedGroupF2687C1D", ["reserved", "reserved-one"]) == "reserved"
+
+
+def test_an_eks_group_in_an_odcr_runs_at_zero_beside_the_reservation(synth: Synth) -> None:
+    """Before: the node group was priced On-Demand and its ODCR as reserved, so the reservation was counted twice."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    g6e = _price("ec2:g6e.12xlarge", "us-west-2")
+    (odcr,) = [i for i in est.items if i.name == "ODCR for serve: 2 x g6e.12xlarge"]
+    assert odcr.kind == RESERVED and odcr.per_hour == pytest.approx(2 * g6e)
+    (group,) = [i for i in est.items if i.name.startswith("fminfra-cap-ec2-serve:")]
+    assert group.name == "fminfra-cap-ec2-serve: 2 x g6e.12xlarge (EKS, odcr)"
+    assert group.kind == RUNNING and group.per_hour == 0 and group.source == "billed by its reservation"
+    assert [i.name for i in est.items if i.key == "ec2:g6e.12xlarge"] == ["ODCR for serve: 2 x g6e.12xlarge"]
+
+
+def test_eks_groups_on_existing_reservations_and_a_capacity_block_run_at_zero(synth: Synth) -> None:
+    """Before: both inference groups of capacity-eks were priced On-Demand (the reservations and the block pay)."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    p4de = _price("ec2:p4de.24xlarge", "us-east-1")
+    groups = {i.name: i for i in est.items if i.name.startswith("fminfra-cap-eks-serve")}
+    assert set(groups) == {
+        "fminfra-cap-eks-serve-reserved: 2 x p4de.24xlarge (EKS, reservation)",
+        "fminfra-cap-eks-serve-block: 1 x p5en.48xlarge (EKS, capacity-block)",
+    }
+    assert all(i.kind == RUNNING and i.per_hour == 0 for i in groups.values())
+    (existing,) = [i for i in est.items if i.kind == RESERVED]
+    assert existing.name == "reservations for serve-reserved: 2 x p4de.24xlarge (existing)"
+    assert existing.per_hour == pytest.approx(2 * p4de) and existing.assumption == EXISTING_RESERVATION_ASSUMPTION
+    assert est.gpus == 4 * 8 + 2 * 8 + 1 * 8  # the training plan's and both groups' GPUs at their reserved size
+
+
+def test_an_eks_capacity_block_pays_its_fee_up_front(synth: Synth) -> None:
+    """Before: only training groups' blocks had a fee line; the inference group's block cost nothing, and an
+    assumption said its desired size 0 at the maximum 1 costs 1/1x."""
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    fees = {i.name: i for i in est.items if i.kind == UPFRONT}
+    block = fees["serve-block: capacity-block fee, 168 h window (1 x 168 instance-hours, indicative)"]
+    rate = _price("capacity-block:p5en.48xlarge", "us-east-1")
+    assert block.key == "capacity-block:p5en.48xlarge" and block.quantity * (block.usd_each or 0) == pytest.approx(168 * rate)
+    assert est.upfront == pytest.approx(168 * rate)  # the training plan's fee is unknown
+    assert not [i.assumption for i in est.items if i.assumption.startswith("desired size 0")]
+
+
+def _baseline(synth: Synth, env: str, folder: Any, edit: Any) -> None:
+    """Write ENV's synthesized templates, changed by EDIT(resource type, properties), as a baseline folder."""
+    from fminfra.ops.guard import read_templates, write_baseline
+
+    templates = read_templates(synth.outdir, env)
+    for template in templates.values():
+        for res in template.get("Resources", {}).values():
+            edit(res["Type"], res.get("Properties") or {})
+    write_baseline(templates, folder)
+
+
+def test_the_baseline_is_priced_from_its_own_templates(synth: Synth, tmp_path: Any) -> None:
+    """Before: the baseline's ec2 group count came from the current config, so a pull request that grows the
+    on-demand group showed the same cost before and after."""
+
+    def shrink(kind: str, props: dict[str, Any]) -> None:
+        if kind == "AWS::AutoScaling::AutoScalingGroup" and props.get("MaxSize") == "2" and props.get("MinSize") == "2":
+            props.update(MinSize="1", MaxSize="1", DesiredCapacity="1")  # the on-demand group of 2
+
+    _baseline(synth, "cap-ec2", tmp_path, shrink)
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-ec2.yaml")
+    before = estimate(cfg, tmp_path, book=PriceBook(cfg.region), baseline=True)
+    assert [i.name for i in before.items if i.key == "ec2:p4d.24xlarge"] == ["ondemand: 1 x p4d.24xlarge (ec2)"]
+
+
+def test_a_baseline_block_fee_counts_the_baselines_instances_and_says_its_window_is_assumed(
+    synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the baseline's Capacity Block fee came from the current config's count; a pull request that
+    doubles the block showed the same fee before and after, and nothing said the window was the config's."""
+
+    def halve(kind: str, props: dict[str, Any]) -> None:
+        if kind == "AWS::AutoScaling::AutoScalingGroup":
+            props["MaxSize"] = "4"
+
+    _baseline(synth, "ec2-cb", tmp_path, halve)
+    config = str(ROOT / "examples" / "ec2-capacity-block.yaml")
+    assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
+    out = capsys.readouterr().out
+    rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
+    assert f"| paid up front | ${4 * 168 * rate:,.2f} | ${8 * 168 * rate:,.2f} |" in out
+    assert (
+        "before: the Capacity Block window and fee of block are in no template: the baseline's are assumed equal to the current config's"
+    ) in out
+
+
+def test_a_stale_assembly_says_the_templates_and_the_config_disagree(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: a cdk.out synthesized for another region or other counts was priced with the config's region
+    and counts mixed in, and nothing said so."""
+    from fminfra.ops.cost import disagreements
+
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    stale = cfg.model_copy(
+        update={
+            "region": "us-west-2",
+            "compute": cfg.compute.model_copy(
+                update={
+                    "instance_groups": [g.model_copy(update={"count": 3}) if g.name == "block" else g for g in cfg.compute.instance_groups]
+                }
+            ),
+        }
+    )
+    from fminfra.ops.cost import stacks_of
+
+    assert disagreements(stale, stacks_of(stale, synth.outdir)) == [
+        "the templates and the config disagree: region us-east-2 in the templates, us-west-2 in the config (synthesize again)",
+        "the templates and the config disagree: group block count 4 in the templates, 3 in the config (synthesize again)",
+    ]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+
+
+@pytest.mark.parametrize("name", ["cap-eks", "cap-ec2", "staging", "prod", "dev", "hp-slurm-inf"])
+def test_a_fresh_assembly_agrees_with_its_config(synth: Synth, name: str) -> None:
+    from fminfra.ops.cost import disagreements, stacks_of
+
+    cfg = synth.configs[name]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+
+
+def test_an_eks_control_plane_past_standard_support_bills_the_extended_rate(synth: Synth) -> None:
+    """Before: every control plane was priced at the standard rate, even on a version past its standard support
+    (cap-eks: Kubernetes 1.34, standard support until 2026-12-02; upgrade policy: the default, EXTENDED)."""
+    from datetime import date
+
+    cfg = load_config(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+
+    def plane(today: date) -> Any:
+        (item,) = [
+            i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region), today=today).items if i.name.startswith("EKS control")
+        ]
+        return item
+
+    before, after = plane(date(2026, 12, 1)), plane(date(2026, 12, 2))
+    assert before.key == "eks-cluster:standard" and before.per_hour == pytest.approx(_price("eks-cluster:standard", "us-east-1"))
+    assert "standard support until 2026-12-02" in before.assumption
+    assert after.key == "eks-cluster:extended" and after.per_hour == pytest.approx(_price("eks-cluster:extended", "us-east-1"))
+    assert "past its EKS standard support (ended 2026-12-02)" in after.assumption
+
+
+def test_amp_ingestion_counts_the_hours_per_month_asked_for(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: AMP ingestion was counted for 730 hours whatever --hours-per-month said."""
+    assert main(["cost", "staging", "--outdir", str(synth.outdir), "--hours-per-month", "100", "--json"]) == 0
+    (amp,) = [i for i in json.loads(capsys.readouterr().out)["items"] if i["key"] == "amp:ingestion"]
+    assert amp["quantity"] == pytest.approx(10_000 * 3600 * 100 / 1e7)
+    assert amp["per_month"] == pytest.approx(10_000 * 3600 * 100 / 1e7 * _price("amp:ingestion", "us-west-2"))
+
+
+def test_a_unit_price_is_money_with_two_decimals(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `%.4g` printed the block's fee as "$4.2e+04/window" and NAT as "$0.045/hour" beside "$9/user-month"."""
+    assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "$42,000.50/window" in out and "e+" not in out
+    p5en = _price("ec2:p5en.48xlarge", "us-east-2")
+    assert f"${p5en:,.2f}/instance-hour" in out and "$0.045/hour" in out  # a rate below a dollar keeps its digits
+    assert main(["cost", str(ROOT / "tests" / "configs" / "obs-grafana.yaml"), "--outdir", str(synth.outdir)]) == 0
+    assert "$9.00/user-month" in capsys.readouterr().out
+
+
+def test_no_grafana_viewers_cost_nothing_where_the_rate_is_unknown(synth: Synth) -> None:
+    """Before: "Grafana viewers (0)" was "price unknown" (and counted as an unknown item) in a region without a rate."""
+    cfg = load_config(ROOT / "tests" / "configs" / "obs-grafana.yaml")
+    elsewhere = cfg.model_copy(update={"region": "us-east-2"})  # no Grafana rate recorded there
+    est = estimate(elsewhere, synth.outdir, book=PriceBook("us-east-2"))
+    items = {i.name: i for i in est.items}
+    viewers, editors = items["Grafana viewers (0)"], items["Grafana editors (1)"]
+    assert viewers.per_month == 0 and viewers not in est.unknown
+    assert editors.per_month is None and editors in est.unknown

@@ -260,3 +260,34 @@ def test_diagram_output_to_a_folder_or_a_missing_folder_is_one_line(
     ]:
         assert main(["diagram", "dev", "--outdir", str(synth.outdir), "--format", "svg", "--output", str(output)]) == 2
         assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize("config", ["config/staging.yaml", "tests/configs/capacity-eks.yaml"])
+def test_hyperpod_eks_groups_write_no_metrics_to_amp(synth: Synth, config: str) -> None:
+    """Before: a HyperPod EKS group got a "remote write" edge because its lifecycle deployment references the
+    workspace, yet scripts/lifecycle/on_create.sh installs the exporters only on Slurm."""
+    pic, _ = _picture(synth, ROOT / config)
+    assert pic.has("amp") and any(b.id.startswith("group_") for b in pic.boxes)
+    assert [e for e in pic.edges if e.label == "remote write"] == []
+
+
+def test_hyperpod_slurm_groups_still_remote_write(synth: Synth) -> None:
+    pic, _ = _picture(synth, ROOT / "config" / "dev.yaml")
+    writers = {e.source for e in pic.edges if e.label == "remote write" and e.target == "amp"}
+    assert writers and writers <= {b.id for b in pic.boxes if b.id.startswith("group_")}
+
+
+@pytest.mark.parametrize(
+    ("config", "groups"),
+    [
+        ("tests/configs/capacity-eks.yaml", {"nodegroup_InferenceserveblockNodegroup021AF4E8": "az_use1_az6"}),
+        ("tests/configs/capacity-ec2.yaml", {"group_reserved_one": "az_usw2_az2", "group_blocks": "az_usw2_az2"}),
+    ],
+)
+def test_a_reservation_is_drawn_in_its_az_not_in_a_subnet(synth: Synth, config: str, groups: dict[str, str]) -> None:
+    """Before: an existing reservation's or a Capacity Block's box sat inside the group's subnet; a
+    reservation belongs to an AZ."""
+    pic, _ = _picture(synth, ROOT / config)
+    for group, az in groups.items():
+        (box,) = [pic.box(e.source) for e in pic.edges if e.target == group and e.label == "capacity"]
+        assert box.zone == az and pic.box(group).zone.startswith("subnet_")

@@ -31,15 +31,20 @@ from constructs import Construct, IConstruct
 
 from fminfra.compute.constructs.launch_template import EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.core.errors import ValidationError
-from fminfra.eks.constructs.accept_access import add_accept_access
+from fminfra.eks.constructs.accept_access import AcceptAccess, add_accept_access
 from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClusterProps
 from fminfra.eks.constructs.extensions import EksExtension, install_extensions
 from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
 from fminfra.eks.constructs.inference_node_group import InferenceNodeGroup, InferenceNodeGroupProps
+from fminfra.eks.constructs.karpenter import Karpenter, KarpenterProps, KarpenterSpec
+from fminfra.eks.constructs.kueue import NAMESPACE as KUEUE_NAMESPACE
+from fminfra.eks.constructs.kueue import RELEASE as KUEUE_RELEASE
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.eks.constructs.load_balancer_controller import AwsLoadBalancerController, AwsLoadBalancerControllerProps
-from fminfra.eks.rules import FSX_CSI_ADDON, LBC_RELEASE, REPELLING_EFFECTS
+from fminfra.eks.rules import FSX_CSI_ADDON, KARPENTER_NAMESPACE, KARPENTER_RELEASE, LBC_NAMESPACE, LBC_RELEASE, REPELLING_EFFECTS
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from fminfra.hyperpod.constructs.dependencies import NAMESPACE as DEPENDENCIES_NAMESPACE
+from fminfra.hyperpod.constructs.dependencies import RELEASE as DEPENDENCIES_RELEASE
 from fminfra.hyperpod.constructs.dependencies import HyperPodDependencies, HyperPodDependenciesProps
 from fminfra.hyperpod.constructs.lifecycle_scripts import LifecycleScripts, LifecycleScriptsProps
 from fminfra.hyperpod.constructs.plan_drain import HyperPodPlanDrain, HyperPodPlanDrainProps, PlanDrainGroup
@@ -56,6 +61,7 @@ from fminfra.hyperpod.rules import (
 from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
+from fminfra.storage.constructs.lustre import admit_lustre_clients
 
 # The HyperPod training operator add-on's controller and the AWS managed policy it documents.
 TRAINING_OPERATOR_NAMESPACE = "aws-hyperpod"
@@ -182,13 +188,20 @@ class InferenceGroupSpec:
 @dataclass(frozen=True, kw_only=True)
 class FsxVolumeSpec:
     """The environment's FSx for Lustre file system as a static PersistentVolume and claim per
-    namespace (`FsxStaticVolumeProps` less the cluster); needs the FSx CSI driver add-on."""
+    namespace (`FsxStaticVolumeProps` less the cluster); needs the FSx CSI driver add-on.
+
+    security_group: the file system's group; the EKS cluster security group, which every node of the
+      cluster carries, is admitted to it (`admit_lustre_clients`; all traffic when `efa_enabled`, as
+      FSx requires), so pods on nodes without the EFA group mount the claim too. Default: none (the
+      caller admits the nodes itself).
+    """
 
     file_system_id: str
     dns_name: str
     mount_name: str
-    capacity_gib: int
     namespaces: Sequence[str]
+    security_group: ec2.ISecurityGroup | None = None
+    efa_enabled: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -214,6 +227,8 @@ class ClustersProps:
     fsx_volume, load_balancer: on the EKS cluster. Default: none.
     extensions: add-ons and charts of the user's, on the EKS cluster, each after its anchor and
       before fminfra's workloads (`fminfra.eks.constructs.extensions`). Default: none.
+    karpenter: Karpenter and its pools on the EKS cluster, after the system node group and the core
+      add-ons (docs/compute.md#karpenter). Default: none.
     """
 
     region: str
@@ -227,13 +242,15 @@ class ClustersProps:
     fsx_volume: FsxVolumeSpec | None = None
     load_balancer: LoadBalancerSpec | None = None
     extensions: Sequence[EksExtension] = ()
+    karpenter: KarpenterSpec | None = None
 
 
 class Clusters(Construct):
     """The EKS cluster, the HyperPod cluster and the inference node groups of `props`, in `scope`.
 
     Attributes (None where not built): `eks`, `dependencies`, `kueue`, `scraper`, `lifecycle`,
-    `hyperpod`, `task_governance`, `plan_drain`, `inference_node_groups` (name -> node group).
+    `hyperpod`, `task_governance`, `plan_drain`, `accept_access`, `inference_node_groups` (name -> node group),
+    `fsx_volume`, `load_balancer`, `extensions` (name -> construct).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: ClustersProps) -> None:
@@ -252,10 +269,12 @@ class Clusters(Construct):
         self.hyperpod: HyperPodCluster | None = None
         self.task_governance: TaskGovernance | None = None
         self.plan_drain: HyperPodPlanDrain | None = None
+        self.accept_access: AcceptAccess | None = None
         self.inference_node_groups: dict[str, InferenceNodeGroup] = {}
         self.fsx_volume: FsxStaticVolume | None = None
         self.load_balancer: AwsLoadBalancerController | None = None
         self.extensions: dict[str, IConstruct] = {}
+        self.karpenter: Karpenter | None = None
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
         on_eks = props.hyperpod_on_eks
@@ -327,13 +346,36 @@ class Clusters(Construct):
                 self.kueue.chart.node.add_dependency(inference_group.nodegroup)
             if runs_controllers:
                 controller_nodes.append(inference_group.nodegroup)
+        if props.karpenter is not None:
+            self._karpenter(stack, props, props.karpenter)
         if self.eks is not None:
             self._addons_and_extensions(stack, props, controller_nodes)
 
+    def _karpenter(self, stack: Construct, props: ClustersProps, spec: KarpenterSpec) -> None:
+        """Karpenter's chart waits for the system node group (its controller's nodes) and the core add-ons."""
+        if self.eks is None or props.eks is None:
+            raise ValidationError("Clusters: karpenter needs eks")
+        self.karpenter = Karpenter(
+            stack,
+            "Karpenter",
+            KarpenterProps(
+                cluster=self.eks.cluster,
+                cluster_name=props.eks.cluster_name,
+                version=spec.version,
+                ami_release=spec.ami_release,
+                pools=spec.pools,
+                replicas=spec.replicas,
+            ),
+        )
+        system = [self.eks.system_nodegroup] if self.eks.system_nodegroup is not None else []
+        for before in [*system, *(self.eks.addons[name] for name in REQUIRED_ADDONS)]:
+            self.karpenter.chart.node.add_dependency(before)
+
     def _addons_and_extensions(self, stack: Construct, props: ClustersProps, controller_nodes: list[IConstruct]) -> None:
         """The FSx volume, the AWS Load Balancer Controller and the user's extensions, in the order
-        vpc-cni -> core add-ons -> FSx CSI driver -> load balancer controller -> extensions (each after
-        its anchor) -> fminfra's workloads (docs/compute.md#add-ons-fsx-load-balancers-and-your-own)."""
+        vpc-cni -> core add-ons -> (the load balancer controller's chart, when on: every other install
+        waits for it, `_after_load_balancer`) -> FSx CSI driver -> extensions (each after its anchor) ->
+        fminfra's workloads (docs/compute.md#add-ons-fsx-load-balancers-and-your-own)."""
         assert self.eks is not None and props.eks is not None
         addons = self.eks.addons
         workloads: list[IConstruct] = [*self.eks.charts.values(), *([self.kueue.chart] if self.kueue is not None else [])]
@@ -348,15 +390,22 @@ class Clusters(Construct):
                     file_system_id=spec.file_system_id,
                     dns_name=spec.dns_name,
                     mount_name=spec.mount_name,
-                    capacity_gib=spec.capacity_gib,
                     namespaces=spec.namespaces,
                 ),
             )
             self.fsx_volume.manifest.node.add_dependency(addons[FSX_CSI_ADDON])
-            # the claims live in the teams' namespaces, which the quotas / queues create
-            for creator in (self.task_governance, self.kueue):
-                if creator is not None:
-                    self.fsx_volume.manifest.node.add_dependency(creator)
+            if spec.security_group is not None:
+                # System nodes and node groups without the EFA group carry only the cluster security group
+                # (docs/facts/eks.md#eks-cluster-security-group-default-rules).
+                admit_lustre_clients(
+                    stack,
+                    "EksClusterGroup",
+                    file_system_group=spec.security_group,
+                    client_group=self.eks.cluster.cluster_security_group,
+                    efa_enabled=spec.efa_enabled,
+                )
+            for creator in self._namespace_creators():
+                self.fsx_volume.manifest.node.add_dependency(creator)
             workloads.append(self.fsx_volume.manifest)
         if FSX_CSI_ADDON in addons:
             anchors[FSX_CSI_ADDON] = [addons[FSX_CSI_ADDON]]
@@ -384,9 +433,42 @@ class Clusters(Construct):
             if self.hyperpod is not None and props.hyperpod_on_eks is not None:
                 chart.node.add_dependency(self.hyperpod)
             anchors[LBC_RELEASE] = [chart]
-            for workload in workloads:
-                workload.node.add_dependency(chart)
-        self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads)
+        releases = [
+            *((c.name, c.namespace) for c in props.eks.helm_charts),
+            *([(LBC_RELEASE, LBC_NAMESPACE)] if self.load_balancer is not None else []),
+            *([(KUEUE_RELEASE, KUEUE_NAMESPACE)] if self.kueue is not None else []),
+            *([(DEPENDENCIES_RELEASE, DEPENDENCIES_NAMESPACE)] if self.dependencies is not None else []),
+            *([(KARPENTER_RELEASE, KARPENTER_NAMESPACE)] if self.karpenter is not None else []),
+        ]
+        self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads, releases)
+        if self.load_balancer is not None:
+            _after_load_balancer(self.load_balancer.chart, self._installs_after_load_balancer(workloads))
+
+    def _namespace_creators(self) -> list[IConstruct]:
+        """What creates the teams' namespaces the FSx claims live in: task governance's quotas
+        (`hyperpod-ns-<team>`), the Kueue queues' manifest (each team's namespace), and the acceptance
+        access's own Namespace manifest where there is one (whether a quota's namespace exists at its
+        CREATE_COMPLETE is not documented: fminfra/eks/constructs/accept_access.py). Each is a construct
+        that holds the resources (Kueue's chart and queues live under the EKS cluster, not under `Kueue`)."""
+        return [
+            *([self.task_governance] if self.task_governance is not None else []),
+            *([self.kueue.queues] if self.kueue is not None else []),
+            *(self.accept_access.manifests[:1] if self.accept_access is not None else []),
+        ]
+
+    def _installs_after_load_balancer(self, workloads: Sequence[IConstruct]) -> list[IConstruct]:
+        """What installs into the cluster and is not already before the load balancer controller's chart:
+        fminfra's workloads, the extensions, the acceptance and plan-drain manifests, Karpenter, and every add-on but
+        the core ones (and, with HyperPod, the ones HyperPod needs first), which the chart waits for."""
+        assert self.eks is not None
+        before = {*REQUIRED_ADDONS, *(HYPERPOD_PREREQUISITE_ADDONS if self.dependencies is not None else ())}
+        addons = [addon for name, addon in self.eks.addons.items() if name not in before]
+        manifests = [
+            *(self.accept_access.manifests if self.accept_access is not None else ()),
+            *([self.plan_drain] if self.plan_drain is not None else []),
+            *([self.karpenter] if self.karpenter is not None else []),
+        ]
+        return [*workloads, *addons, *manifests, *self.extensions.values()]
 
     def _hyperpod(self, stack: Construct, props: ClustersProps, spec: HyperPodSpec) -> None:
         role = props.node_role
@@ -458,7 +540,9 @@ class Clusters(Construct):
             if on_eks.accept_access is not None:
                 # The namespace of the team accept's jobs queue in, after the quotas that create it.
                 after = [self.task_governance] if self.task_governance is not None else []
-                add_accept_access(stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after)
+                self.accept_access = add_accept_access(
+                    stack, on_eks.accept_access.role_name, self.eks, on_eks.accept_access.namespaces, after=after
+                )
             if on_eks.plan_drain:
                 # Training-plan groups: drained from outside the nodes before the plan ends (docs/capacity.md).
                 assert props.eks is not None
@@ -505,6 +589,16 @@ class Clusters(Construct):
         )
         governance.node.add_dependency(addon)
         return governance
+
+
+def _after_load_balancer(chart: IConstruct, installs: Sequence[IConstruct]) -> None:
+    """Each of `installs` after the AWS Load Balancer Controller's chart: its webhook refuses every new
+    Service until its pods answer (`mservice.elbv2.k8s.aws`, failurePolicy Fail, on by default:
+    the webhook template recorded in tests/data/aws_load_balancer_controller/), and Helm waits for those pods, so
+    nothing that may create a Service installs while the chart does."""
+    for install in installs:
+        if install is not chart:
+            install.node.add_dependency(chart)
 
 
 def _kueue(stack: Construct, spec: KueueSpec, eks_cluster: EksCluster) -> Kueue:

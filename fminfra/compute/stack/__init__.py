@@ -108,7 +108,13 @@ class ComputeStack(cdk.Stack):
 
         # HyperPod (Slurm or EKS), the EKS cluster and the inference node groups.
         fsx = (
-            FsxMount(dns_name=storage.dns_name, mount_name=storage.mount_name, file_system_id=storage.file_system_id)
+            FsxMount(
+                dns_name=storage.dns_name,
+                mount_name=storage.mount_name,
+                file_system_id=storage.file_system_id,
+                security_group=storage.security_group,
+                efa_enabled=storage.file_system.efa_enabled,
+            )
             if storage is not None
             else None
         )

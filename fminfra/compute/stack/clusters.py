@@ -14,6 +14,7 @@ from typing import Any
 
 import aws_cdk as cdk
 import yaml
+from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
@@ -41,6 +42,7 @@ from fminfra.compute.constructs.launch_template import (
     EfaLaunchTemplateProps,
 )
 from fminfra.compute.constructs.placement import ClusterPlacementGroup
+from fminfra.compute.stack.karpenter import karpenter_spec
 from fminfra.config import (
     CONTROLLER_GROUP_NAME,
     LOGIN_GROUP_NAME,
@@ -51,7 +53,7 @@ from fminfra.config import (
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
-from fminfra.eks.constructs.extensions import AddonExtension, EksExtension
+from fminfra.eks.constructs.extensions import AddonExtension, AddonPodIdentity, EksExtension
 from fminfra.eks.constructs.kueue import GpuFlavor
 from fminfra.eks.rules import FSX_CSI_ADDON, FSX_DEFAULT_NAMESPACE, INSTANCE_TYPE_LABEL, team_queue
 from fminfra.hyperpod.constructs.cluster import HyperPodInstanceGroup
@@ -115,6 +117,8 @@ class FsxMount:
     mount_name: str
     mount_path: str = FSX_MOUNT
     file_system_id: str | None = None
+    security_group: ec2.ISecurityGroup | None = None
+    efa_enabled: bool = False
 
 
 # The EKS node exporter pods collect the EFA counters with the nodes' own collector: a sidecar (in
@@ -397,14 +401,25 @@ def add_clusters(
                 file_system_id=fsx.file_system_id,
                 dns_name=fsx.dns_name,
                 mount_name=fsx.mount_name,
-                capacity_gib=cfg.storage.lustre.capacity_gib,
                 namespaces=fsx_namespaces(cfg),
+                security_group=fsx.security_group,
+                efa_enabled=fsx.efa_enabled,
             )
         if compute.eks.load_balancer_controller:
             load_balancer = LoadBalancerSpec(
                 version=version("CHART_AWS_LOAD_BALANCER_CONTROLLER_VERSION"), region=cfg.region, vpc_id=network.vpc.vpc_id
             )
-        all_extensions = [AddonExtension(name=a.name, version=a.version, after=a.after) for a in compute.eks.addons]
+        all_extensions = [
+            AddonExtension(
+                name=a.name,
+                version=a.version,
+                after=a.after,
+                pod_identity=[
+                    AddonPodIdentity(service_account=i.service_account, managed_policies=i.managed_policies) for i in a.pod_identity
+                ],
+            )
+            for a in compute.eks.addons
+        ]
         all_extensions.extend(extensions)
         layer_class = KUBECTL_LAYERS[compute.eks.kubernetes_version]
         eks_props = EksClusterProps(
@@ -421,7 +436,11 @@ def add_clusters(
             kubectl_layer=layer_class(stack, "KubectlLayer"),
             # anything applied through the kubectl provider besides the charts (`applies_manifests`), and the
             # FSx volume, the load balancer controller and extension charts
-            kubectl_manifests=applies_manifests(cfg) or fsx_volume is not None or load_balancer is not None or bool(all_extensions),
+            kubectl_manifests=applies_manifests(cfg)
+            or fsx_volume is not None
+            or load_balancer is not None
+            or bool(all_extensions)
+            or compute.karpenter,
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -473,7 +492,9 @@ def add_clusters(
             inference_node_groups=[
                 inference_group(cfg, g, network, placement_groups.get(g.name), (capacity_targets or {}).get(g.name))
                 for g in compute.inference_node_groups
+                if not compute.karpenter  # Karpenter's pools instead (compute/stack/karpenter.py)
             ],
+            karpenter=karpenter_spec(cfg, network),
             fsx_volume=fsx_volume,
             load_balancer=load_balancer,
             extensions=all_extensions,

@@ -32,6 +32,7 @@ which is deleted with the access.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aws_cdk as cdk
@@ -90,9 +91,17 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
     return objects
 
 
+@dataclass(frozen=True)
+class AcceptAccess:
+    """What `add_accept_access` created: the access entry and the two manifests (namespaces, RBAC)."""
+
+    entry: eks_l1.CfnAccessEntry
+    manifests: tuple[eks.KubernetesManifest, eks.KubernetesManifest]
+
+
 def add_accept_access(
     stack: Construct, role_name: str, eks_cluster: EksCluster, namespaces: Sequence[str], after: Sequence[IDependable] = ()
-) -> eks_l1.CfnAccessEntry:
+) -> AcceptAccess:
     """The access entry of the role `role_name` of this account (`fminfra-<env>-accept`:
     `fminfra.promotion.stack.accept_role_name`) and the RBAC of `accept_rbac(namespaces)`, in
     `stack`; the RBAC is applied after `after` (what creates the namespaces' other contents, e.g.
@@ -117,4 +126,4 @@ def add_accept_access(
     spaces.node.add_dependency(*after)
     rbac = eks.KubernetesManifest(stack, "AcceptRbac", cluster=cluster, manifest=accept_rbac(namespaces), overwrite=True)
     rbac.node.add_dependency(entry, spaces)
-    return entry
+    return AcceptAccess(entry=entry, manifests=(spaces, rbac))

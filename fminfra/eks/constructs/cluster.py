@@ -168,7 +168,8 @@ class EksCluster(Construct):
         # The subnets are imported from the Network stack, which CDK cannot tag from here.
         cdk.Annotations.of(self.cluster).acknowledge_warning(
             "@aws-cdk/aws-eks:clusterMustManuallyTagSubnet",
-            "fminfra creates no Kubernetes load balancers; tag the private subnets kubernetes.io/role/internal-elb=1 before adding one",
+            "the Network stack tags the private subnets kubernetes.io/role/internal-elb=1 when the load balancer controller is on "
+            "(docs/facts/eks.md#lbc-subnet-discovery-tags); nothing else creates Kubernetes load balancers",
         )
         self.cluster_name = self.cluster.cluster_name
         self.cluster_arn = self.cluster.cluster_arn

@@ -22,6 +22,11 @@ from fminfra.eks.rules import DNS_LABEL, FSX_CLAIM_NAME, FSX_CSI_DRIVER
 
 # The driver's mount option in its static example (Lustre's flock: POSIX locks across clients).
 MOUNT_OPTIONS = ("flock",)
+# The volume's and the claim's size: the driver's static example's, whatever the file system's. Nothing
+# enforces it (the node mounts the whole file system), and a static claim can never grow: Kubernetes
+# refuses a larger request on a claim without a storage class, so a size that followed the file system
+# would fail every deploy after FSx grows (docs/facts/eks.md#k8s-static-claim-not-resizable).
+STATIC_VOLUME_SIZE = "1200Gi"
 
 
 def volume_name(namespace: str) -> str:
@@ -29,9 +34,7 @@ def volume_name(namespace: str) -> str:
     return f"{FSX_CLAIM_NAME}-{namespace}"
 
 
-def fsx_volume_objects(
-    *, file_system_id: str, dns_name: str, mount_name: str, capacity_gib: int, namespaces: Sequence[str]
-) -> list[dict[str, Any]]:
+def fsx_volume_objects(*, file_system_id: str, dns_name: str, mount_name: str, namespaces: Sequence[str]) -> list[dict[str, Any]]:
     """Per namespace a PersistentVolume of the file system and the claim bound to it (`claimRef` and
     `volumeName` pin the pair), as the driver's static provisioning example writes them."""
     objects: list[dict[str, Any]] = []
@@ -44,7 +47,7 @@ def fsx_volume_objects(
                 "kind": "PersistentVolume",
                 "metadata": {"name": name, "labels": labels},
                 "spec": {
-                    "capacity": {"storage": f"{capacity_gib}Gi"},
+                    "capacity": {"storage": STATIC_VOLUME_SIZE},
                     "volumeMode": "Filesystem",
                     "accessModes": ["ReadWriteMany"],
                     "mountOptions": list(MOUNT_OPTIONS),
@@ -68,7 +71,7 @@ def fsx_volume_objects(
                 "spec": {
                     "accessModes": ["ReadWriteMany"],
                     "storageClassName": "",
-                    "resources": {"requests": {"storage": f"{capacity_gib}Gi"}},
+                    "resources": {"requests": {"storage": STATIC_VOLUME_SIZE}},
                     "volumeName": name,
                 },
             }
@@ -82,7 +85,6 @@ class FsxStaticVolumeProps:
 
     cluster: the EKS cluster (with its kubectl provider).
     file_system_id, dns_name, mount_name: of the FSx for Lustre file system.
-    capacity_gib: its storage capacity (the volume's and the claim's size; FSx does not enforce it).
     namespaces: where pods use it; each gets the claim `fminfra-fsx` (the namespaces must exist).
     """
 
@@ -90,7 +92,6 @@ class FsxStaticVolumeProps:
     file_system_id: str
     dns_name: str
     mount_name: str
-    capacity_gib: int
     namespaces: Sequence[str]
 
 
@@ -105,8 +106,6 @@ class FsxStaticVolume(Construct):
         for namespace in props.namespaces:
             if problem := DNS_LABEL.problem(namespace):
                 raise ValidationError(f"namespaces: {problem}")
-        if props.capacity_gib <= 0:
-            raise ValidationError(f"capacity_gib must be positive, got {props.capacity_gib}")
         self.manifest = eks.KubernetesManifest(
             self,
             "Manifest",
@@ -115,7 +114,6 @@ class FsxStaticVolume(Construct):
                 file_system_id=props.file_system_id,
                 dns_name=props.dns_name,
                 mount_name=props.mount_name,
-                capacity_gib=props.capacity_gib,
                 namespaces=props.namespaces,
             ),
             overwrite=True,

@@ -27,6 +27,7 @@ REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
 # How long helm waits for the controller and its webhooks (CDK allows at most 15 minutes).
 CHART_TIMEOUT_MINUTES = 15
 NAMESPACE = "kueue-system"
+RELEASE = "kueue"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 GPU_RESOURCE = "nvidia.com/gpu"
 # The values keys fminfra sets (each read by the chart's templates at the pinned version).
@@ -128,7 +129,7 @@ class Kueue(Construct):
             repository=REPOSITORY,
             version=props.version,
             namespace=NAMESPACE,
-            release="kueue",
+            release=RELEASE,
             create_namespace=True,
             wait=True,  # the webhooks must answer before the queue objects are applied
             # CDK's maximum (default 5 minutes): the controller's nodes may still be joining

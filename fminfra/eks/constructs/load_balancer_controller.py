@@ -7,7 +7,9 @@ docs/facts/eks.md#chart-aws-load-balancer-controller).
 Internal by default: the controller's default scheme is `internal`, set explicitly, and the
 IngressClassParams of its `alb` class enforce it for every Ingress of that class; a Service
 annotated `service.beta.kubernetes.io/aws-load-balancer-scheme: internet-facing` still gets an
-internet-facing NLB, in subnets tagged `kubernetes.io/role/elb` (fminfra tags none). Values:
+internet-facing NLB: fminfra tags no subnet `kubernetes.io/role/elb`, so the controller falls back to
+the subnets with a route to the internet gateway, the VPC's public ones
+(docs/facts/eks.md#lbc-subnet-discovery-tags). Values:
 docs/facts/eks.md#chart-aws-load-balancer-controller-values.
 """
 

@@ -33,13 +33,44 @@ class Price:
 
 
 @cache
+def _data() -> dict[str, Any]:
+    return dict(yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8")))
+
+
+@cache
 def table() -> dict[tuple[str, str], Price]:
     """(key, region) -> Price, from prices.yaml."""
-    data = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8"))
     return {
         (row["key"], row["region"]): Price(float(row["usd"]), str(row["unit"]), str(row["source"]), str(row["checked"]))
-        for row in data["prices"]
+        for row in _data()["prices"]
     }
+
+
+@cache
+def unsourced() -> dict[tuple[str, str], str]:
+    """(key, region) -> what was searched, for the prices no public source was found for (prices.yaml's
+    `unsourced`; docs/facts/pricing.md#unsourced-prices)."""
+    return {(row["key"], region): str(row["searched"]) for row in _data().get("unsourced") or [] for region in row["regions"]}
+
+
+def describe(key: str) -> str:
+    """A price key in words, for the message naming the source it lacks."""
+    kind, _, detail = key.partition(":")
+    if kind == "fsx-lustre" and detail != "metadata-iops":
+        deployment, _, tier = detail.partition(":")
+        return f"FSx for Lustre {deployment} storage rate" + ("" if tier == "baseline" else f" at {tier} MB/s/TiB")
+    words = {
+        "ec2": f"EC2 On-Demand Linux rate of {detail}",
+        "sagemaker-hyperpod": f"SageMaker HyperPod rate of {detail}",
+        "capacity-block": f"Capacity Block rate of {detail}",
+        "fsx-lustre": "FSx for Lustre metadata IOPS rate",
+        "nat-gateway": "NAT gateway hourly rate",
+        "vpc-interface-endpoint": "interface VPC endpoint rate per AZ-hour",
+        "eks-cluster": f"EKS control plane rate ({detail} support)",
+        "grafana": f"Managed Grafana {detail} user rate",
+        "amp": "AMP sample ingestion rate",
+    }
+    return words.get(kind, key)
 
 
 class PriceBook:
@@ -59,11 +90,19 @@ class PriceBook:
         return table().get((key, self.region))
 
     def missing(self, key: str) -> str:
-        """What is missing for an unknown price, for the output (never a guess)."""
+        """The source an unknown price lacks, for the output (never a guess): what was searched when
+        prices.yaml records it, else the regions the table has the key for."""
+        searched = unsourced().get((key, self.region))
         other = sorted(region for k, region in table() if k == key)
-        where = f" (the table has it for {', '.join(other)})" if other else ""
+        why = (
+            f"searched: {searched}"
+            if searched
+            else f"fminfra/ops/pricing/prices.yaml has {key} only for {', '.join(other)}"
+            if other
+            else ""
+        )
         live = "" if self.client is None else "; the Price List API gave no single answer"
-        return f"no public price for {key} in {self.region} in fminfra/ops/pricing/prices.yaml{where}{live}"
+        return f"no public source recorded for the {describe(key)} in {self.region}" + (f" ({why})" if why else "") + live
 
 
 # What each key asks the Price List API: service code and exact-match filters. Only keys whose

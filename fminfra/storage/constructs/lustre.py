@@ -49,6 +49,68 @@ def _unresolved(value: object) -> bool:
     return isinstance(value, str) and cdk.Token.is_unresolved(value)
 
 
+def admit_lustre_clients(
+    scope: Construct, name: str, *, file_system_group: ec2.ISecurityGroup, client_group: ec2.ISecurityGroup, efa_enabled: bool
+) -> None:
+    """Rules in `scope` that let members of `client_group` mount a file system in `file_system_group`,
+    as L1 resources of `scope` (so neither group's stack imports from `scope`'s).
+
+    Without EFA: TCP 988 and 1018-1023 both ways (docs/facts/storage.md#fsx-lustre-ports). With EFA
+    (`file_system_group` is then an EFA group): all traffic both ways, as FSx requires of clients in
+    another group (docs/facts/network.md#efa-security-group-self-traffic). Construct ids: From<name>...,
+    To<name>... (and, with EFA, EgressTo<name>).
+    """
+    fs_id = file_system_group.security_group_id
+    client_id = client_group.security_group_id
+    if efa_enabled:
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            f"From{name}AllTraffic",
+            group_id=fs_id,
+            source_security_group_id=client_id,
+            ip_protocol="-1",
+            description="EFA-enabled FSx for Lustre: all traffic from clients in another group",
+        )
+        ec2.CfnSecurityGroupEgress(
+            scope,
+            f"EgressTo{name}AllTraffic",
+            group_id=fs_id,
+            destination_security_group_id=client_id,
+            ip_protocol="-1",
+            description="EFA-enabled FSx for Lustre: all traffic to clients in another group",
+        )
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            f"To{name}AllTraffic",
+            group_id=client_id,
+            source_security_group_id=fs_id,
+            ip_protocol="-1",
+            description="EFA-enabled FSx for Lustre: all traffic from the file system to its clients",
+        )
+        return
+    for port_name, (low, high) in (("988", (988, 988)), ("1018-1023", (1018, 1023))):
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            f"From{name}Port{port_name}",
+            group_id=fs_id,
+            source_security_group_id=client_id,
+            ip_protocol="tcp",
+            from_port=low,
+            to_port=high,
+            description=f"Lustre TCP {port_name} from clients",
+        )
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            f"To{name}Port{port_name}",
+            group_id=client_id,
+            source_security_group_id=fs_id,
+            ip_protocol="tcp",
+            from_port=low,
+            to_port=high,
+            description=f"Lustre TCP {port_name} from the file system to its clients",
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class LustreFileSystemProps:
     """Props of `LustreFileSystem`.
@@ -195,27 +257,7 @@ class LustreFileSystem(Construct):
             # Explicit L1 rules in this stack: the client groups usually live in a longer-lived
             # stack, which must not import from this one.
             for i, client in enumerate(props.client_security_groups):
-                for port_name, (low, high) in (("988", (988, 988)), ("1018-1023", (1018, 1023))):
-                    ec2.CfnSecurityGroupIngress(
-                        self,
-                        f"FromClient{i}Port{port_name}",
-                        group_id=self.security_group.security_group_id,
-                        source_security_group_id=client.security_group_id,
-                        ip_protocol="tcp",
-                        from_port=low,
-                        to_port=high,
-                        description=f"Lustre TCP {port_name} from clients",
-                    )
-                    ec2.CfnSecurityGroupIngress(
-                        self,
-                        f"ToClient{i}Port{port_name}",
-                        group_id=client.security_group_id,
-                        source_security_group_id=self.security_group.security_group_id,
-                        ip_protocol="tcp",
-                        from_port=low,
-                        to_port=high,
-                        description=f"Lustre TCP {port_name} from the file system to its clients",
-                    )
+                admit_lustre_clients(self, f"Client{i}", file_system_group=self.security_group, client_group=client, efa_enabled=False)
         self.connections = self.security_group.connections
 
         mode = props.metadata_mode or ("AUTOMATIC" if persistent else None)

@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import aws_cdk as cdk
 import yaml
+from aws_cdk.assertions import Template
 
-from fminfra.config import load_config
+from fminfra import FEATURE_FLAGS, EnvironmentStage
+from fminfra.config import load_config, parse_config, read_yaml
 from fminfra.eks.constructs.fsx_volume import fsx_volume_objects
 from fminfra.eks.rules import FSX_CLAIM_NAME
 from fminfra.ops.accept.manifests import eks_plan
@@ -26,7 +29,7 @@ def _shape(value: Any) -> Any:
 
 
 def test_the_volume_and_claim_have_the_drivers_static_shape() -> None:
-    pv, claim = fsx_volume_objects(file_system_id="fs-1", dns_name="fs-1.fsx", mount_name="abc", capacity_gib=4800, namespaces=["team"])
+    pv, claim = fsx_volume_objects(file_system_id="fs-1", dns_name="fs-1.fsx", mount_name="abc", namespaces=["team"])
     example_pv = yaml.safe_load((DATA / "static-pv-v1.7.0.yaml").read_text(encoding="utf-8"))
     example_claim = yaml.safe_load((DATA / "static-claim-v1.7.0.yaml").read_text(encoding="utf-8"))
     assert pv["spec"]["csi"] == {
@@ -76,3 +79,35 @@ def test_no_acceptance_manifest_mounts_fsx_by_host_path() -> None:
 def test_no_template_mounts_fsx_by_host_path(synth: Synth) -> None:
     for stack in synth.all_templates():
         assert f'"path": "{FSX_MOUNT}"' not in json.dumps(stack.template), stack.display_name
+
+
+def _fsx_manifest(storage_capacity_gib: int) -> Any:
+    raw = read_yaml(ROOT / "config" / "staging.yaml")
+    raw["storage"]["lustre"]["storage_capacity_gib"] = storage_capacity_gib
+    stage = EnvironmentStage(cdk.App(context=FEATURE_FLAGS), parse_config(raw, "staging.yaml"))
+    resources = Template.from_stack(stage.compute).to_json()["Resources"]
+    [manifest] = [r for lid, r in resources.items() if lid.startswith("FsxVolume")]
+    return manifest["Properties"]["Manifest"]
+
+
+def test_growing_the_file_system_leaves_the_claims_alone() -> None:
+    """Serving read, B: the claims' size followed the file system, and a static claim cannot grow
+    (Kubernetes refuses a larger request on a claim without a storage class:
+    docs/facts/eks.md#k8s-static-claim-not-resizable), so every Compute deploy after FSx grew failed.
+    The size is the driver's example's, and the manifest does not change when the file system grows."""
+    small, grown = _fsx_manifest(4800), _fsx_manifest(9600)
+    assert small == grown
+    example_claim = yaml.safe_load((DATA / "static-claim-v1.7.0.yaml").read_text(encoding="utf-8"))
+    assert f'"storage":"{example_claim["spec"]["resources"]["requests"]["storage"]}"' in json.dumps(small, separators=(",", ":")).replace(
+        "\\", ""
+    )
+
+
+def test_the_claims_wait_for_the_acceptance_namespaces(synth: Synth) -> None:
+    """Serving read r2, unconfirmed: staging's claim in hyperpod-ns-training waited only for the quota,
+    whose namespace is not documented to exist at its CREATE_COMPLETE; fminfra's own Namespace manifest
+    (accept_access) creates it, and the claims now wait for that too."""
+    resources = synth.template("staging", "Compute")["Resources"]
+    [fsx] = [lid for lid in resources if lid.startswith("FsxVolume") and resources[lid]["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"]
+    [spaces] = [lid for lid in resources if lid.startswith("AcceptNamespaces")]
+    assert spaces in resources[fsx].get("DependsOn", [])
