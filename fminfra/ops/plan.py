@@ -298,10 +298,11 @@ def pod_ip_lines(cfg: EnvironmentConfig) -> list[str]:
 
 def pod_ip_warnings(cfg: EnvironmentConfig) -> list[str]:
     """A pool or node group whose VPC CNI addresses at its maximum (upper bound) come to more than
-    POD_IP_SUBNET_SHARE of the usable addresses of a subnet its nodes can all land in; a type whose
-    limits are unknown."""
+    POD_IP_SUBNET_SHARE of the usable addresses of a subnet its nodes can all land in; those that can
+    land in one subnet together at their maxima, past all its usable addresses; a type whose limits are unknown."""
     out = []
-    for p in pod_ip_plans(cfg):
+    plans = pod_ip_plans(cfg)
+    for p in plans:
         total = p.total
         if total is None:
             out.append(
@@ -317,6 +318,14 @@ def pod_ip_warnings(cfg: EnvironmentConfig) -> list[str]:
                     "can land; give the network a larger subnet prefix, lower max_size, or set the VPC CNI's WARM_IP_TARGET/prefix "
                     "delegation (docs/compute.md#pod-ip-addresses)"
                 )
+    for subnet in cfg.network.subnets():
+        sharing = [p for p in plans if subnet in p.subnets and p.total is not None]
+        together = sum(p.total[1] for p in sharing if p.total is not None)
+        if len(sharing) > 1 and together > usable_addresses(subnet.cidr):
+            out.append(
+                f"{subnet.name} ({subnet.cidr}): {', '.join(p.name for p in sharing)} together at their maximum can take up to "
+                f"{together:,} addresses, more than its {usable_addresses(subnet.cidr):,} usable (docs/compute.md#pod-ip-addresses)"
+            )
     return out
 
 

@@ -29,7 +29,7 @@ def _karpenter(**group: Any) -> dict[str, Any]:
 
 
 def _pod_ip_warnings(data: dict[str, Any]) -> list[str]:
-    return [w for w in plan_warnings(parse_config(data, "f.yaml")) if "VPC CNI" in w or "pod IPs" in w]
+    return [w for w in plan_warnings(parse_config(data, "f.yaml")) if "VPC CNI" in w or "pod IPs" in w or "together" in w]
 
 
 def test_a_karpenter_pool_takes_its_addresses_from_every_private_subnet() -> None:
@@ -67,6 +67,18 @@ def test_plan_warns_when_a_pool_at_its_maximum_takes_over_half_a_subnet() -> Non
         "usable in Private-usw2-az1 (10.7.64.0/20), where all its nodes can land"
     )
     assert _pod_ip_warnings(_karpenter(max_size=6)) == []  # 1,800
+
+
+def test_plan_warns_when_pools_together_could_fill_a_subnet() -> None:
+    # serve-g6e 12 x 300 = 3,600 (not over half the /18's 16,379); serve-p5 at 100 x 131 = 13,100: together past the /18
+    data = _karpenter(max_size=12)
+    data["compute"]["inference_node_groups"][1]["max_size"] = 100
+    warnings = _pod_ip_warnings(data)
+    assert (
+        "WARN Private-usw2-az2 (10.7.0.0/18): serve-g6e, serve-p5 together at their maximum can take up to 16,700 addresses, "
+        "more than its 16,379 usable (docs/compute.md#pod-ip-addresses)"
+    ) in warnings
+    assert not [w for w in _pod_ip_warnings(_karpenter(max_size=12)) if "together" in w]
 
 
 def test_plan_prints_pod_ips_and_warns_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
