@@ -28,6 +28,7 @@ from fminfra.capacity.rules import (
     TRAINING_PLAN_ARN_RULE,
     end_time_problem,
     ended_problem,
+    reservation_shared_problem,
     scale_in_time,
 )
 from fminfra.compute.rules import EC2_INSTANCE_TYPE_RULE
@@ -879,6 +880,12 @@ class ComputeConfig(Model):
             elif group.name in seen:
                 problems.append(error(f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
             seen.setdefault(group.name, path)
+        owners: dict[str, str] = {}
+        for path, group in groups:
+            for j, rid in enumerate(group.capacity.reservation_ids or []):
+                if rid in owners:
+                    problems.append(error(f"{path}.capacity.reservation_ids[{j}]", reservation_shared_problem(rid, owners[rid])))
+                owners.setdefault(rid, f"group {group.name!r}")
         for i, group in enumerate(self.instance_groups):
             problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
         for i, igroup in enumerate(self.inference_node_groups):
