@@ -791,15 +791,17 @@ class ComputeConfig(Model):
 
     def _unscaled_group_warnings(self) -> list[Finding]:
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
-        Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
+        Autoscaler, Karpenter) moves it between min_size and max_size; fminfra's Karpenter replaces the
+        node groups when asked (EKS without HyperPod), else none moves them
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
         return (
             [
                 warning(
                     f"inference_node_groups[{i}].max_size",
-                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
-                    f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
-                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: a managed node group "
+                    f"has no autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
+                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else "")
+                    + ("" if self.orchestrator == "eks" else "; compute.eks.karpenter.enabled provisions nodes for pending pods instead"),
                 )
                 for i, g in enumerate(self.inference_node_groups)
                 if g.min_size < g.max_size and not self.karpenter
