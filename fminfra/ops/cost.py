@@ -658,13 +658,29 @@ def estimate(
     templates before a change) says which of its fees come from the current config; otherwise the
     estimate says where the templates and the config disagree."""
     stacks = stacks_of(cfg, outdir)
+    region, region_note = cfg.region, []
+    if baseline:
+        # The baseline's own region (a pull request may move the environment): its templates' prices, said.
+        found = _stack_regions(stacks) | _endpoint_regions(stacks)
+        if len(found) == 1 and (region := next(iter(found))) != cfg.region:
+            book = PriceBook(region, pricing_client=book.client)
+            region_note = [
+                f"before: the baseline's templates are in {region} (their endpoint service names), the config in {cfg.region}: "
+                f"the baseline is priced at {region}'s prices"
+            ]
+        elif len(found) != 1:
+            region = cfg.region
+            region_note = [
+                f"before: the baseline's region is not in its templates ({', '.join(sorted(found)) or 'no endpoint service names'}): "
+                f"priced at the config's region {cfg.region}"
+            ]
     items = items_from_templates(
         cfg, stacks, grafana_users=grafana_users, amp_samples=amp_samples, ec2=ec2, today=today, hours_per_month=hours_per_month
     )
     for item in items:
         item.price(book, hours_per_month)
-    notes = [baseline_fee_note(i) for i in items if i.from_config] if baseline else disagreements(cfg, stacks)
-    return Estimate(cfg.name, cfg.region, items, hours_per_month, book.client is not None, notes)
+    notes = [*region_note, *(baseline_fee_note(i) for i in items if i.from_config)] if baseline else disagreements(cfg, stacks)
+    return Estimate(cfg.name, region, items, hours_per_month, book.client is not None, notes)
 
 
 def baseline_fee_note(item: Item) -> str:
@@ -688,6 +704,20 @@ def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
                 if region and region != "unknown-region":
                     regions.add(region)
     return regions
+
+
+# An endpoint's service name: com.amazonaws.<region>.<service>.
+ENDPOINT_SERVICE_REGION = re.compile(r"^com\.amazonaws\.([a-z]{2}(?:-[a-z]+)+-\d+)\.")
+
+
+def _endpoint_regions(stacks: list[StackTemplate]) -> set[str]:
+    """The regions the templates' VPC endpoints name in their service names (com.amazonaws.<region>.*)."""
+    return {
+        m.group(1)
+        for _, res, _ in _resources(stacks)
+        if res.get("Type") == "AWS::EC2::VPCEndpoint"
+        and (m := ENDPOINT_SERVICE_REGION.match(str((res.get("Properties") or {}).get("ServiceName", ""))))
+    }
 
 
 def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict[str, int]:

@@ -718,3 +718,25 @@ def test_the_capacity_type_label_is_karpenter_pools_own() -> None:
     from fminfra.ops.cost import CAPACITY_TYPE_LABEL
 
     assert CAPACITY_TYPE_LABEL == POOLS_LABEL
+
+
+def test_a_baseline_in_another_region_is_priced_at_that_regions_prices(
+    synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: a pull request that moves the environment priced "before" at the new region's rates and said
+    nothing; the baseline's region is in its templates (the interface endpoints' service names)."""
+    from fminfra.ops.guard import read_templates, write_baseline
+
+    templates = read_templates(synth.outdir, "cost-ec2")
+    moved = {n: json.loads(json.dumps(t).replace("com.amazonaws.us-east-2.", "com.amazonaws.us-west-2.")) for n, t in templates.items()}
+    write_baseline(moved, tmp_path)
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    before = estimate(cfg, tmp_path, book=PriceBook(cfg.region), baseline=True)
+    assert before.region == "us-west-2"
+    (endpoints,) = [i for i in before.items if i.key == "vpc-interface-endpoint"]
+    assert endpoints.usd_each == _price("vpc-interface-endpoint", "us-west-2")  # unknown in us-east-2
+    note = "before: the baseline's templates are in us-west-2 (their endpoint service names), the config in us-east-2: the baseline is priced at us-west-2's prices"
+    assert note in before.notes
+    config = str(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
+    assert f"- {note}" in capsys.readouterr().out
