@@ -22,12 +22,12 @@ import argparse
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from fminfra import catalog
-from fminfra.capacity.rules import RESERVATION_TYPES
+from fminfra.capacity.rules import EC2_TERMINATES_BEFORE_END, RESERVATION_TYPES
 from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end, supported_kubernetes_versions
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
@@ -47,6 +47,11 @@ CAPACITY_BLOCK_INDICATIVE = (
     "Capacity Block fee: indicative only; block prices move with supply and demand and are charged up front "
     "at the rate when bought (--live quotes it), and the operating system is billed separately while instances run: "
     "that OS fee is not included, no public source recorded for it"
+)
+# Said beside a block fee the config gives (the fee paid): only the operating system's fee is missing from it.
+CAPACITY_BLOCK_OS_FEE = (
+    "Capacity Block fee: the config's capacity.upfront_fee_usd; the operating system is billed separately while "
+    "instances run: that OS fee is not included, no public source recorded for it"
 )
 # A training plan's fee is quoted when the plan is bought: no table can hold it.
 TRAINING_PLAN_FEE_UNKNOWN = "price unknown: no public source for a training plan's fee (quoted when bought); set capacity.upfront_fee_usd"
@@ -68,7 +73,7 @@ class Item:
     per_hour: float | None = field(default=None)
     per_month: float | None = field(default=None)
     unknown_hint: str = ""  # what else gives the price, added to "price unknown"
-    from_config: bool = False  # an up-front fee (and a block's window) taken from the config: no template holds them
+    from_config: str = ""  # what of an up-front fee's line the config gave ("fee", "window", "window and fee"): in no template
     karpenter_pool: bool = False  # a Karpenter pool's running instances: priced at its maximum, 0 while idle
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
@@ -220,6 +225,7 @@ class _Prepaid:
     count: int  # from the template
     instance_type: str
     karpenter: bool = False  # a Karpenter pool's block: no window in the config (Karpenter refuses starts_at)
+    window: tuple[datetime, datetime] | None = None  # an ec2 block's scale-out and scale-in times, from its scheduled actions
 
 
 def items_from_templates(
@@ -279,7 +285,8 @@ def items_from_templates(
             count = int(props.get("MaxSize") or 0)
             capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
             if capacity == "capacity-block":
-                prepaid.append(_Prepaid(capacity, name, count, itype))
+                scheduled = block_schedules(template).get(lid)
+                prepaid.append(_Prepaid(capacity, name, count, itype, window=scheduled[:2] if scheduled else None))
             if capacity != "on-demand":
                 items.extend(_reserved_group(name, name, count, itype, capacity, "ec2"))
             else:
@@ -554,9 +561,15 @@ def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfi
     cap, count = group.capacity, prepaid.count
     fee = cap.upfront_fee_usd
     window, hours = "", 0.0
-    if block and cap.starts_at and cap.ends_at:
-        hours = (cap.ends_at - cap.starts_at).total_seconds() / 3600
+    starts_at, ends_at = cap.starts_at, cap.ends_at
+    if block and prepaid.window is not None:
+        # The templates' window: the scale-out time, and the scale-in time plus what comes before EC2's end
+        # (the drain, the config's, and EC2's lead: fminfra.capacity.rules.scale_in_time).
+        starts_at, ends_at = prepaid.window[0], block_end(prepaid.window[1], cap.drain)
+    if block and starts_at and ends_at:
+        hours = (ends_at - starts_at).total_seconds() / 3600
         window = f", {hours:g} h window"
+    given = [part for part, taken in (("window", block and prepaid.window is None and hours), ("fee", fee is not None)) if taken]
     item = Item(
         UPFRONT,
         f"{group.name}: {prepaid.kind} fee{window}",
@@ -571,8 +584,8 @@ def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfi
         else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
         if block
         else TRAINING_PLAN_FEE_UNKNOWN,
-        assumption=CAPACITY_BLOCK_INDICATIVE if block else "",
-        from_config=True,
+        assumption=CAPACITY_BLOCK_OS_FEE if block and fee is not None else "",
+        from_config=" and ".join(given),
     )
     if block and fee is None and ec2 is None and hours:
         # The table's indicative rate per instance-hour for the window (docs/facts/pricing.md#capacity-block-rates).
@@ -580,8 +593,9 @@ def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfi
         item.quantity, item.unit, item.key = count * hours, "instance-hour", f"capacity-block:{itype}"
         item.name += f" ({count} x {hours:g} instance-hours, indicative)"
         item.unknown_hint = "; set capacity.upfront_fee_usd or quote it live (--live)"
-    if block and fee is None and ec2 is not None and cap.starts_at and cap.ends_at and hours:
-        quote = capacity_block_quote(ec2, catalog.normalize_instance_type(prepaid.instance_type), count, cap.starts_at, cap.ends_at)
+        item.assumption = CAPACITY_BLOCK_INDICATIVE
+    if block and fee is None and ec2 is not None and starts_at and ends_at and hours:
+        quote = capacity_block_quote(ec2, catalog.normalize_instance_type(prepaid.instance_type), count, starts_at, ends_at)
         if quote is not None:
             item.usd_each, item.source, item.assumption = quote, LIVE_QUOTE_SOURCE, LIVE_QUOTE_ASSUMPTION
             item.name += ", live quote"
@@ -679,16 +693,35 @@ def estimate(
     )
     for item in items:
         item.price(book, hours_per_month)
-    notes = [*region_note, *(baseline_fee_note(i) for i in items if i.from_config)] if baseline else disagreements(cfg, stacks)
+    notes = (
+        [*region_note, *(baseline_fee_note(i) for i in items if i.kind == UPFRONT and i.from_config)]
+        if baseline
+        else disagreements(cfg, stacks)
+    )
     return Estimate(cfg.name, region, items, hours_per_month, book.client is not None, notes)
 
 
 def baseline_fee_note(item: Item) -> str:
-    """What a baseline's fee line took from the current config: no template holds a fee or a block's window."""
+    """What a baseline's fee line took from the current config: no template holds a fee (nor an EKS block's window)."""
     group, _, kind = item.name.partition(": ")
-    if kind.startswith("capacity-block"):
-        return f"before: the Capacity Block window and fee of {group} are in no template: the baseline's are assumed equal to the current config's"
-    return f"before: the training plan fee of {group} is in no template: the baseline's is assumed equal to the current config's"
+    what = "Capacity Block" if kind.startswith("capacity-block") else "training plan"
+    verb = "are" if " and " in item.from_config else "is"
+    return (
+        f"before: the {what} {item.from_config} of {group} {verb} in no template: "
+        f"the baseline's {verb} assumed equal to the current config's"
+    )
+
+
+def block_schedules(template: dict[str, Any]) -> dict[str, tuple[datetime, datetime, int]]:
+    """Auto Scaling group logical id -> (scale-out, scale-in, size) from its Capacity Block's scheduled actions."""
+    from fminfra.ops.guard.capacity_blocks import _block_windows
+
+    return _block_windows(template)
+
+
+def block_end(scale_in: datetime, drain: timedelta) -> datetime:
+    """A Capacity Block's end from its group's scale-in time (the inverse of fminfra.capacity.rules.scale_in_time)."""
+    return scale_in + EC2_TERMINATES_BEFORE_END + drain
 
 
 def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
@@ -754,7 +787,25 @@ def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[s
     for name, what, value in configured:
         if name in sizes and sizes[name] != value:
             lines.append(f"{stale}: group {name} {what} {sizes[name]} in the templates, {value} in the config {again}")
+    groups = {g.name: g for g in cfg.compute.instance_groups}
+    for stack in stacks:
+        for lid, (out, scale_in, _) in block_schedules(stack.template).items():
+            group = groups.get(auto_scaling_group_name(lid, list(groups)) or "")
+            if group is None or group.capacity.type != "capacity-block":
+                continue
+            cap = group.capacity
+            then = (out, block_end(scale_in, cap.drain))
+            if (cap.starts_at, cap.ends_at) != then:
+                configured_window = f"{_when(cap.starts_at)} to {_when(cap.ends_at)}" if cap.starts_at and cap.ends_at else "no window"
+                lines.append(
+                    f"{stale}: group {group.name} Capacity Block window {_when(then[0])} to {_when(then[1])} in the templates, "
+                    f"{configured_window} in the config {again}"
+                )
     return lines
+
+
+def _when(moment: datetime | None) -> str:
+    return f"{moment.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}" if moment else "-"
 
 
 def _money(value: float | None) -> str:
@@ -823,10 +874,16 @@ def markdown(after: Estimate, before: Estimate | None) -> str:
     lines = [f"#### Cost of {after.environment} ({after.region})", "", "| | before | after |", "|---|---|---|"]
     b = before.summary() if before is not None else None
 
+    def cell(est: Estimate | None, s: dict[str, Any] | None, key: str) -> str:
+        if est is None or s is None or s[key] is None:
+            return "-"
+        fees = [i for i in est.items if i.kind == UPFRONT]
+        if key == "paid_up_front" and fees and all(i.usd_each is None for i in fees):
+            return "unknown"  # not $0.00: every fee is unknown
+        return f"${s[key]:,.2f}"
+
     def row(label: str, key: str) -> str:
-        old = f"${b[key]:,.2f}" if b is not None and b[key] is not None else "-"
-        new = f"${a[key]:,.2f}" if a[key] is not None else "-"
-        return f"| {label} | {old} | {new} |"
+        return f"| {label} | {cell(before, b, key)} | {cell(after, a, key)} |"
 
     lines += [row("per month", "per_month"), row("per hour while running", "per_hour_running"), row("paid up front", "paid_up_front")]
     unknown = a["items_price_unknown"]

@@ -230,10 +230,18 @@ def test_an_eks_inference_group_in_eu_west_1_is_priced(synth: Synth) -> None:
 
 
 def test_a_table_capacity_block_fee_is_marked_indicative(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
+    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
     out = capsys.readouterr().out
     assert "assumption: Capacity Block fee: indicative only; block prices move with supply and demand" in out
     assert "the operating system is billed separately while instances run: that OS fee is not included" in out
+
+
+def test_a_block_fee_the_config_gives_is_not_called_indicative(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: every Capacity Block line said "indicative only ... (--live quotes it)", even for the fee actually paid."""
+    assert main(["cost", str(ROOT / "tests" / "configs" / "cost-ec2.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    assert "indicative only" not in out and "--live quotes it" not in out
+    assert "assumption: Capacity Block fee: the config's capacity.upfront_fee_usd; the operating system is billed separately" in out
 
 
 def test_a_capacity_block_without_a_fee_is_priced_at_the_tables_indicative_rate(synth: Synth) -> None:
@@ -532,9 +540,8 @@ def test_a_baseline_block_fee_counts_the_baselines_instances_and_says_its_window
     out = capsys.readouterr().out
     rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
     assert f"| paid up front | ${4 * 168 * rate:,.2f} | ${8 * 168 * rate:,.2f} |" in out
-    assert (
-        "before: the Capacity Block window and fee of block are in no template: the baseline's are assumed equal to the current config's"
-    ) in out
+    # the window is the baseline's own (its scheduled actions) and the config sets no fee: nothing is assumed
+    assert "assumed equal to the current config's" not in out and "in no template" not in out
 
 
 def test_a_stale_assembly_says_the_templates_and_the_config_disagree(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
@@ -740,3 +747,61 @@ def test_a_baseline_in_another_region_is_priced_at_that_regions_prices(
     config = str(ROOT / "tests" / "configs" / "cost-ec2.yaml")
     assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
     assert f"- {note}" in capsys.readouterr().out
+
+
+def test_a_baseline_block_window_is_read_from_its_scheduled_actions(
+    synth: Synth, tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before: the baseline's Capacity Block window was the current config's ("in no template"), so a pull request
+    that lengthened the block showed the same fee before and after; the ec2 path's BlockStart action holds it."""
+
+    def later(kind: str, props: dict[str, Any]) -> None:
+        if kind == "AWS::AutoScaling::ScheduledAction" and props.get("StartTime") == "2027-01-10T11:30:00Z":
+            props["StartTime"] = "2027-01-11T11:30:00Z"  # a block a day shorter
+
+    _baseline(synth, "ec2-cb", tmp_path, later)
+    config = str(ROOT / "examples" / "ec2-capacity-block.yaml")
+    assert main(["cost", config, "--outdir", str(synth.outdir), "--baseline", str(tmp_path), "--markdown"]) == 0
+    rate = _price("capacity-block:p6-b200.48xlarge", "us-west-2")
+    assert f"| paid up front | ${8 * 144 * rate:,.2f} | ${8 * 168 * rate:,.2f} |" in capsys.readouterr().out
+
+
+def test_a_stale_block_window_is_a_disagreement(synth: Synth) -> None:
+    from fminfra.ops.cost import disagreements, stacks_of
+
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    (block,) = [g for g in cfg.compute.instance_groups if g.name == "block"]
+    starts = block.capacity.starts_at
+    assert starts is not None and block.capacity.ends_at is not None
+    moved = block.model_copy(
+        update={
+            "capacity": block.capacity.model_copy(update={"ends_at": block.capacity.ends_at.replace(day=block.capacity.ends_at.day + 1)})
+        }
+    )
+    stale = cfg.model_copy(
+        update={
+            "compute": cfg.compute.model_copy(
+                update={"instance_groups": [moved if g.name == "block" else g for g in cfg.compute.instance_groups]}
+            )
+        }
+    )
+    (line,) = disagreements(stale, stacks_of(stale, synth.outdir))
+    assert line.startswith("the templates and the config disagree: group block Capacity Block window ")
+    assert f"{starts:%Y-%m-%dT%H:%M:%SZ} to {block.capacity.ends_at:%Y-%m-%dT%H:%M:%SZ} in the templates" in line
+    assert line.endswith("in the config (synthesize again)")
+
+
+def test_unknown_up_front_fees_are_unknown_in_the_pr_summary_and_no_absent_fee_is_assumed(synth: Synth) -> None:
+    """Before: the markdown said `paid up front $0.00` when every fee was unknown, and a baseline said a training
+    plan fee the config does not set was "assumed equal to the current config's"."""
+    from fminfra.ops.cost import markdown
+
+    cfg = synth.configs["cap-eks"]
+    after = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    before = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), baseline=True)
+    assert all(i.usd_each is None for i in after.items if i.kind == UPFRONT and "training-plan" in i.name)
+    assert not any("training plan fee" in n for n in before.notes)
+    cfg = synth.configs["cap-ec2"]
+    after = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    assert [i.usd_each for i in after.items if i.kind == UPFRONT] == [None]
+    assert "| paid up front | unknown | unknown |" in markdown(after, after)
