@@ -652,6 +652,13 @@ def stacks_of(cfg: EnvironmentConfig, folder: Path) -> list[StackTemplate]:
         templates = read_templates(folder)
     except AssemblyError as exc:
         raise UsageError(str(exc)) from None
+    # A stage's stacks are named <environment>-<stack> (CDK's default for a stage's stacks: baselines/ENV/ENV-*.template.json).
+    others = sorted(name for name in templates if not name.startswith(f"{cfg.name}-"))
+    if others:
+        raise UsageError(
+            f"{folder}: (folder): templates of stacks {', '.join(others)} are not environment {cfg.name}'s "
+            f"(its stacks are named {cfg.name}-*): pass {cfg.name}'s templates (e.g. baselines/{cfg.name})"
+        )
     return [StackTemplate(cfg.name, name, name, folder / f"{name}.template.json", template) for name, template in templates.items()]
 
 

@@ -805,3 +805,14 @@ def test_unknown_up_front_fees_are_unknown_in_the_pr_summary_and_no_absent_fee_i
     after = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
     assert [i.usd_each for i in after.items if i.kind == UPFRONT] == [None]
     assert "| paid up front | unknown | unknown |" in markdown(after, after)
+
+
+@pytest.mark.parametrize("flag", ["--outdir", "--baseline"])
+def test_another_environments_templates_are_refused(synth: Synth, flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: `cost dev --baseline baselines/prod` priced prod's templates as dev's "before" without a word."""
+    prod = ROOT / "baselines" / "prod"
+    args = ["cost", "dev", "--outdir", str(synth.outdir), flag, str(prod)]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"{prod}: (folder): ")
+    assert "prod-Compute" in err and "not environment dev's (its stacks are named dev-*)" in err
