@@ -37,6 +37,13 @@ from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
 
 HOURS_PER_MONTH = 730  # docs/facts/pricing.md#hours-per-month
+# AMP ingestion tiers per month, in 10M samples: (price key, tier size or None for the rest, label).
+# fact: docs/facts/pricing.md#amp-ingestion-tiers (first 2B samples, next 250B, over 252B)
+AMP_INGESTION_TIERS: tuple[tuple[str, float | None, str], ...] = (
+    ("amp:ingestion", 200, "first 2B samples/month"),
+    ("amp:ingestion:next-250b", 25_000, "next 250B samples/month"),
+    ("amp:ingestion:over-252b", None, "over 252B samples/month"),
+)
 
 RUNNING, RESERVED, UPFRONT, FIXED = "running", "reserved (bills while idle)", "paid up front", "fixed"
 
@@ -358,17 +365,7 @@ def items_from_templates(
                 Item(FIXED, f"Grafana viewers ({viewers})", viewers, "user-month", "grafana:viewer", assumption="--grafana-viewers")
             )
         elif kind == "AWS::APS::Workspace":
-            tens = amp_samples * 3600 * hours_per_month / 1e7  # samples in the month asked for
-            items.append(
-                Item(
-                    FIXED,
-                    f"AMP ingestion ({amp_samples:g} samples/s)",
-                    tens,
-                    "10M samples",
-                    "amp:ingestion",
-                    assumption="--amp-samples-per-second",
-                )
-            )
+            items.extend(_amp_ingestion(amp_samples, hours_per_month))
     if nat_gateways:
         items.append(
             Item(
@@ -394,6 +391,27 @@ def items_from_templates(
     configured: dict[str, InstanceGroupConfig | InferenceNodeGroupConfig] = {g.name: g for g in cfg.compute.instance_groups}
     configured.update({g.name: g for g in cfg.compute.inference_node_groups})
     items.extend(_fee(p, configured.get(p.name), ec2) for p in prepaid)
+    return items
+
+
+def _amp_ingestion(per_second: float, hours_per_month: float) -> list[Item]:
+    """AMP ingestion, one line per tier the month's samples reach (the first always)."""
+    left = per_second * 3600 * hours_per_month / 1e7  # samples in the month asked for, in 10M
+    items: list[Item] = []
+    for key, size, label in AMP_INGESTION_TIERS:
+        quantity = left if size is None else min(left, size)
+        if quantity > 0 or not items:
+            items.append(
+                Item(
+                    FIXED,
+                    f"AMP ingestion ({per_second:g} samples/s), {label}",
+                    quantity,
+                    "10M samples",
+                    key,
+                    assumption="--amp-samples-per-second",
+                )
+            )
+        left -= quantity
     return items
 
 

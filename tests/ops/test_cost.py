@@ -433,8 +433,8 @@ def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth:
     for path in (ROOT / "config" / "staging.yaml", ROOT / "config" / "prod.yaml"):
         cfg = load_config(path)
         (amp,) = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "amp:ingestion"]
-        # 10,000 samples/s (the default) for 730 hours, in units of 10 million samples, at $0.90 each
-        assert amp.per_month == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7 * 0.90)
+        # the first 2 billion samples of the month (200 x 10M) at $0.90 per 10M; the rest is the next tier's line
+        assert amp.quantity == 200 and amp.per_month == pytest.approx(200 * 0.90)
         assert "billynorris/helios" in amp.source
     odcr = load_config(ROOT / "examples" / "ec2-odcr.yaml")
     (unknown,) = [i for i in estimate(odcr, synth.outdir, book=PriceBook(odcr.region)).items if i.key == "amp:ingestion"]
@@ -600,9 +600,8 @@ def test_an_eks_control_plane_past_standard_support_bills_the_extended_rate(synt
 def test_amp_ingestion_counts_the_hours_per_month_asked_for(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
     """Before: AMP ingestion was counted for 730 hours whatever --hours-per-month said."""
     assert main(["cost", "staging", "--outdir", str(synth.outdir), "--hours-per-month", "100", "--json"]) == 0
-    (amp,) = [i for i in json.loads(capsys.readouterr().out)["items"] if i["key"] == "amp:ingestion"]
-    assert amp["quantity"] == pytest.approx(10_000 * 3600 * 100 / 1e7)
-    assert amp["per_month"] == pytest.approx(10_000 * 3600 * 100 / 1e7 * _price("amp:ingestion", "us-west-2"))
+    amp = [i for i in json.loads(capsys.readouterr().out)["items"] if (i["key"] or "").startswith("amp:ingestion")]
+    assert sum(i["quantity"] for i in amp) == pytest.approx(10_000 * 3600 * 100 / 1e7)
 
 
 def test_a_unit_price_is_money_with_two_decimals(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
@@ -816,3 +815,17 @@ def test_another_environments_templates_are_refused(synth: Synth, flag: str, cap
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"{prod}: (folder): ")
     assert "prod-Compute" in err and "not environment dev's (its stacks are named dev-*)" in err
+
+
+@pytest.mark.parametrize(("per_second", "tiers"), [(10_000, (200, 2428, 0)), (100_000, (200, 25_000, 1080)), (500, (131.4, 0, 0))])
+def test_amp_ingestion_is_priced_by_tier(synth: Synth, per_second: float, tiers: tuple[float, float, float]) -> None:
+    """Before: every sample was priced at the first tier's $0.90 per 10M; the Price List (billynorris/helios) gives
+    $0.90 for the first 2B samples a month, $0.35 for the next 250B and $0.16 above 252B
+    (docs/facts/pricing.md#amp-ingestion-tiers)."""
+    cfg = synth.configs["staging"]
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region), amp_samples=per_second)
+    lines = {i.key: i for i in est.items if (i.key or "").startswith("amp:ingestion")}
+    keys = ("amp:ingestion", "amp:ingestion:next-250b", "amp:ingestion:over-252b")
+    assert {k: lines[k].quantity for k in keys if k in lines} == {k: pytest.approx(q) for k, q in zip(keys, tiers, strict=True) if q}
+    month = sum(i.per_month or 0 for i in lines.values())
+    assert month == pytest.approx(tiers[0] * 0.90 + tiers[1] * 0.35 + tiers[2] * 0.16)

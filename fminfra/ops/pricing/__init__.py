@@ -68,7 +68,8 @@ def describe(key: str) -> str:
         "vpc-interface-endpoint": "interface VPC endpoint rate per AZ-hour",
         "eks-cluster": f"EKS control plane rate ({detail} support)",
         "grafana": f"Managed Grafana {detail} user rate",
-        "amp": "AMP sample ingestion rate",
+        "amp": "AMP sample ingestion rate"
+        + {"next-250b": " (next 250B samples)", "over-252b": " (over 252B samples)"}.get(detail.partition(":")[2], ""),
     }
     return words.get(kind, key)
 
