@@ -260,6 +260,7 @@ def items_from_templates(
         if kind == "AWS::SageMaker::Cluster":
             for g in props.get("InstanceGroups") or []:
                 name, itype, count = g.get("InstanceGroupName"), g.get("InstanceType"), int(g.get("InstanceCount") or 0)
+                items.extend(_hyperpod_storage(str(name), count, g.get("InstanceStorageConfigs")))
                 if g.get("TrainingPlanArn"):
                     prepaid.append(_Prepaid("training-plan", str(name), count, str(itype)))
                     items.append(
@@ -291,6 +292,7 @@ def items_from_templates(
             name = auto_scaling_group_name(lid, groups) or lid
             count = int(props.get("MaxSize") or 0)
             capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            items.extend(_ebs_volumes(name, count, _launch_template_data(template, props.get("LaunchTemplate"))))
             if capacity == "capacity-block":
                 scheduled = block_schedules(template).get(lid)
                 prepaid.append(_Prepaid(capacity, name, count, itype, window=scheduled[:2] if scheduled else None))
@@ -306,6 +308,11 @@ def items_from_templates(
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
             itype, label = types[0], str(props.get("NodegroupName") or lid)
             capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
+            items.extend(
+                _ebs_volumes(
+                    label, maximum if capacity != "on-demand" else desired, _launch_template_data(template, props.get("LaunchTemplate"))
+                )
+            )
             if capacity != "on-demand":
                 # What the reservation or the block holds: the group's maximum (an ODCR is sized by max_size).
                 name = inference.get(label, label)
@@ -366,6 +373,19 @@ def items_from_templates(
             )
         elif kind == "AWS::APS::Workspace":
             items.extend(_amp_ingestion(amp_samples, hours_per_month))
+        elif kind == "AWS::APS::Scraper":
+            # fact: docs/facts/pricing.md#amp-ingestion-tiers (managed collector: per collector-hour and per 10M samples collected)
+            items.append(Item(FIXED, f"AMP managed scraper {props.get('Alias') or lid}", 1, "hour", "amp:scraper"))
+            items.append(
+                Item(
+                    FIXED,
+                    f"AMP managed scraper samples collected ({amp_samples:g} samples/s)",
+                    amp_samples * 3600 * hours_per_month / 1e7,
+                    "10M samples",
+                    "amp:scraper-samples",
+                    assumption="the managed scraper collects the --amp-samples-per-second samples (all of them: an upper bound)",
+                )
+            )
     if nat_gateways:
         items.append(
             Item(
@@ -392,6 +412,29 @@ def items_from_templates(
     configured.update({g.name: g for g in cfg.compute.inference_node_groups})
     items.extend(_fee(p, configured.get(p.name), ec2) for p in prepaid)
     return items
+
+
+def _ebs_volumes(name: str, count: int, launch_template: dict[str, Any]) -> list[Item]:
+    """The EBS volumes a launch template gives each instance, by volume type, for the group's COUNT instances."""
+    sizes: dict[str, int] = {}
+    for mapping in launch_template.get("BlockDeviceMappings") or []:
+        ebs = mapping.get("Ebs") or {}
+        if ebs.get("VolumeSize"):
+            volume = str(ebs.get("VolumeType") or "gp2")  # EC2's default volume type
+            sizes[volume] = sizes.get(volume, 0) + int(ebs["VolumeSize"])
+    return [
+        Item(RUNNING, f"EBS {volume} of {name}: {count} x {gib} GiB", count * gib, "GB-month", f"ebs:{volume}")
+        for volume, gib in sizes.items()
+        if count
+    ]
+
+
+def _hyperpod_storage(name: str, count: int, configs: Any) -> list[Item]:
+    """A HyperPod group's instance storage (InstanceStorageConfigs' EBS volumes), for its COUNT instances."""
+    gib = sum(int((c.get("EbsVolumeConfig") or {}).get("VolumeSizeInGB") or 0) for c in configs or [] if isinstance(c, dict))
+    if not gib or not count:
+        return []
+    return [Item(RUNNING, f"instance storage of {name}: {count} x {gib} GiB (HyperPod)", count * gib, "GB-month", "hyperpod-ebs")]
 
 
 def _amp_ingestion(per_second: float, hours_per_month: float) -> list[Item]:

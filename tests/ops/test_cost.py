@@ -43,7 +43,7 @@ def test_odcr_bills_while_idle_and_a_capacity_block_shows_its_window_total(synth
     (fee,) = [i for i in est.items if i.kind == UPFRONT]
     assert fee.usd_each == 42000.5 and "168 h window" in fee.name
     # Instances in the reservation and in the block add nothing per hour: the reservation and the fee pay for them.
-    assert all(i.per_hour == 0 for i in est.items if i.kind == RUNNING)
+    assert all(i.per_hour == 0 for i in est.items if i.kind == RUNNING and i.unit == "instance-hour")
     summary = est.summary()
     expected_hourly = 2 * p5en + 1 * nat  # one NAT gateway (compute AZ only)
     assert summary["per_hour_running"] == pytest.approx(expected_hourly, abs=1e-3)
@@ -444,8 +444,12 @@ def test_amp_ingestion_is_priced_per_10m_samples_and_unknown_in_us_east_2(synth:
 def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
     """The Capacity Block example is fully priced now: its per-GPU-hour figure is the hourly cost only
     (the block's fee is paid up front), and the line says so rather than read as the block's GPU-hour rate."""
-    assert main(["cost", str(ROOT / "examples" / "ec2-capacity-block.yaml"), "--outdir", str(synth.outdir)]) == 0
-    out = capsys.readouterr().out
+    from fminfra.ops.cost import render
+
+    cfg = load_config(ROOT / "examples" / "ec2-capacity-block.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    assert [i.key for i in est.unknown] == ["ebs:gp3"]  # the root volumes: no sourced rate
+    out = render(dataclasses.replace(est, items=[i for i in est.items if i not in est.unknown]))
     assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
 
 
@@ -829,3 +833,22 @@ def test_amp_ingestion_is_priced_by_tier(synth: Synth, per_second: float, tiers:
     assert {k: lines[k].quantity for k in keys if k in lines} == {k: pytest.approx(q) for k, q in zip(keys, tiers, strict=True) if q}
     month = sum(i.per_month or 0 for i in lines.values())
     assert month == pytest.approx(tiers[0] * 0.90 + tiers[1] * 0.35 + tiers[2] * 0.16)
+
+
+def test_billable_storage_and_the_managed_scraper_are_lines(synth: Synth) -> None:
+    """Before: the AMP managed scraper, launch templates' EBS volumes and HyperPod's instance storage were neither
+    priced nor listed as "price unknown"."""
+    staging = synth.configs["staging"]
+    est = estimate(staging, synth.outdir, book=PriceBook(staging.region))
+    (hours,) = [i for i in est.items if i.key == "amp:scraper"]
+    assert hours.per_hour == pytest.approx(0.04) and "billynorris/helios" in hours.source
+    (collected,) = [i for i in est.items if i.key == "amp:scraper-samples"]
+    assert collected.quantity == pytest.approx(10_000 * 3600 * HOURS_PER_MONTH / 1e7)
+    assert collected.per_month == pytest.approx(collected.quantity * 0.03)
+    dev = synth.configs["dev"]
+    storage = {i.name: i for i in estimate(dev, synth.outdir, book=PriceBook(dev.region)).items if i.key == "hyperpod-ebs"}
+    assert storage["instance storage of workers: 2 x 500 GiB (HyperPod)"].quantity == 1000
+    assert all(i.source.startswith("price unknown: no public source recorded") and "searched: " in i.source for i in storage.values())
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    volumes = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "ebs:gp3"]
+    assert volumes and all(i.unit == "GB-month" and i.quantity > 0 and i.source.startswith("price unknown") for i in volumes)

@@ -53,6 +53,15 @@ def unsourced() -> dict[tuple[str, str], str]:
     return {(row["key"], region): str(row["searched"]) for row in _data().get("unsourced") or [] for region in row["regions"]}
 
 
+# The AMP price keys' details in words (amp:ingestion tiers, the managed scraper's two rates).
+AMP_WORDS = {
+    "next-250b": " (next 250B samples)",
+    "over-252b": " (over 252B samples)",
+    "scraper": "AMP managed scraper rate per collector-hour",
+    "scraper-samples": "AMP managed scraper rate per 10M samples collected",
+}
+
+
 def describe(key: str) -> str:
     """A price key in words, for the message naming the source it lacks."""
     kind, _, detail = key.partition(":")
@@ -68,8 +77,9 @@ def describe(key: str) -> str:
         "vpc-interface-endpoint": "interface VPC endpoint rate per AZ-hour",
         "eks-cluster": f"EKS control plane rate ({detail} support)",
         "grafana": f"Managed Grafana {detail} user rate",
-        "amp": "AMP sample ingestion rate"
-        + {"next-250b": " (next 250B samples)", "over-252b": " (over 252B samples)"}.get(detail.partition(":")[2], ""),
+        "amp": AMP_WORDS.get(detail, "AMP sample ingestion rate" + AMP_WORDS.get(detail.partition(":")[2], "")),
+        "ebs": f"EBS {detail} storage rate per GB-month",
+        "hyperpod-ebs": "SageMaker HyperPod instance storage (EBS) rate per GB-month",
     }
     return words.get(kind, key)
 
