@@ -82,6 +82,7 @@ class Item:
     unknown_hint: str = ""  # what else gives the price, added to "price unknown"
     from_config: str = ""  # what of an up-front fee's line the config gave ("fee", "window", "window and fee"): in no template
     karpenter_pool: bool = False  # a Karpenter pool's running instances: priced at its maximum, 0 while idle
+    prepaid: bool = False  # instances on a Capacity Block or a training plan: their fee is paid up front
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
@@ -118,7 +119,13 @@ class Estimate:
 
     @property
     def gpus(self) -> int:
-        return sum(i.gpus for i in self.items if i.kind == RUNNING)
+        """The GPUs the hourly total pays for: not those of Capacity Blocks and training plans, whose fees are
+        paid up front and are not in it (a per-GPU-hour figure over them would read as their rate)."""
+        return sum(i.gpus for i in self.items if i.kind == RUNNING and not i.prepaid)
+
+    @property
+    def prepaid_gpus(self) -> int:
+        return sum(i.gpus for i in self.items if i.kind == RUNNING and i.prepaid)
 
     def total(self, attr: str, kinds: tuple[str, ...]) -> float:
         return sum(getattr(i, attr) or 0.0 for i in self.items if i.kind in kinds)
@@ -218,6 +225,7 @@ def _reserved_group(name: str, label: str, count: int, itype: str, capacity: str
             _gpus(itype) * count,
             0.0,
             RESERVED_CAPACITY_NOTE[capacity],
+            prepaid=capacity == "capacity-block",
         )
     )
     return items
@@ -273,6 +281,7 @@ def items_from_templates(
                             _gpus(itype) * count,
                             0.0,
                             "covered by the training plan's fee",
+                            prepaid=True,
                         )
                     )
                     continue
@@ -336,7 +345,10 @@ def items_from_templates(
                 items.extend(_pool_items(pool, configured_groups, prepaid))
         elif kind in RESERVATION_TYPES:
             itype, count = props.get("InstanceType"), int(props.get("InstanceCount") or 0)
-            group_name = re.sub(r"Reservation[0-9A-F]{8}$", "", lid.removeprefix("CapacityReservation"))
+            squeezed = re.sub(r"Reservation[0-9A-F]{8}$", "", lid.removeprefix("CapacityReservation"))
+            # the logical id drops the name's punctuation: the config's group of that name, hyphens and all
+            names = [g.name for g in cfg.compute.instance_groups] + [g.name for g in cfg.compute.inference_node_groups]
+            group_name = next((n for n in names if re.sub(r"[^A-Za-z0-9]", "", n) == squeezed), squeezed)
             items.append(Item(RESERVED, f"ODCR for {group_name}: {count} x {itype}", count, "instance-hour", f"ec2:{itype}"))
         elif kind == "AWS::EC2::NatGateway":
             nat_gateways += 1
@@ -907,16 +919,17 @@ def render(est: Estimate) -> str:
         )
     s = est.summary()
     bound = "at least " if est.unknown else ""
+    prepaid_note = (
+        f"; the {est.prepaid_gpus} GPUs of Capacity Blocks and training plans are left out: their fees are paid up front"
+        if est.prepaid_gpus
+        else ""
+    )
     lines = [
         f"cost of {est.environment} ({est.region}), {'live prices (AWS Price List API)' if est.live else 'prices from fminfra/ops/pricing/prices.yaml'}; {est.hours_per_month:g} h a month",
         *est.notes,
         format_table(["kind", "item", "unit price", "$/hour", "$/month (or window)"], rows),
         f"per hour while running: {bound}${s['per_hour_running']:,.2f}; per month: {bound}${s['per_month']:,.2f}"
-        + (
-            f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs{'; the up-front fees are not in it' if est.upfront else ''})"
-            if s["per_gpu_hour"] is not None
-            else ""
-        )
+        + (f"; per GPU-hour: ${s['per_gpu_hour']:,.2f} ({est.gpus} GPUs{prepaid_note})" if s["per_gpu_hour"] is not None else "")
         + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
         f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]

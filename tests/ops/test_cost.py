@@ -53,7 +53,9 @@ def test_odcr_bills_while_idle_and_a_capacity_block_shows_its_window_total(synth
     # a per-GPU-hour figure only when every price is known: not here (interface endpoints, AMP)
     assert est.unknown and summary["per_gpu_hour"] is None
     priced = dataclasses.replace(est, items=[i for i in est.items if i not in est.unknown])
-    assert priced.summary()["per_gpu_hour"] == pytest.approx(expected_hourly / (6 * 8), abs=1e-3)
+    # the block's 4 x 8 GPUs are left out: its fee is paid up front, not in the hourly total (newcomer read, C)
+    assert priced.gpus == 2 * 8 and priced.prepaid_gpus == 4 * 8
+    assert priced.summary()["per_gpu_hour"] == pytest.approx(expected_hourly / (2 * 8), abs=1e-3)
 
 
 def test_unknown_prices_are_labelled_and_left_out_of_totals(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
@@ -450,7 +452,12 @@ def test_a_per_gpu_hour_figure_says_the_up_front_fee_is_not_in_it(synth: Synth, 
     est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
     assert [i.key for i in est.unknown] == ["ebs:gp3"]  # the root volumes: no sourced rate
     out = render(dataclasses.replace(est, items=[i for i in est.items if i not in est.unknown]))
-    assert "(64 GPUs; the up-front fees are not in it)" in out and "paid up front: $" in out
+    # every GPU is the block's: no per-GPU-hour figure from the hourly total without the block's fee
+    assert "per GPU-hour" not in out and "paid up front: $" in out
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    out = render(dataclasses.replace(est, items=[i for i in est.items if i not in est.unknown]))
+    assert "(16 GPUs; the 32 GPUs of Capacity Blocks and training plans are left out: their fees are paid up front)" in out
 
 
 def test_an_auto_scaling_group_belongs_to_its_own_group_not_a_prefix_of_it() -> None:
@@ -487,7 +494,8 @@ def test_eks_groups_on_existing_reservations_and_a_capacity_block_run_at_zero(sy
     (existing,) = [i for i in est.items if i.kind == RESERVED]
     assert existing.name == "reservations for serve-reserved: 2 x p4de.24xlarge (existing)"
     assert existing.per_hour == pytest.approx(2 * p4de) and existing.assumption == EXISTING_RESERVATION_ASSUMPTION
-    assert est.gpus == 4 * 8 + 2 * 8 + 1 * 8  # the training plan's and both groups' GPUs at their reserved size
+    # the existing reservation's GPUs are in the hourly total; the training plan's and the block's are prepaid
+    assert est.gpus == 2 * 8 and est.prepaid_gpus == 4 * 8 + 1 * 8
 
 
 def test_an_eks_capacity_block_pays_its_fee_up_front(synth: Synth) -> None:
@@ -852,3 +860,20 @@ def test_billable_storage_and_the_managed_scraper_are_lines(synth: Synth) -> Non
     cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
     volumes = [i for i in estimate(cfg, synth.outdir, book=PriceBook(cfg.region)).items if i.key == "ebs:gp3"]
     assert volumes and all(i.unit == "GB-month" and i.quantity > 0 and i.source.startswith("price unknown") for i in volumes)
+
+
+def test_an_odcr_line_names_the_group_with_its_hyphens() -> None:
+    """Before: the ODCR line took the group's name from the logical id, which drops hyphens ("reservedone")."""
+    from pathlib import Path
+
+    from fminfra.core.assembly import StackTemplate
+    from fminfra.ops.cost import items_from_templates
+
+    cfg = load_config(ROOT / "tests" / "configs" / "cost-ec2.yaml")
+    groups = [g.model_copy(update={"name": "reserved-one"}) if g.name == "reserved" else g for g in cfg.compute.instance_groups]
+    cfg = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"instance_groups": groups})})
+    resource = {"Type": "AWS::EC2::CapacityReservation", "Properties": {"InstanceType": "p5en.48xlarge", "InstanceCount": 2}}
+    template = {"Resources": {"CapacityReservationreservedoneReservation0A1B2C3D": resource}}
+    stack = StackTemplate(cfg.name, "cost-ec2-Compute", "cost-ec2-Compute", Path("x.template.json"), template)
+    items = items_from_templates(cfg, [stack], grafana_users=(1, 0), amp_samples=0)
+    assert [i.name for i in items if i.kind == RESERVED] == ["ODCR for reserved-one: 2 x p5en.48xlarge"]
