@@ -881,7 +881,28 @@ def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[s
                     f"{stale}: group {group.name} Capacity Block window {_when(then[0])} to {_when(then[1])} in the templates, "
                     f"{configured_window} in the config {again}"
                 )
+    inference = {cfg.physical_name(g.name): g for g in cfg.compute.inference_node_groups}
+    for _, res, _ in _resources(stacks):
+        props = res.get("Properties") or {}
+        start = EKS_BLOCK_START.match(str(props.get("ScheduleExpression", "")))
+        named = EKS_BLOCK_START_DESCRIPTION.match(str(props.get("Description", "")))
+        if res.get("Type") != "AWS::Scheduler::Schedule" or not start or not named or named.group(1) not in inference:
+            continue
+        node_group = inference[named.group(1)]
+        begins = datetime.fromisoformat(start.group(1)).replace(tzinfo=UTC)  # at(...) in UTC (ScheduleExpressionTimezone UTC)
+        if node_group.capacity.type == "capacity-block" and node_group.capacity.starts_at != begins:
+            configured_start = _when(node_group.capacity.starts_at) if node_group.capacity.starts_at else "no start"
+            lines.append(
+                f"{stale}: group {node_group.name} Capacity Block start {_when(begins)} in the templates, "
+                f"{configured_start} in the config {again}"
+            )
     return lines
+
+
+# An EKS Capacity Block group's start schedule (fminfra.eks.constructs.inference_node_group: block_start_expression,
+# docs/facts/eks.md#scheduler-one-time-schedule) and the description naming its node group.
+EKS_BLOCK_START = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
+EKS_BLOCK_START_DESCRIPTION = re.compile(r"^Size (\S+) when its Capacity Block starts$")
 
 
 def _when(moment: datetime | None) -> str:

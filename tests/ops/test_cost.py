@@ -877,3 +877,29 @@ def test_an_odcr_line_names_the_group_with_its_hyphens() -> None:
     stack = StackTemplate(cfg.name, "cost-ec2-Compute", "cost-ec2-Compute", Path("x.template.json"), template)
     items = items_from_templates(cfg, [stack], grafana_users=(1, 0), amp_samples=0)
     assert [i.name for i in items if i.kind == RESERVED] == ["ODCR for reserved-one: 2 x p5en.48xlarge"]
+
+
+def test_a_stale_eks_block_start_is_a_disagreement(synth: Synth) -> None:
+    """The EKS group's template holds its block's start (the EventBridge Scheduler schedule's at(...)): a cdk.out
+    with another start than the config's is reported."""
+    from datetime import timedelta
+
+    from fminfra.ops.cost import disagreements, stacks_of
+
+    cfg = synth.configs["cap-eks"]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+    (block,) = [g for g in cfg.compute.inference_node_groups if g.name == "serve-block"]
+    cap = block.capacity
+    assert cap.starts_at is not None and cap.ends_at is not None
+    moved = block.model_copy(update={"capacity": cap.model_copy(update={"starts_at": cap.starts_at + timedelta(days=1)})})
+    stale = cfg.model_copy(
+        update={
+            "compute": cfg.compute.model_copy(
+                update={"inference_node_groups": [moved if g.name == "serve-block" else g for g in cfg.compute.inference_node_groups]}
+            )
+        }
+    )
+    assert disagreements(stale, stacks_of(stale, synth.outdir)) == [
+        f"the templates and the config disagree: group serve-block Capacity Block start {cap.starts_at:%Y-%m-%dT%H:%M:%SZ} in the templates, "
+        f"{cap.starts_at + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ} in the config (synthesize again)"
+    ]
