@@ -351,7 +351,10 @@ def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGro
                 )
             )
     checks = {"instance_stress": "InstanceStress", "instance_connectivity": "InstanceConnectivity"}
+    autoscaled = cfg.compute.autoscaled_groups
     for g in cfg.compute.instance_groups:
+        # HyperPod's Karpenter takes no group with deep health checks (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class)
+        default_checks: list[str] | None = [] if g.name in autoscaled else None
         groups.append(
             HyperPodInstanceGroup(
                 name=g.name,
@@ -359,7 +362,7 @@ def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGro
                 instance_count=g.count,
                 threads_per_core=g.threads_per_core,
                 instance_storage_gib=g.instance_storage_gib if g.instance_storage_gib is not None else 500,
-                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else None,
+                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else default_checks,
                 training_plan_arn=g.capacity.training_plan_arn,
             )
         )
@@ -469,6 +472,7 @@ def add_clusters(
                 removal_policy=removal_policy(cfg),
             ),
             data_access=data_access(cfg, data_bucket),
+            autoscaled_groups=compute.autoscaled_groups,
         )
         if compute.orchestrator == "eks" and eks_props is not None:
             on_eks = HyperPodOnEksSpec(
@@ -538,9 +542,9 @@ def applies_manifests(cfg: EnvironmentConfig) -> bool:
     """Whether anything but the charts applies Kubernetes objects through CDK's kubectl provider (which
     the cluster then needs even without a chart; aws-cdk-lib's KubernetesManifest refuses a cluster
     without one): the HyperPod EKS plan drain's RBAC, the acceptance role's namespaces and RBAC, and
-    Kueue's queue objects."""
+    Kueue's queue objects, HyperPod's autoscaling NodeClass and NodePool."""
     plan_drain = cfg.compute.orchestrator == "eks" and bool(plan_drain_groups(cfg))
-    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas())
+    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas()) or bool(cfg.compute.autoscaled_groups)
 
 
 def plan_drain_groups(cfg: EnvironmentConfig) -> list[PlanDrainGroup]:
