@@ -992,7 +992,8 @@ class ComputeConfig(Model):
             return [
                 error(
                     base,
-                    "HyperPod EKS scales its nodes with HyperPod's own managed autoscaling, not a second Karpenter; "
+                    "HyperPod EKS scales its nodes with HyperPod's own managed autoscaling (compute.eks.autoscaling), not a "
+                    "second Karpenter; "
                     "allowed with orchestrator eks: false",
                 )
             ]

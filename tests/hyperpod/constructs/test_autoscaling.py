@@ -110,6 +110,12 @@ REJECTIONS = [
     ),
     (
         AUTOSCALING,
+        {"compute.eks.karpenter": {"enabled": True}},
+        "f.yaml: compute.eks.karpenter.enabled: HyperPod EKS scales its nodes with HyperPod's own managed autoscaling "
+        "(compute.eks.autoscaling), not a second Karpenter; allowed with orchestrator eks: false",
+    ),
+    (
+        AUTOSCALING,
         {"compute.eks.autoscaling.instance_groups": ["burst", "burst"]},
         "f.yaml: compute.eks.autoscaling.instance_groups[1]: 'burst' is listed twice",
     ),
