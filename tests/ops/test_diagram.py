@@ -15,9 +15,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
+from fminfra.app.synth import build_app
 from fminfra.config import load_config, parse_config
 from fminfra.core.assembly import StackTemplate, read_assembly
 from fminfra.ops.diagram import VPC, Edge, Picture, Proof, build, d2_id, d2_source, mermaid
@@ -334,3 +336,36 @@ def test_a_reservation_group_and_a_training_plan_sit_in_the_az_of_what_uses_them
         az = next((c.parent for c in pic.containers if c.id == group.zone), None) if group.zone.startswith("subnet_") else VPC
         assert source.zone == az, (source, group)
     assert found
+
+
+def _reported_variants() -> list[dict[str, Any]]:
+    """The two pictures a read reported labels over each other in (not among tests/configs): HyperPod
+    Slurm with EKS inference groups on-demand and on an ODCR, and HyperPod EKS with its inference groups
+    on two existing reservations (one each, and one group on both)."""
+    slurm = yaml.safe_load((ROOT / "tests" / "configs" / "hp-slurm-inference.yaml").read_text())
+    p5 = next(g for g in slurm["compute"]["inference_node_groups"] if g["name"] == "serve-p5")
+    p5.pop("placement", None)
+    p5["capacity"] = {"type": "odcr"}
+    base = yaml.safe_load((ROOT / "tests" / "configs" / "capacity-eks.yaml").read_text())
+    variants = [slurm]
+    for reservations in ([["cr-0ccccccccccccccc1"], ["cr-0ddddddddddddddd1"]], [["cr-0ccccccccccccccc1", "cr-0ddddddddddddddd1"]] * 2):
+        eks = copy.deepcopy(base)
+        eks["name"] = f"cap-eks{len(variants)}"
+        for group, ids in zip(eks["compute"]["inference_node_groups"], reservations, strict=True):
+            group["capacity"] = {"type": "reservation", "reservation_ids": ids}
+        variants.append(eks)
+    return variants
+
+
+def test_the_reported_pictures_lay_out_without_a_label_over_another(tmp_path: Path) -> None:
+    """Not reproduced at the pinned D2 (the check found none on the code before either); kept so that
+    these two shapes of environment stay laid out."""
+    configs = [parse_config(v) for v in _reported_variants()]
+    app = cdk.App(outdir=str(tmp_path), context=json.loads((ROOT / "cdk.json").read_text())["context"])
+    build_app(configs, app=app)
+    app.synth()
+    stacks = read_assembly(tmp_path)
+    for cfg in configs:
+        pic = build(cfg, stacks[cfg.name])
+        assert sum(e.label == "schedules" for e in pic.edges) == 3 and any(e.label == "capacity" for e in pic.edges)
+        assert (cfg.name, overlaps(layout_of(d2_source(pic)))) == (cfg.name, [])
