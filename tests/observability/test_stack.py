@@ -15,7 +15,7 @@ from aws_cdk.assertions import Match, Template
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.alerting import AlertTopic, AlertTopicProps, FsxLustreAlarms, FsxLustreAlarmsProps
-from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps, PodScrapeJob
 from fminfra.observability.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
 from fminfra.observability.rules import expected_node_count, expected_nodes_group, load_rule_groups
@@ -394,6 +394,18 @@ def test_scraper_writes_to_the_encrypted_workspace_through_a_source_and_a_target
     depends = next(iter(template.find_resources("AWS::APS::Scraper").values()))["DependsOn"]
     assert any(d.startswith("ScraperTargetRolePrometheusRemoteWrite") for d in depends)
     assert any(d.startswith("ScraperSourceRoleDefaultPolicy") for d in depends)
+
+
+@pytest.mark.parametrize("jobs", [{"dcgm": 0}, {"k": PodScrapeJob(port=65536, namespace="kube-system")}])
+def test_scraper_refuses_a_port_no_pod_has(jobs: dict[str, int | PodScrapeJob]) -> None:
+    stack = _stack()
+    workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="a"))
+    [(name, job)] = jobs.items()
+    port = job.port if isinstance(job, PodScrapeJob) else job
+    with pytest.raises(ValidationError, match=f"^{re.escape(f'jobs[{name!r}] must be a port 1-65535, got {port}')}$"):
+        AmpScraper(
+            stack, "Scraper", AmpScraperProps(cluster_arn="arn", subnets=_vpc_subnets(stack, ["a", "b"]), workspace=workspace, jobs=jobs)
+        )
 
 
 @pytest.mark.parametrize("seconds", [5, 15, 29, 301])
