@@ -185,3 +185,12 @@ RESERVATION_PLACEMENT_WARNING = (
 # On-Demand Capacity Reservations count toward the On-Demand vCPU quotas while unused, in states
 # assessing, scheduled, pending, active and delayed (docs/facts/capacity.md#odcr-counts-toward-on-demand-quota).
 RESERVATION_QUOTA_STATES = ("assessing", "scheduled", "pending", "active", "delayed")
+
+
+def reservation_shared_problem(reservation_id: str, owner: str) -> str:
+    """A reservation (ODCR, Capacity Block) named by a second group."""
+    return (
+        f"{reservation_id} is already {owner}'s: each reservation or Capacity Block serves one group (each group's launch "
+        "template targets it, a block's schedule sizes the group to it, and `cost` counts it per group); "
+        "give each group its own reservation"
+    )

@@ -28,6 +28,7 @@ from fminfra.capacity.rules import (
     TRAINING_PLAN_ARN_RULE,
     end_time_problem,
     ended_problem,
+    reservation_shared_problem,
     scale_in_time,
 )
 from fminfra.compute.rules import EC2_INSTANCE_TYPE_RULE
@@ -790,15 +791,17 @@ class ComputeConfig(Model):
 
     def _unscaled_group_warnings(self) -> list[Finding]:
         """EKS keeps a managed node group at desired_size: only a node autoscaler (the Cluster
-        Autoscaler, Karpenter) moves it between min_size and max_size, and fminfra installs none
+        Autoscaler, Karpenter) moves it between min_size and max_size; fminfra's Karpenter replaces the
+        node groups when asked (EKS without HyperPod), else none moves them
         (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler)."""
         return (
             [
                 warning(
                     f"inference_node_groups[{i}].max_size",
-                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: fminfra installs no node "
-                    f"autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
-                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else ""),
+                    f"{g.name}: min_size {g.min_size} < max_size {g.max_size}, but nothing scales the group: a managed node group "
+                    f"has no autoscaler, so EKS keeps desired_size ({g.desired_size}) nodes until you change it"
+                    + ("; with 0 no pod of this group's type ever runs" if g.desired_size == 0 else "")
+                    + ("" if self.orchestrator == "eks" else "; compute.eks.karpenter.enabled provisions nodes for pending pods instead"),
                 )
                 for i, g in enumerate(self.inference_node_groups)
                 if g.min_size < g.max_size and not self.karpenter
@@ -879,6 +882,12 @@ class ComputeConfig(Model):
             elif group.name in seen:
                 problems.append(error(f"{path}.name", f"{group.name!r} is already used by {seen[group.name]}; group names must be unique"))
             seen.setdefault(group.name, path)
+        owners: dict[str, str] = {}
+        for path, group in groups:
+            for j, rid in enumerate(group.capacity.reservation_ids or []):
+                if rid in owners:
+                    problems.append(error(f"{path}.capacity.reservation_ids[{j}]", reservation_shared_problem(rid, owners[rid])))
+                owners.setdefault(rid, f"group {group.name!r}")
         for i, group in enumerate(self.instance_groups):
             problems.extend(self._training_group_problems(f"instance_groups[{i}]", group))
         for i, igroup in enumerate(self.inference_node_groups):

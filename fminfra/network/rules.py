@@ -80,3 +80,73 @@ def plan_subnets(
         block = ipaddress.IPv4Network((top, public_subnet_prefix))
         plans.append(SubnetPlan(az_id=az_id, cidr=str(block), public=True, compute=False))
     return plans
+
+
+# AWS reserves the first four and the last address of every subnet (docs/facts/network.md#subnet-reserved-addresses).
+SUBNET_RESERVED_IPS = 5
+
+
+def usable_addresses(cidr: str) -> int:
+    """Addresses of a subnet an ENI can take: its size less the five AWS reserves."""
+    return ipaddress.IPv4Network(cidr).num_addresses - SUBNET_RESERVED_IPS
+
+
+# The VPC CNI's per-type limits (aws/amazon-vpc-cni-k8s v1.21.1, pkg/vpc/vpc_ip_resource_limit.go, from EC2
+# DescribeInstanceTypes): (ENIs it attaches: network card 0's MaximumNetworkInterfaces, as it manages card 0
+# only; Ipv4AddressesPerInterface). fact: docs/facts/eks.md#vpc-cni-eni-limits. A type not listed: unknown.
+VPC_CNI_ENI_LIMITS: dict[str, tuple[int, int]] = {
+    "p4d.24xlarge": (15, 50),
+    "p4de.24xlarge": (15, 50),
+    "p5.48xlarge": (2, 50),
+    "p5e.48xlarge": (2, 50),
+    "p5en.48xlarge": (4, 50),
+    "p6-b200.48xlarge": (4, 50),
+    "p6-b300.48xlarge": (4, 50),
+    "g5.xlarge": (4, 15),
+    "g5.2xlarge": (4, 15),
+    "g5.4xlarge": (8, 30),
+    "g5.8xlarge": (8, 30),
+    "g5.12xlarge": (15, 50),
+    "g5.16xlarge": (8, 30),
+    "g5.24xlarge": (15, 50),
+    "g5.48xlarge": (7, 50),
+    "g6.xlarge": (4, 15),
+    "g6.2xlarge": (4, 15),
+    "g6.4xlarge": (8, 30),
+    "g6.8xlarge": (8, 30),
+    "g6.12xlarge": (8, 30),
+    "g6.16xlarge": (15, 50),
+    "g6.24xlarge": (15, 50),
+    "g6.48xlarge": (15, 50),
+    "g6e.xlarge": (4, 15),
+    "g6e.2xlarge": (4, 15),
+    "g6e.4xlarge": (8, 30),
+    "g6e.8xlarge": (8, 30),
+    "g6e.12xlarge": (10, 30),
+    "g6e.16xlarge": (15, 50),
+    "g6e.24xlarge": (10, 50),
+    "g6e.48xlarge": (10, 50),
+}
+
+# `plan` warns when the VPC CNI's addresses of one pool or node group at its maximum (upper bound) come to more
+# than this share of a subnet its nodes can all land in: fminfra's own threshold, leaving room for the other
+# addresses a subnet holds (system nodes, endpoints, load balancers, EKS's control-plane ENIs).
+POD_IP_SUBNET_SHARE = 0.5
+
+
+def vpc_cni_node_addresses(instance_type: str, efa_interfaces: int = 0) -> tuple[int, int] | None:
+    """Subnet addresses one node takes under the VPC CNI's defaults (WARM_ENI_TARGET=1, no prefix
+    delegation, card 0 only; docs/facts/eks.md#vpc-cni-warm-eni-target): (with its pods on the first ENI and
+    one warm ENI: two ENIs' addresses; at max pods: every ENI's, plus one address per `efa` interface beyond
+    card 0's, EFA_INTERFACES of them, which Karpenter attaches for pods that ask for EFA). None: unknown type."""
+    limits = VPC_CNI_ENI_LIMITS.get(instance_type)
+    if limits is None:
+        return None
+    enis, per_eni = limits
+    return min(2, enis) * per_eni, enis * per_eni + max(efa_interfaces - 1, 0)
+
+
+def vpc_cni_max_pods(instance_type: str) -> int | None:
+    """The VPC CNI's max pods of a type: ENIs x (addresses per ENI - 1) + 2 (misc/eni-max-pods.txt's formula)."""
+    limits = VPC_CNI_ENI_LIMITS.get(instance_type)
+    return None if limits is None else limits[0] * (limits[1] - 1) + 2

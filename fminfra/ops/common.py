@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def number_argument(
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a{'n integer' if kind is int else ' number'}, got {text!r}") from None
+        if not math.isfinite(value):  # float() reads "inf" and "nan"
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
         if problem := number_problem(value, low=low, high=high, low_allowed=low_allowed):
             raise argparse.ArgumentTypeError(problem)
         return value

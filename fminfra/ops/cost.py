@@ -4,7 +4,8 @@ AWS Price List API).
 
 Three kinds of money:
 - per hour while running: the GPU groups (EC2 prices for ec2 and EKS groups, SageMaker `ml.*`
-  prices for HyperPod groups; they differ);
+  prices for HyperPod groups; they differ), and Karpenter pools, which run 0 to `limits.nodes`
+  instances (priced at that maximum, nothing while idle);
 - reserved capacity that bills whether used or not: On-Demand Capacity Reservations (at the
   On-Demand rate, docs/facts/pricing.md#odcr-billing), and the fees paid up front for Capacity
   Blocks and training plans, which no template holds (`capacity.upfront_fee_usd` in the config);
@@ -31,6 +32,7 @@ from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
+from fminfra.eks.rules import INSTANCE_TYPE_LABEL, KARPENTER_NODEPOOL_API, KARPENTER_RESERVED
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
 
@@ -67,6 +69,7 @@ class Item:
     per_month: float | None = field(default=None)
     unknown_hint: str = ""  # what else gives the price, added to "price unknown"
     from_config: bool = False  # an up-front fee (and a block's window) taken from the config: no template holds them
+    karpenter_pool: bool = False  # a Karpenter pool's running instances: priced at its maximum, 0 while idle
 
     def price(self, book: PriceBook, hours_per_month: float) -> None:
         if self.key is not None:
@@ -216,6 +219,7 @@ class _Prepaid:
     name: str  # the config's group name (or, for a group the config lacks, the template's)
     count: int  # from the template
     instance_type: str
+    karpenter: bool = False  # a Karpenter pool's block: no window in the config (Karpenter refuses starts_at)
 
 
 def items_from_templates(
@@ -234,6 +238,7 @@ def items_from_templates(
     items: list[Item] = []
     groups = {g.name: g for g in cfg.compute.instance_groups}
     inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
+    configured_groups = {g.name: g for g in cfg.compute.inference_node_groups}
     prepaid: list[_Prepaid] = []
     nat_gateways = 0
     endpoints: list[tuple[str, int]] = []
@@ -305,6 +310,9 @@ def items_from_templates(
                     assumption=f"desired size {desired}; at the maximum {maximum} it costs {maximum}/{desired or 1}x",
                 )
             )
+        elif kind == KUBERNETES_RESOURCE:
+            for pool in _node_pools(props.get("Manifest")):
+                items.extend(_pool_items(pool, configured_groups, prepaid))
         elif kind in RESERVATION_TYPES:
             itype, count = props.get("InstanceType"), int(props.get("InstanceCount") or 0)
             group_name = re.sub(r"Reservation[0-9A-F]{8}$", "", lid.removeprefix("CapacityReservation"))
@@ -382,6 +390,114 @@ def items_from_templates(
     return items
 
 
+# What the kubectl provider applies (CDK's aws_eks_v2 KubernetesManifest): its Manifest is a JSON list of manifests.
+KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
+# The NodePool requirement key of its capacity types: karpenter_pools.CAPACITY_TYPE_LABEL (that module loads the
+# CDK, which cost does not; tests/ops/test_cost.py keeps the two equal). docs/facts/karpenter.md#karpenter-api-versions
+CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+KARPENTER_POOL_ASSUMPTION = (
+    "a Karpenter pool runs 0 to limits.nodes instances, only while pods wait for them: idle (0 nodes) it bills nothing; "
+    "its $/hour and $/month are at that maximum, in the running figures, never in what bills while idle"
+)
+# docs/facts/pricing.md#spot-price-cap: Karpenter sets no maximum price, so a spot instance costs at most the On-Demand rate.
+KARPENTER_SPOT_ASSUMPTION = (
+    "a Karpenter pool that may launch spot is priced at the On-Demand rate, an upper bound: without a maximum price "
+    "(Karpenter sets none) a spot instance never costs more than the On-Demand price"
+)
+
+
+@dataclass(frozen=True)
+class _NodePool:
+    """A Karpenter NodePool as the template applies it."""
+
+    name: str
+    instance_types: tuple[str, ...]
+    capacity_types: tuple[str, ...]
+    nodes: int | None  # limits.nodes; None: no limit
+
+
+def _manifest_text(value: Any) -> str:
+    """A Manifest property as text: a string, or an Fn::Join of strings whose tokens (subnet and role ids,
+    inside JSON strings) become a placeholder."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and "Fn::Join" in value:
+        separator, parts = value["Fn::Join"]
+        return str(separator).join(p if isinstance(p, str) else "TOKEN" for p in parts)
+    return ""
+
+
+def _node_pools(manifest: Any) -> list[_NodePool]:
+    """The Karpenter NodePools a kubectl-provider resource applies (none when it applies none)."""
+    text = _manifest_text(manifest)
+    if "NodePool" not in text:
+        return []
+    try:
+        documents = json.loads(text)
+    except ValueError:
+        return []
+    pools = []
+    for doc in documents if isinstance(documents, list) else [documents]:
+        if not isinstance(doc, dict) or doc.get("kind") != "NodePool" or doc.get("apiVersion") != KARPENTER_NODEPOOL_API:
+            continue
+        spec = doc.get("spec") or {}
+        requirements = {
+            r.get("key"): tuple(r.get("values") or ())
+            for r in (spec.get("template") or {}).get("spec", {}).get("requirements") or []
+            if r.get("operator") == "In"
+        }
+        nodes = (spec.get("limits") or {}).get("nodes")
+        pools.append(
+            _NodePool(
+                name=str((doc.get("metadata") or {}).get("name")),
+                instance_types=requirements.get(INSTANCE_TYPE_LABEL, ()),
+                capacity_types=requirements.get(CAPACITY_TYPE_LABEL, ()),
+                nodes=int(nodes) if nodes is not None else None,
+            )
+        )
+    return pools
+
+
+def _pool_items(pool: _NodePool, configured: dict[str, InferenceNodeGroupConfig], prepaid: list[_Prepaid]) -> list[Item]:
+    """A Karpenter pool: "0 to N x type" at the On-Demand rate per running instance, priced at N (an upper bound
+    where it may launch spot); a reserved pool runs at $0 beside what pays for its reservation or block, as a node
+    group on reserved capacity does. Unknown where the pool names no single type or no limit."""
+    types = "/".join(pool.capacity_types) or "capacity types unknown"
+    if len(pool.instance_types) != 1 or pool.nodes is None:
+        return [
+            Item(
+                RUNNING,
+                f"{pool.name}: Karpenter pool ({types}), instances unknown",
+                0,
+                "instance-hour",
+                None,
+                source="price unknown: the NodePool names no single instance type or no limits.nodes",
+            )
+        ]
+    (itype,), count = pool.instance_types, pool.nodes
+    if KARPENTER_RESERVED in pool.capacity_types:
+        group = configured.get(pool.name)
+        capacity = "capacity-block" if group is not None and group.capacity.type == "capacity-block" else "reservation"
+        if capacity == "capacity-block":
+            prepaid.append(_Prepaid(capacity, pool.name, count, itype, karpenter=True))
+        return _reserved_group(pool.name, pool.name, count, itype, capacity, f"Karpenter pool, running 0 to {count}")
+    assumptions = [KARPENTER_POOL_ASSUMPTION]
+    if "spot" in pool.capacity_types:
+        assumptions.append(KARPENTER_SPOT_ASSUMPTION)
+    return [
+        Item(
+            RUNNING,
+            f"{pool.name}: running 0 to {count} x {itype} (Karpenter pool, {types}; figures at max {count})",
+            count,
+            "instance-hour",
+            f"ec2:{itype}",
+            _gpus(itype) * count,
+            assumption="; ".join(assumptions),
+            karpenter_pool=True,
+        )
+    ]
+
+
 def _control_plane(lid: str, props: dict[str, Any], today: date) -> Item:
     """An EKS control plane at the standard support rate, or the extended one once its version is past
     standard support (the version manifest's end date, docs/facts/eks.md#eks-kubernetes-version) under the
@@ -450,6 +566,8 @@ def _fee(prepaid: _Prepaid, group: InstanceGroupConfig | InferenceNodeGroupConfi
         usd_each=float(fee) if fee is not None else None,
         source="the config's capacity.upfront_fee_usd"
         if fee is not None
+        else "price unknown: set capacity.upfront_fee_usd (a Karpenter pool's block has no starts_at/ends_at)"
+        if block and prepaid.karpenter
         else "price unknown: set capacity.upfront_fee_usd or starts_at and ends_at"
         if block
         else TRAINING_PLAN_FEE_UNKNOWN,
@@ -574,7 +692,7 @@ def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
 
 def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict[str, int]:
     """Config group name -> its size in the templates: a HyperPod group's InstanceCount, an Auto Scaling
-    group's MaxSize, an inference node group's MaxSize."""
+    group's MaxSize, an inference node group's MaxSize, a Karpenter pool's limits.nodes."""
     names = [g.name for g in cfg.compute.instance_groups]
     inference = {cfg.physical_name(g.name): g.name for g in cfg.compute.inference_node_groups}
     sizes: dict[str, int] = {}
@@ -586,6 +704,9 @@ def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict
             sizes[name] = int(props.get("MaxSize") or 0)
         elif kind == "AWS::EKS::Nodegroup" and (name := inference.get(str(props.get("NodegroupName")))):
             sizes[name] = int((props.get("ScalingConfig") or {}).get("MaxSize") or 0)
+        elif kind == KUBERNETES_RESOURCE:
+            pool_names = set(inference.values())
+            sizes.update({p.name: p.nodes for p in _node_pools(props.get("Manifest")) if p.name in pool_names and p.nodes is not None})
     return sizes
 
 
@@ -650,6 +771,14 @@ def render(est: Estimate) -> str:
         + (f"; per GPU-hour: unknown until every price is known ({est.gpus} GPUs)" if est.gpus and est.unknown else ""),
         f"bills while idle (reserved and fixed): {bound}${s['idle_per_month']:,.2f} a month; paid up front: {bound}${s['paid_up_front']:,.2f}",
     ]
+    pools = [i for i in est.items if i.karpenter_pool]
+    if pools:
+        known = "" if all(i.per_hour is not None for i in pools) else "at least "
+        lines.append(
+            f"Karpenter pools ({', '.join(i.name.split(':', 1)[0] for i in pools)}): $0 while idle; at their maximum "
+            f"{known}${sum(i.per_hour or 0 for i in pools):,.2f} an hour, {known}${sum(i.per_month or 0 for i in pools):,.2f} a month "
+            "(in the running figures above)"
+        )
     if est.unknown:
         lines.append(f"{len(est.unknown)} item(s) have no known price and are not in the totals: the totals are a lower bound (try --live)")
         lines.extend(f"{i.name}: {i.source}" for i in est.unknown)

@@ -13,6 +13,7 @@ from fminfra.compute.config import CONTROLLER_GROUP_NAME, LOGIN_GROUP_NAME
 from fminfra.config import CapacityConfig, EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end
 from fminfra.core.table import format_table
 from fminfra.eks.rules import team_queue
+from fminfra.network.rules import POD_IP_SUBNET_SHARE, SubnetPlan, usable_addresses, vpc_cni_max_pods, vpc_cni_node_addresses
 
 INFERENCE_KIND = "eks-inference"
 
@@ -184,6 +185,7 @@ def render_plan(cfg: EnvironmentConfig) -> str:
     out.append(f"total GPUs (training groups and inference at max size): {total}")
     out.extend(storage_lines(cfg, training_gpus(rows)))
     out.extend(eks_lines(cfg))
+    out.extend(pod_ip_lines(cfg))
     out.extend(scheduling_lines(cfg))
     return "\n".join(out)
 
@@ -193,6 +195,7 @@ def plan_warnings(cfg: EnvironmentConfig, now: datetime | None = None) -> list[s
     each group's notes, what a deploy now does to Capacity Block groups, the config's warnings."""
     out = [f"WARN {r.name}: {note}" for r in group_plans(cfg) for note in r.notes]
     out.extend(f"WARN deploy: {note}" for note in capacity_block_deploy_notes(cfg, now or datetime.now(UTC)))
+    out.extend(f"WARN {note}" for note in pod_ip_warnings(cfg))
     out.extend(f"WARN {f.path}: {f.message}" for f in cfg.warnings())
     return out
 
@@ -211,6 +214,119 @@ def eks_lines(cfg: EnvironmentConfig) -> list[str]:
     else:
         system = "system nodes none (" + ", ".join(cfg.compute.untainted_node_sources()) + " run CoreDNS and other system pods)"
     return [f"eks: Kubernetes {eks.kubernetes_version} (EKS standard support ends {end}), {system}"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodIpPlan:
+    """What the VPC CNI takes from the subnets for one Karpenter pool or EKS managed inference node group at its
+    maximum (docs/compute.md#pod-ip-addresses): per node (with its pods on one ENI and a warm one; at max pods),
+    None where the type's limits are unknown; the subnets its nodes launch into, any of which may take them all."""
+
+    name: str
+    kind: str  # "karpenter pool" or "node group"
+    instance_type: str
+    nodes: int
+    per_node: tuple[int, int] | None
+    max_pods: int | None
+    subnets: tuple[SubnetPlan, ...]
+
+    @property
+    def total(self) -> tuple[int, int] | None:
+        return None if self.per_node is None else (self.per_node[0] * self.nodes, self.per_node[1] * self.nodes)
+
+
+def pod_ip_plans(cfg: EnvironmentConfig) -> list[PodIpPlan]:
+    """Each EKS inference group at max_size: a Karpenter pool in every private subnet (compute.eks.karpenter), or
+    a managed node group in the compute subnet. A Karpenter pool of an EFA type also counts the `efa` interfaces
+    Karpenter attaches beyond card 0 for pods that ask for EFA, one address each
+    (docs/facts/karpenter.md#karpenter-efa-network-interfaces); fminfra's node-group launch templates attach
+    `efa-only` interfaces, which take none (docs/facts/network.md#efa-only-no-ip-addresses)."""
+    subnets = cfg.network.subnets()
+    private = tuple(s for s in subnets if not s.public)
+    compute = tuple(s for s in subnets if s.compute)
+    plans = []
+    for group in cfg.compute.inference_node_groups:
+        spec = catalog.get(group.instance_type)
+        karpenter = cfg.compute.karpenter
+        efa = spec.max_efa_interfaces if karpenter and spec.training else 0
+        plans.append(
+            PodIpPlan(
+                name=group.name,
+                kind="karpenter pool" if karpenter else "node group",
+                instance_type=spec.name,
+                nodes=group.max_size,
+                per_node=vpc_cni_node_addresses(spec.name, efa),
+                max_pods=vpc_cni_max_pods(spec.name),
+                subnets=private if karpenter else compute,
+            )
+        )
+    return plans
+
+
+def _range(values: tuple[int, int] | None) -> str:
+    if values is None:
+        return "unknown"
+    low, high = values
+    return f"{low:,}" if low == high else f"{low:,}-{high:,}"
+
+
+def pod_ip_lines(cfg: EnvironmentConfig) -> list[str]:
+    """The pod-IP lines of `plan`: per pool or node group at its maximum, what the VPC CNI takes per node
+    and in all, and from which subnets (their usable addresses)."""
+    plans = pod_ip_plans(cfg)
+    if not plans:
+        return []
+    rows = [
+        [
+            p.name,
+            p.kind,
+            p.instance_type,
+            str(p.nodes),
+            "unknown" if p.max_pods is None else str(p.max_pods),
+            _range(p.per_node),
+            _range(p.total),
+            ", ".join(f"{s.name} {s.cidr} ({usable_addresses(s.cidr):,} usable)" for s in p.subnets),
+        ]
+        for p in plans
+    ]
+    return [
+        "pod IPs (VPC CNI defaults: WARM_ENI_TARGET=1, no prefix delegation, network card 0; per node: pods on one ENI "
+        "and a warm one, to every ENI at max pods; any one of the subnets may take all of a pool's nodes):",
+        format_table(["group", "kind", "instance type", "nodes at max", "max pods", "IPs per node", "IPs at max", "subnets"], rows),
+    ]
+
+
+def pod_ip_warnings(cfg: EnvironmentConfig) -> list[str]:
+    """A pool or node group whose VPC CNI addresses at its maximum (upper bound) come to more than
+    POD_IP_SUBNET_SHARE of the usable addresses of a subnet its nodes can all land in; those that can
+    land in one subnet together at their maxima, past all its usable addresses; a type whose limits are unknown."""
+    out = []
+    plans = pod_ip_plans(cfg)
+    for p in plans:
+        total = p.total
+        if total is None:
+            out.append(
+                f"{p.name}: pod IPs unknown: no VPC CNI limits recorded for {p.instance_type} (docs/facts/eks.md#vpc-cni-eni-limits)"
+            )
+            continue
+        for subnet in p.subnets:
+            usable = usable_addresses(subnet.cidr)
+            if total[1] > POD_IP_SUBNET_SHARE * usable:
+                out.append(
+                    f"{p.name}: at its maximum ({p.nodes} x {p.instance_type}) the VPC CNI can take up to {total[1]:,} addresses, "
+                    f"more than {POD_IP_SUBNET_SHARE:.0%} of the {usable:,} usable in {subnet.name} ({subnet.cidr}), where all its nodes "
+                    "can land; give the network a larger subnet prefix, lower max_size, or set the VPC CNI's WARM_IP_TARGET/prefix "
+                    "delegation (docs/compute.md#pod-ip-addresses)"
+                )
+    for subnet in cfg.network.subnets():
+        sharing = [p for p in plans if subnet in p.subnets and p.total is not None]
+        together = sum(p.total[1] for p in sharing if p.total is not None)
+        if len(sharing) > 1 and together > usable_addresses(subnet.cidr):
+            out.append(
+                f"{subnet.name} ({subnet.cidr}): {', '.join(p.name for p in sharing)} together at their maximum can take up to "
+                f"{together:,} addresses, more than its {usable_addresses(subnet.cidr):,} usable (docs/compute.md#pod-ip-addresses)"
+            )
+    return out
 
 
 def scheduling_lines(cfg: EnvironmentConfig) -> list[str]:

@@ -24,6 +24,7 @@ from fminfra.capacity.rules import RESERVATION_QUOTA_STATES, reservation_placeme
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.core.findings import Finding, Level
 from fminfra.core.table import format_table
+from fminfra.network.rules import SUBNET_RESERVED_IPS
 from fminfra.ops.aws import AwsAccessError, access_problem, error_code
 
 Status = Literal["PASS", "WARN", "FAIL"]
@@ -39,8 +40,6 @@ EC2_VCPU_QUOTAS = {
 # Addresses an EKS node's pods may take from the subnet with the VPC CNI (one per pod; 110 is
 # the kubelet's default max-pods). An estimate: prefix delegation or custom networking differ.
 EKS_POD_IPS_PER_NODE = 110
-# Addresses AWS keeps in every subnet (network, router, DNS, future use, broadcast).
-SUBNET_RESERVED_IPS = 5
 LINUX_PLATFORM = "Linux/UNIX"
 # "Network interfaces per Region" (Service Quotas, service code vpc; default 5,000). HyperPod's
 # prerequisites say to check it: every EFA interface is a network interface, so a p5 node takes

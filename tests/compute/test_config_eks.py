@@ -457,3 +457,13 @@ def test_karpenter_spot_warns_about_the_spot_service_linked_role() -> None:
     assert warned == ["eks.karpenter.capacity_types"]
     raw["compute"]["eks"]["karpenter"]["capacity_types"] = ["on-demand"]
     assert not [f for f in parse_config(raw, "k.yaml").compute.warnings() if f.message == KARPENTER_SPOT_ROLE]
+
+
+def test_a_reservation_named_by_two_groups_is_refused() -> None:
+    """Newcomer read r5, C: one reservation (and one Capacity Block) in two groups was accepted, and `cost`
+    counted it twice (a block with two windows)."""
+    raw = read_yaml(ROOT / "tests" / "configs" / "capacity-eks.yaml")
+    shared = raw["compute"]["inference_node_groups"][0]["capacity"]["reservation_ids"][0]
+    raw["compute"]["inference_node_groups"][1]["capacity"]["reservation_ids"] = [shared]
+    message = _error(raw)
+    assert f"inference_node_groups[1].capacity.reservation_ids[0]: {shared} is already group 'serve-reserved''s" in message

@@ -34,7 +34,8 @@ def test_the_test_config_is_valid_and_defaults_to_two_system_nodes() -> None:
     compute = parse_config(KARPENTER, "f.yaml").compute
     assert compute.karpenter
     assert compute.system_node_count() == 2
-    assert compute.warnings() == []  # no "nothing scales the group" warning: Karpenter does
+    # no "nothing scales the group" warning (Karpenter does); only spot's service-linked role
+    assert [w.path for w in compute.warnings()] == ["eks.karpenter.capacity_types"]
 
 
 def test_off_by_default() -> None:
@@ -111,7 +112,8 @@ def test_capacity_types(value: list[str], expected: str) -> None:
 def test_min_size_is_not_kept_and_says_so() -> None:
     compute = parse_config(_with(min_size=1, desired_size=1), "f.yaml").compute
     assert [(w.path, "min_size (1) and desired_size are not kept" in w.message) for w in compute.warnings()] == [
-        ("inference_node_groups[0].min_size", True)
+        ("inference_node_groups[0].min_size", True),
+        ("eks.karpenter.capacity_types", False),  # spot's service-linked role
     ]
 
 

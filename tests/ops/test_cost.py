@@ -618,3 +618,103 @@ def test_no_grafana_viewers_cost_nothing_where_the_rate_is_unknown(synth: Synth)
     viewers, editors = items["Grafana viewers (0)"], items["Grafana editors (1)"]
     assert viewers.per_month == 0 and viewers not in est.unknown
     assert editors.per_month is None and editors in est.unknown
+
+
+# ------------------------------------------------------------------------------------------ Karpenter pools
+
+
+def _karpenter_estimate(synth: Synth, cfg: Any = None) -> Estimate:
+    cfg = cfg or synth.configs["eks-karp"]
+    return estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+
+
+def test_a_karpenter_pool_runs_0_to_its_limit_at_the_on_demand_rate(synth: Synth) -> None:
+    """Before: a Karpenter pool creates no node group, so nothing priced it (serve-g6e cost $0 at any size)."""
+    from fminfra.ops.cost import KARPENTER_POOL_ASSUMPTION, KARPENTER_SPOT_ASSUMPTION
+
+    est = _karpenter_estimate(synth)
+    g6e = _price("ec2:g6e.12xlarge", "us-west-2")
+    (pool,) = [i for i in est.items if i.name.startswith("serve-g6e:")]
+    assert pool.name == "serve-g6e: running 0 to 4 x g6e.12xlarge (Karpenter pool, on-demand/spot; figures at max 4)"
+    assert (pool.kind, pool.quantity, pool.key, pool.gpus, pool.karpenter_pool) == (RUNNING, 4, "ec2:g6e.12xlarge", 16, True)
+    assert pool.per_hour == pytest.approx(4 * g6e) and pool.per_month == pytest.approx(4 * g6e * HOURS_PER_MONTH)
+    assert pool.assumption == f"{KARPENTER_POOL_ASSUMPTION}; {KARPENTER_SPOT_ASSUMPTION}"  # spot: the On-Demand rate is an upper bound
+    # never billing while idle: the idle figure is the fixed items alone
+    fixed = sum(i.per_month or 0 for i in est.items if i.kind in (RESERVED, FIXED))
+    assert est.summary()["idle_per_month"] == pytest.approx(fixed, abs=0.01)
+
+
+def _replace_strings(value: Any, old: str, new: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [_replace_strings(v, old, new) for v in value]
+    if isinstance(value, dict):
+        return {k: _replace_strings(v, old, new) for k, v in value.items()}
+    return value
+
+
+def test_an_on_demand_pool_has_no_spot_assumption(synth: Synth) -> None:
+    from fminfra.ops.cost import KARPENTER_POOL_ASSUMPTION, items_from_templates
+
+    cfg = synth.configs["eks-karp"]
+    stacks = [
+        dataclasses.replace(s, template=_replace_strings(s.template, '"values":["on-demand","spot"]', '"values":["on-demand"]'))
+        for s in synth.stacks["eks-karp"]
+    ]
+    items = items_from_templates(cfg, stacks, grafana_users=(1, 0), amp_samples=1.0)
+    (pool,) = [i for i in items if i.name.startswith("serve-g6e:")]
+    assert pool.name.endswith("(Karpenter pool, on-demand; figures at max 4)") and pool.assumption == KARPENTER_POOL_ASSUMPTION
+
+
+def test_a_reserved_karpenter_pool_runs_at_zero_beside_its_block_fee(synth: Synth) -> None:
+    est = _karpenter_estimate(synth)
+    (pool,) = [i for i in est.items if i.name.startswith("serve-p5:") and i.kind == RUNNING]
+    assert pool.name == "serve-p5: 2 x p5.48xlarge (Karpenter pool, running 0 to 2, capacity-block)"
+    assert (pool.kind, pool.per_hour, pool.gpus, pool.source) == (RUNNING, 0, 16, "covered by the block's fee")
+    (fee,) = [i for i in est.items if i.kind == UPFRONT]
+    assert fee.name == "serve-p5: capacity-block fee"
+    assert fee.source == "price unknown: set capacity.upfront_fee_usd (a Karpenter pool's block has no starts_at/ends_at)"
+
+
+def test_a_karpenter_pool_on_an_existing_reservation_bills_it_while_idle(synth: Synth) -> None:
+    from fminfra.config import parse_config, read_yaml
+
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    data["compute"]["inference_node_groups"][1]["capacity"] = {"type": "reservation", "reservation_ids": ["cr-0123456789abcdef0"]}
+    est = _karpenter_estimate(synth, parse_config(data, "f.yaml"))
+    p5 = _price("ec2:p5.48xlarge", "us-west-2")
+    (reserved,) = [i for i in est.items if i.kind == RESERVED]
+    assert reserved.name == "reservations for serve-p5: 2 x p5.48xlarge (existing)" and reserved.per_hour == pytest.approx(2 * p5)
+    (pool,) = [i for i in est.items if i.name.startswith("serve-p5:")]
+    assert pool.per_hour == 0 and pool.source == "billed by its reservations"
+    assert not [i for i in est.items if i.kind == UPFRONT]
+
+
+def test_cost_says_a_karpenter_pool_is_free_while_idle_and_what_it_costs_at_max(synth: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cost", str(ROOT / "tests" / "configs" / "eks-karpenter.yaml"), "--outdir", str(synth.outdir)]) == 0
+    out = capsys.readouterr().out
+    monthly = 4 * _price("ec2:g6e.12xlarge", "us-west-2") * HOURS_PER_MONTH
+    assert (
+        f"Karpenter pools (serve-g6e): $0 while idle; at their maximum ${monthly / HOURS_PER_MONTH:,.2f} an hour, ${monthly:,.2f} a month"
+        in out
+    )
+
+
+def test_a_karpenter_pool_limit_that_is_not_the_configs_max_size_is_stale(synth: Synth) -> None:
+    from fminfra.ops.cost import disagreements, stacks_of
+
+    cfg = synth.configs["eks-karp"]
+    assert disagreements(cfg, stacks_of(cfg, synth.outdir)) == []
+    groups = [g.model_copy(update={"max_size": 5}) if g.name == "serve-g6e" else g for g in cfg.compute.inference_node_groups]
+    stale = cfg.model_copy(update={"compute": cfg.compute.model_copy(update={"inference_node_groups": groups})})
+    assert disagreements(stale, stacks_of(stale, synth.outdir)) == [
+        "the templates and the config disagree: group serve-g6e max_size 4 in the templates, 5 in the config (synthesize again)"
+    ]
+
+
+def test_the_capacity_type_label_is_karpenter_pools_own() -> None:
+    from fminfra.eks.constructs.karpenter_pools import CAPACITY_TYPE_LABEL as POOLS_LABEL
+    from fminfra.ops.cost import CAPACITY_TYPE_LABEL
+
+    assert CAPACITY_TYPE_LABEL == POOLS_LABEL

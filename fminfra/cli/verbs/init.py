@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--count",
         type=int,
         default=2,
-        help="instances (inference: the node group's fixed size: fminfra installs no node autoscaler); default 2",
+        help="instances (inference: the node group's fixed size, unless compute.eks.karpenter provisions its nodes); default 2",
     )
     p.add_argument("--capacity-type", choices=CAPACITY_TYPES, default="on-demand", help="default on-demand")
     p.add_argument(
