@@ -341,14 +341,18 @@ def test_a_reservation_group_and_a_training_plan_sit_in_the_az_of_what_uses_them
 def _reported_variants() -> list[dict[str, Any]]:
     """The two pictures a read reported labels over each other in (not among tests/configs): HyperPod
     Slurm with EKS inference groups on-demand and on an ODCR, and HyperPod EKS with its inference groups
-    on two existing reservations (one each, and one group on both)."""
+    on existing reservations (one each, and one group on two beside one on a third)."""
     slurm = yaml.safe_load((ROOT / "tests" / "configs" / "hp-slurm-inference.yaml").read_text())
     p5 = next(g for g in slurm["compute"]["inference_node_groups"] if g["name"] == "serve-p5")
     p5.pop("placement", None)
     p5["capacity"] = {"type": "odcr"}
     base = yaml.safe_load((ROOT / "tests" / "configs" / "capacity-eks.yaml").read_text())
     variants = [slurm]
-    for reservations in ([["cr-0ccccccccccccccc1"], ["cr-0ddddddddddddddd1"]], [["cr-0ccccccccccccccc1", "cr-0ddddddddddddddd1"]] * 2):
+    # (a reservation serves one group: validate refuses one named by two)
+    for reservations in (
+        [["cr-0ccccccccccccccc1"], ["cr-0ddddddddddddddd1"]],
+        [["cr-0ccccccccccccccc1", "cr-0ddddddddddddddd1"], ["cr-0eeeeeeeeeeeeeee1"]],
+    ):
         eks = copy.deepcopy(base)
         eks["name"] = f"cap-eks{len(variants)}"
         for group, ids in zip(eks["compute"]["inference_node_groups"], reservations, strict=True):
