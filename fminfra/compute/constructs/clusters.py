@@ -59,7 +59,7 @@ from fminfra.hyperpod.rules import (
     VPC_CONFIG_ENI_ACTIONS,
     VPC_CONFIG_READ_ACTIONS,
 )
-from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.amp_scraper import DEFAULT_JOBS, AmpScraper, AmpScraperProps, PodScrapeJob
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
 from fminfra.storage.constructs.lustre import admit_lustre_clients
@@ -93,6 +93,7 @@ class ScraperSpec:
     subnets: Sequence[ec2.ISubnet]
     scrape_interval_seconds: int
     alias: str | None = None
+    jobs: Mapping[str, int | PodScrapeJob] = field(default_factory=lambda: dict(DEFAULT_JOBS))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -632,6 +633,7 @@ def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -
             security_groups=[eks_cluster.cluster.cluster_security_group],
             scrape_interval_seconds=spec.scrape_interval_seconds,
             alias=spec.alias,
+            jobs=spec.jobs,
         ),
     )
     cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")

@@ -64,6 +64,7 @@ from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TAS
 from fminfra.hyperpod.constructs.task_governance import TeamQuota
 from fminfra.hyperpod.rules import plan_drained
 from fminfra.network.stack import NetworkStack, removal_policy
+from fminfra.observability.constructs.amp_scraper import scrape_jobs
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
 from fminfra.storage.rules import FSX_MOUNT
@@ -456,6 +457,7 @@ def add_clusters(
                 subnets=network.private_subnets[:5],
                 scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
                 alias=cfg.physical_name("scraper"),
+                jobs=scrape_jobs(karpenter=compute.karpenter),
             )
     hyperpod = on_eks = None
     if compute.hyperpod:
