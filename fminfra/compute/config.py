@@ -67,14 +67,20 @@ from fminfra.eks.rules import (
     unquoted_version_problem,
 )
 from fminfra.hyperpod.rules import (
+    AUTOSCALING_GROUPS_WITHOUT_ENABLED,
+    AUTOSCALING_MAX_GROUPS,
+    AUTOSCALING_NEEDS_GROUPS,
+    AUTOSCALING_ONLY_EKS,
     CONNECTIVITY_MIN_INSTANCES,
     MAX_INSTANCES,
     PRIORITY_CLASSES_MAX,
     PRIORITY_WEIGHT_MAX,
     QUOTA_MAX_INSTANCE_TYPES,
     TEAM_NAME,
+    autoscaled_group_problems,
     controller_gpu_problem,
     hyperpod_instance_types,
+    not_a_group_problem,
 )
 from fminfra.hyperpod.rules import NAME as HYPERPOD_NAME
 
@@ -593,6 +599,29 @@ class KarpenterConfig(Model):
         return value
 
 
+class HyperPodAutoscalingConfig(Model):
+    """HyperPod EKS: HyperPod's managed autoscaling, a Karpenter HyperPod runs itself, on continuous
+    provisioning, that scales the named instance groups from 0 nodes for pending pods
+    (docs/compute.md#hyperpod-autoscaling)."""
+
+    enabled: bool = Field(
+        default=False,
+        description="orchestrator eks: turn on HyperPod's managed autoscaling (AutoScaling Karpenter, NodeProvisioningMode "
+        "Continuous, the autoscaler's role) with a HyperpodNodeClass and a NodePool of instance_groups.",
+    )
+    instance_groups: list[str] = Field(
+        default_factory=list,
+        description=f"The compute.instance_groups HyperPod's Karpenter scales (1-{AUTOSCALING_MAX_GROUPS}): each count 0, "
+        "on-demand, without deep health checks; the other groups keep their count.",
+    )
+
+    @field_validator("instance_groups")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        _raise_problems([error(f"[{i}]", f"{v!r} is listed twice") for i, v in enumerate(value) if v in value[:i]])
+        return value
+
+
 class EksConfig(Model):
     kubernetes_version: str = Field(
         default_factory=default_kubernetes_version,
@@ -622,6 +651,10 @@ class EksConfig(Model):
     )
     addons: list[EksAddonConfig] = Field(
         default_factory=list, description="Extra EKS add-ons at pinned builds, each after an fminfra component (docs/compute.md)."
+    )
+    autoscaling: HyperPodAutoscalingConfig = Field(
+        default_factory=HyperPodAutoscalingConfig,
+        description="orchestrator eks: HyperPod's managed autoscaling (Karpenter run by HyperPod) of some instance groups.",
     )
 
     @field_validator("addons")
@@ -896,6 +929,7 @@ class ComputeConfig(Model):
             if igroup.capacity.type == "capacity-block" and igroup.placement == "cluster":
                 problems.append(error(f"{path}.placement", f"group {igroup.name!r}: {BLOCK_PLACEMENT}"))
         problems.extend(self._karpenter_problems())
+        problems.extend(self._autoscaling_problems())
         _raise_problems(problems)
         if self.eks is not None:
             _raise_problems(self._scheduling_problems())
@@ -923,6 +957,39 @@ class ComputeConfig(Model):
             )
         return self
 
+    @property
+    def autoscaled_groups(self) -> list[str]:
+        """The HyperPod instance groups HyperPod's managed autoscaling scales (compute.eks.autoscaling)."""
+        if self.orchestrator != "eks" or self.eks is None or not self.eks.autoscaling.enabled:
+            return []
+        return list(self.eks.autoscaling.instance_groups)
+
+    def _autoscaling_problems(self) -> list[Finding]:
+        """compute.eks.autoscaling: orchestrator eks only; 1-10 existing groups, each at count 0, on
+        demand, without deep health checks (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class)."""
+        if self.eks is None:
+            return []
+        scaling = self.eks.autoscaling
+        base = "eks.autoscaling"
+        if self.orchestrator != "eks":
+            if scaling.enabled or scaling.instance_groups:
+                return [error(base, AUTOSCALING_ONLY_EKS.format(orchestrator=self.orchestrator))]
+            return []
+        if not scaling.enabled:
+            return [error(f"{base}.instance_groups", AUTOSCALING_GROUPS_WITHOUT_ENABLED)] if scaling.instance_groups else []
+        if not 1 <= len(scaling.instance_groups) <= AUTOSCALING_MAX_GROUPS:
+            return [error(f"{base}.instance_groups", f"{AUTOSCALING_NEEDS_GROUPS}, got {len(scaling.instance_groups)}")]
+        problems: list[Finding] = []
+        index = {g.name: i for i, g in enumerate(self.instance_groups)}
+        for j, name in enumerate(scaling.instance_groups):
+            if name not in index:
+                problems.append(error(f"{base}.instance_groups[{j}]", not_a_group_problem(name, list(index))))
+                continue
+            group = self.instance_groups[index[name]]
+            for field, problem in autoscaled_group_problems(name, group.count, group.capacity.type, group.deep_health_checks):
+                problems.append(error(f"instance_groups[{index[name]}].{field}", problem))
+        return problems
+
     def _karpenter_problems(self) -> list[Finding]:
         """compute.eks.karpenter: EKS without HyperPod only; the system node group on; each inference
         group on capacity a pool can take, spread over zones, and no UltraServer."""
@@ -934,7 +1001,8 @@ class ComputeConfig(Model):
             return [
                 error(
                     base,
-                    "HyperPod EKS scales its nodes with HyperPod's own managed autoscaling, not a second Karpenter; "
+                    "HyperPod EKS scales its nodes with HyperPod's own managed autoscaling (compute.eks.autoscaling), not a "
+                    "second Karpenter; "
                     "allowed with orchestrator eks: false",
                 )
             ]
@@ -1076,9 +1144,7 @@ class ComputeConfig(Model):
                 problems.append(error(f"{base}.teams[{i}].instances", f"team {team.name!r} holds no instances; give it at least one"))
             for group, count in team.instances.items():
                 if group not in groups:
-                    problems.append(
-                        error(f"{base}.teams[{i}].instances", f"{group!r} is not an instance group; allowed: {', '.join(groups)}")
-                    )
+                    problems.append(error(f"{base}.teams[{i}].instances", not_a_group_problem(group, list(groups))))
                     continue
                 held[group] = held.get(group, 0) + count
             types = {groups[g].spec.name for g in team.instances if g in groups}

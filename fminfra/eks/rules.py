@@ -265,6 +265,12 @@ def addon_taken_problem(name: str, installed: tuple[str, ...]) -> str | None:
 KARPENTER_RELEASE = "karpenter"
 KARPENTER_NAMESPACE = "kube-system"
 KARPENTER_SERVICE_ACCOUNT = "karpenter"
+# Its metrics: the controller's container port `http-metrics` (the chart's default
+# controller.metrics.port, which fminfra leaves), the one the chart's Service targets, at /metrics
+# (docs/facts/karpenter.md#karpenter-metrics-endpoint).
+KARPENTER_METRICS_PORT = 8080
+KARPENTER_METRICS_PORT_NAME = "http-metrics"
+KARPENTER_METRICS_PATH = "/metrics"
 # The NodePool and EC2NodeClass APIs of the pinned release (docs/facts/karpenter.md#karpenter-api-versions).
 KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"

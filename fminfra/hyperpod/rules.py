@@ -6,6 +6,7 @@ HyperPod instance group takes; it moves with the pinned boto3 version.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 
 import botocore.session
@@ -126,3 +127,70 @@ def plan_drained(orchestrator: str, capacity_type: str) -> bool:
     """Whether the HyperPod EKS plan drain drains a group: a training-plan group of a HyperPod
     cluster orchestrated by EKS."""
     return orchestrator == "eks" and capacity_type == PLAN_DRAIN_CAPACITY
+
+
+# --- HyperPod's managed autoscaling (compute.eks.autoscaling; docs/compute.md#hyperpod-autoscaling) ---
+# The CloudFormation values (docs/facts/hyperpod.md#hyperpod-autoscaling-api).
+AUTOSCALING_MODE = "Enable"
+AUTOSCALER_TYPE = "Karpenter"
+NODE_PROVISIONING_MODE = "Continuous"
+# Managed autoscaling needs node recovery Automatic (docs/facts/hyperpod.md#hyperpod-autoscaling-prerequisites).
+AUTOSCALING_NODE_RECOVERY = "Automatic"
+# The autoscaler's role: trusted by HyperPod, allowed to add and remove the cluster's nodes and to
+# grant SageMaker the use of a volume's KMS key; no AWS managed policy covers it
+# (docs/facts/hyperpod.md#hyperpod-autoscaling-cluster-role).
+AUTOSCALER_PRINCIPAL = "hyperpod.sagemaker.amazonaws.com"
+AUTOSCALER_NODE_ACTIONS = ("sagemaker:BatchAddClusterNodes", "sagemaker:BatchDeleteClusterNodes")
+AUTOSCALER_KMS_ACTIONS = ("kms:CreateGrant", "kms:DescribeKey")
+AUTOSCALER_KMS_VIA_SERVICE = "sagemaker.*.amazonaws.com"
+AUTOSCALER_KMS_GRANT_OPERATIONS = (
+    "CreateGrant", "Decrypt", "DescribeKey", "GenerateDataKeyWithoutPlaintext", "ReEncryptTo", "ReEncryptFrom", "RetireGrant",
+)  # fmt: skip
+# The NodeClass and NodePool HyperPod's Karpenter reads; a NodeClass lists at most 10 instance groups
+# (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class).
+NODE_CLASS_API = "karpenter.sagemaker.amazonaws.com/v1"
+NODE_CLASS_KIND = "HyperpodNodeClass"
+NODE_POOL_API = "karpenter.sh/v1"
+AUTOSCALING_MAX_GROUPS = 10
+AUTOSCALING_ONLY_EKS = (
+    "HyperPod's managed autoscaling (Karpenter run by HyperPod, on continuous provisioning) is for HyperPod "
+    "orchestrated by EKS only; allowed with orchestrator {orchestrator}: enabled false and no instance_groups"
+)
+AUTOSCALING_NEEDS_GROUPS = (
+    f"name the HyperPod instance groups HyperPod's Karpenter scales: 1-{AUTOSCALING_MAX_GROUPS} groups of "
+    f"compute.instance_groups (a NodeClass lists at most {AUTOSCALING_MAX_GROUPS})"
+)
+AUTOSCALING_GROUPS_WITHOUT_ENABLED = "lists instance groups but enabled is false; set enabled: true or drop the list"
+
+
+def not_a_group_problem(name: str, allowed: Sequence[str]) -> str:
+    """A name that is not one of the cluster's instance groups."""
+    return f"{name!r} is not an instance group; allowed: {', '.join(allowed) or 'none'}"
+
+
+def autoscaled_group_problems(name: str, count: int, capacity_type: str, deep_health_checks: Sequence[str] | None) -> list[tuple[str, str]]:
+    """(field, problem) for an instance group HyperPod's Karpenter is to scale: it starts at 0 nodes,
+    is on demand, and runs no deep health checks (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class)."""
+    problems = []
+    if count != 0:
+        problems.append(
+            (
+                "count",
+                f"group {name!r} is scaled by HyperPod's Karpenter, which starts it at 0 nodes (and scales any others down to 0); set count: 0, got {count}",
+            )
+        )
+    if capacity_type != "on-demand":
+        problems.append(
+            (
+                "capacity.type",
+                f"group {name!r}: HyperPod's Karpenter scales on-demand groups only (not a training plan); allowed: on-demand, got {capacity_type}",
+            )
+        )
+    if deep_health_checks:
+        problems.append(
+            (
+                "deep_health_checks",
+                f"group {name!r}: HyperPod's Karpenter takes no group with deep health checks (60-90 minutes while pods wait); allowed: [] or unset, got {', '.join(deep_health_checks)}",
+            )
+        )
+    return problems  # fmt: skip

@@ -3,7 +3,8 @@
 What it shows: the VPC, its AZs by AZ ID and their subnets, nested (VPC > AZ > subnet); each thing
 that runs in a subnet inside it (a group in several subnets beside them, with an edge to each); the
 EFA security group, placement groups, each capacity source (ODCR, Capacity Block, training plan), GPU
-groups as count x type, the FSx file system and its S3 links, HyperPod and EKS, AMP, AMG and what
+groups as count x type, Karpenter pools (NodePools in the Kubernetes manifests the templates hold)
+as 0..limit x type, the FSx file system and its S3 links, HyperPod and EKS, AMP, AMG and what
 feeds them. Groups, not nodes: a 1,000-node environment draws like a 10-node one.
 
 Only edges the templates prove are drawn: each edge carries its proof, the resource and property
@@ -17,6 +18,7 @@ own parser) and SVG or PNG laid out by D2 (`fminfra.ops.diagram_layout`).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import Any
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.eks.rules import KARPENTER_NODECLASS_API, KARPENTER_NODEPOOL_API
 from fminfra.ops import diagram_layout
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
 
@@ -152,6 +155,41 @@ def _literal_tail(value: Any) -> str:
     return ""
 
 
+KUBERNETES_MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+_PLACEHOLDER = "@@fminfra-token-{}@@"
+
+
+def manifest_objects(value: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The Kubernetes objects of a manifest resource's `Manifest` (a JSON string, or an Fn::Join of
+    strings and tokens), each token replaced by a placeholder that `tokens_in` maps back; ([], []) when
+    it is not JSON."""
+    if isinstance(value, str):
+        parts: list[Any] = [value]
+    elif isinstance(value, dict) and isinstance(value.get("Fn::Join"), list) and value["Fn::Join"][0] == "":
+        parts = list(value["Fn::Join"][1])
+    else:
+        return [], []
+    tokens = [p for p in parts if not isinstance(p, str)]
+    text, i = "", 0
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+        else:
+            text += _PLACEHOLDER.format(i)
+            i += 1
+    try:
+        objects = json.loads(text)
+    except ValueError:
+        return [], []
+    objects = objects if isinstance(objects, list) else [objects]
+    return [o for o in objects if isinstance(o, dict)], tokens
+
+
+def tokens_in(text: Any, tokens: list[Any]) -> list[Any]:
+    """The tokens whose placeholders `text` holds (a manifest field's value)."""
+    return [t for i, t in enumerate(tokens) if _PLACEHOLDER.format(i) in json.dumps(text)]
+
+
 def _id(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", text)
 
@@ -210,6 +248,12 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             for subnet in subnets:
                 pic.edge(box.id, subnet_box[subnet], "subnet", Proof(holder, prop, subnet))
         return box
+
+    def az_of(gid: str) -> str:
+        """Where a capacity source of group `gid` sits: a reservation belongs to an AZ, the AZ of the
+        group's one subnet; the VPC when the group spans AZs."""
+        zone = pic.box(gid).zone
+        return next((c.parent for c in pic.containers if c.id == zone and zone.startswith("subnet_") and c.parent), VPC)
 
     nat = len(of_type("AWS::EC2::NatGateway"))
     endpoints = len(of_type("AWS::EC2::VPCEndpoint"))
@@ -291,7 +335,7 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             pic.edge("hyperpod", gid, "runs", Proof(lid, f"InstanceGroups[{i}].InstanceGroupName", g["InstanceGroupName"]))
             if g.get("TrainingPlanArn"):
                 plan = f"plan_{_id(g['InstanceGroupName'])}"
-                pic.add(Box(plan, "SageMaker training plan", REGION))
+                pic.add(Box(plan, "SageMaker training plan", az_of(gid)))
                 pic.edge(plan, gid, "capacity", Proof(lid, f"InstanceGroups[{i}].TrainingPlanArn", str(g["TrainingPlanArn"])))
             uri = str((g.get("LifeCycleConfig") or {}).get("SourceS3Uri", ""))
             for prefix, (deployment, referenced) in lifecycle.items():
@@ -330,15 +374,48 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             block = (data.get("InstanceMarketOptions") or {}).get("MarketType") == "capacity-block"
             bid = f"reservation_{_id(gid)}"
             kind = "Capacity Block" if block else "reservation"
-            # A reservation belongs to an AZ: the AZ of the group's one subnet (else the VPC).
-            zone = pic.box(gid).zone
-            az = next((c.parent for c in pic.containers if c.id == zone and zone.startswith("subnet_")), None)
-            pic.add(Box(bid, f"{kind} {reservation}", az or VPC))
+            pic.add(Box(bid, f"{kind} {reservation}", az_of(gid)))
             pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", reservation))
         elif target.get("CapacityReservationResourceGroupArn") and not reserved & set(odcr_box):
             bid = f"reservation_{_id(gid)}"
-            pic.add(Box(bid, "capacity reservation group", REGION, resource=next(iter(reserved), "")))
+            pic.add(Box(bid, "capacity reservation group", az_of(gid), resource=next(iter(reserved), "")))
             pic.edge(bid, gid, "capacity", Proof(lt, "LaunchTemplateData.CapacityReservationSpecification", next(iter(reserved), "")))
+
+    def karpenter_pools(mid: str, mprops: dict[str, Any]) -> list[str]:
+        """The Karpenter NodePools a manifest resource declares, drawn where their EC2NodeClass's
+        subnets (`subnetSelectorTerms` by id) are, with the reservations its
+        `capacityReservationSelectorTerms` name; their box ids."""
+        objects, tokens = manifest_objects(mprops.get("Manifest"))
+        classes = {
+            (o.get("metadata") or {}).get("name"): o.get("spec") or {}
+            for o in objects
+            if o.get("apiVersion") == KARPENTER_NODECLASS_API and o.get("kind") == "EC2NodeClass"
+        }
+        drawn = []
+        for o in objects:
+            if o.get("apiVersion") != KARPENTER_NODEPOOL_API or o.get("kind") != "NodePool":
+                continue
+            name = str((o.get("metadata") or {}).get("name"))
+            spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
+            wants = {r.get("key"): r.get("values") or [] for r in spec.get("requirements") or [] if r.get("operator") == "In"}
+            itype = ", ".join(wants.get("node.kubernetes.io/instance-type") or ["?"])
+            kinds = ", ".join(wants.get("karpenter.sh/capacity-type") or ["?"])
+            nodes = ((o.get("spec") or {}).get("limits") or {}).get("nodes", "?")
+            node_class = classes.get((spec.get("nodeClassRef") or {}).get("name")) or {}
+            subnets = tokens_in([t.get("id") for t in node_class.get("subnetSelectorTerms") or []], tokens)
+            pid = f"pool_{_id(name)}"
+            label = f"{name}: 0..{nodes} x {itype} (Karpenter NodePool: {kinds})"
+            place(Box(pid, label, VPC, resource=mid), mid, "Manifest", subnets)
+            drawn.append(pid)
+            # An id selects an ODCR or a Capacity Block alike; the manifest does not say which
+            # (docs/facts/karpenter.md#karpenter-reserved-capacity), so the box says "reservation".
+            for term in node_class.get("capacityReservationSelectorTerms") or []:
+                reservation = term.get("id")
+                if isinstance(reservation, str) and not tokens_in(reservation, tokens):
+                    bid = f"reservation_{_id(pid)}_{_id(reservation)}"
+                    pic.add(Box(bid, f"reservation {reservation}", az_of(pid)))
+                    pic.edge(bid, pid, "capacity", Proof(mid, "Manifest", reservation))
+        return drawn
 
     # EKS.
     for lid, props, _ in of_type("AWS::EKS::Cluster"):
@@ -346,6 +423,10 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
         for nid, nprops, _ in of_type("AWS::EKS::Nodegroup"):
             if lid in refs.of(nprops.get("ClusterName")):
                 pic.edge("eks", f"nodegroup_{_id(nid)}", "schedules", Proof(nid, "ClusterName", lid))
+        for mid, mprops, _ in of_type(KUBERNETES_MANIFEST):
+            if lid in refs.of(mprops.get("ClusterName")):
+                for pool in karpenter_pools(mid, mprops):
+                    pic.edge("eks", pool, "schedules", Proof(mid, "ClusterName", lid))
         for hid, hprops, _ in of_type("AWS::SageMaker::Cluster"):
             if lid in refs.of(hprops.get("Orchestrator")):
                 pic.edge("hyperpod", "eks", "orchestrated by", Proof(hid, "Orchestrator.Eks.ClusterArn", lid))

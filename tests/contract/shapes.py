@@ -66,6 +66,12 @@ SAGEMAKER_CLUSTER = CreateApi(
         "InstanceGroups[].OverrideVpcConfig.SecurityGroupIds": "SecurityGroupIds",
         "InstanceGroups[].OverrideVpcConfig.Subnets": "Subnets",
         "NodeRecovery": "NodeRecovery",
+        # HyperPod's managed autoscaling (docs/facts/hyperpod.md#hyperpod-autoscaling-api)
+        "AutoScaling": "AutoScaling",
+        "AutoScaling.Mode": "Mode",
+        "AutoScaling.AutoScalerType": "AutoScalerType",
+        "ClusterRole": "ClusterRole",
+        "NodeProvisioningMode": "NodeProvisioningMode",
         "Orchestrator": "Orchestrator",
         "Orchestrator.Eks": "Eks",
         "Orchestrator.Eks.ClusterArn": "ClusterArn",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
@@ -15,11 +16,11 @@ from aws_cdk.assertions import Match, Template
 
 from fminfra.core.errors import ValidationError
 from fminfra.observability.constructs.alerting import AlertTopic, AlertTopicProps, FsxLustreAlarms, FsxLustreAlarmsProps
-from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps, PodScrapeJob
 from fminfra.observability.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
 from fminfra.observability.rules import expected_node_count, expected_nodes_group, load_rule_groups
-from tests.conftest import SHIPPED_NAMES, Synth
+from tests.conftest import ROOT, SHIPPED_NAMES, Synth
 
 ENV = cdk.Environment(account="111111111111", region="us-west-2")
 
@@ -396,6 +397,18 @@ def test_scraper_writes_to_the_encrypted_workspace_through_a_source_and_a_target
     assert any(d.startswith("ScraperSourceRoleDefaultPolicy") for d in depends)
 
 
+@pytest.mark.parametrize("jobs", [{"dcgm": 0}, {"k": PodScrapeJob(port=65536, namespace="kube-system")}])
+def test_scraper_refuses_a_port_no_pod_has(jobs: dict[str, int | PodScrapeJob]) -> None:
+    stack = _stack()
+    workspace = PrometheusWorkspace(stack, "Prometheus", PrometheusWorkspaceProps(alias="a"))
+    [(name, job)] = jobs.items()
+    port = job.port if isinstance(job, PodScrapeJob) else job
+    with pytest.raises(ValidationError, match=f"^{re.escape(f'jobs[{name!r}] must be a port 1-65535, got {port}')}$"):
+        AmpScraper(
+            stack, "Scraper", AmpScraperProps(cluster_arn="arn", subnets=_vpc_subnets(stack, ["a", "b"]), workspace=workspace, jobs=jobs)
+        )
+
+
 @pytest.mark.parametrize("seconds", [5, 15, 29, 301])
 def test_scraper_refuses_an_interval_the_collector_refuses(seconds: int) -> None:
     stack = _stack()
@@ -601,3 +614,22 @@ def test_expected_node_count_counts_every_eks_node(synth: Synth) -> None:
         assert expected_node_count(cfg) == training + eks_nodes, env
         checked += 1
     assert checked >= 3
+
+
+def test_expected_node_count_leaves_out_karpenters_nodes(tmp_path: Path) -> None:
+    """Karpenter keeps no desired size (docs/compute.md#karpenter): a pool's desired_size counted as
+    expected nodes would page NodesMissing whenever no pod needs the pool. Only the system nodes."""
+    from fminfra.config import load_config
+    from fminfra.observability.rules import expected_node_count
+
+    text = (ROOT / "tests" / "configs" / "eks-karpenter.yaml").read_text().replace("desired_size: 0", "desired_size: 2")
+    assert text.count("desired_size: 2") == 2
+    (tmp_path / "k.yaml").write_text(text)
+    cfg = load_config(tmp_path / "k.yaml")
+    assert cfg.compute.karpenter and [g.desired_size for g in cfg.compute.inference_node_groups] == [2, 2]
+    assert expected_node_count(cfg) == cfg.compute.system_node_count() == 2
+    # the old count, and the count of the same groups as node groups: each at its desired size
+    off = load_config(tmp_path / "k.yaml")
+    assert off.compute.eks is not None
+    off.compute.eks.karpenter.enabled = False
+    assert expected_node_count(off) == 2 + 2 + 2

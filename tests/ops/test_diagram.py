@@ -15,23 +15,23 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
+from fminfra.app.synth import build_app
 from fminfra.config import load_config, parse_config
 from fminfra.core.assembly import StackTemplate, read_assembly
 from fminfra.ops.diagram import VPC, Edge, Picture, Proof, build, d2_id, d2_source, mermaid
 from fminfra.ops.diagram_layout import TOLERANCE_PX, Layout, Rect, d2_binary, layout_of, overlaps, render
-from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, Synth
+from tests.conftest import EXAMPLE_CONFIGS, ROOT, SHIPPED_CONFIGS, TEST_CONFIGS, Synth
 
 PARSER = ROOT / "tests" / "ops" / "mermaid_parse.mjs"
 NODE = shutil.which("node", path=str(ROOT / ".venv" / "bin")) or "node"
-CONFIGS = [
-    *SHIPPED_CONFIGS,
-    *EXAMPLE_CONFIGS,
-    *(ROOT / "tests" / "configs" / n for n in ("cost-ec2.yaml", "capacity-ec2.yaml", "eks-inference-only.yaml", "hp-slurm-inference.yaml")),
-]
-PICTURED = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, ROOT / "tests" / "configs" / "eks-inference-only.yaml"]
+CONFIGS = [*SHIPPED_CONFIGS, *EXAMPLE_CONFIGS, *TEST_CONFIGS]
+# Before: only the shipped configs, the examples and one test config were laid out; the test configs
+# with EKS inference groups on reservations drew labels over each other.
+PICTURED = CONFIGS
 
 
 def _picture(synth: Synth, config: Path) -> tuple[Picture, list[StackTemplate]]:
@@ -90,6 +90,8 @@ def _mentions(value: Any, target: str, exports: dict[str, str]) -> bool:
     or an import of an export whose value does)."""
     text = json.dumps(value)
     if value == target or f'"{target}"' in text:  # the value, a string in it, a Ref or Fn::GetAtt of it
+        return True
+    if f'\\"{target}\\"' in text:  # a string in JSON held in a string (a Kubernetes manifest's field)
         return True
     return any(f'"{target}"' in exports.get(name, "") for name in re.findall(r'"Fn::ImportValue": "([^"]+)"', text))
 
@@ -291,3 +293,83 @@ def test_a_reservation_is_drawn_in_its_az_not_in_a_subnet(synth: Synth, config: 
     for group, az in groups.items():
         (box,) = [pic.box(e.source) for e in pic.edges if e.target == group and e.label == "capacity"]
         assert box.zone == az and pic.box(group).zone.startswith("subnet_")
+
+
+def test_karpenter_pools_are_drawn_with_their_subnets_reservation_and_cluster(synth: Synth) -> None:
+    """Before: with compute.eks.karpenter the inference groups are NodePools in Kubernetes manifests, and
+    the picture drew only the system node group."""
+    pic, _ = _picture(synth, ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    pools = {b.label.split(":")[0]: b for b in pic.boxes if b.id.startswith("pool_")}
+    assert sorted(pools) == ["serve-g6e", "serve-p5"]
+    assert pools["serve-g6e"].label == "serve-g6e: 0..4 x g6e.12xlarge (Karpenter NodePool: on-demand, spot)"
+    assert pools["serve-p5"].label == "serve-p5: 0..2 x p5.48xlarge (Karpenter NodePool: reserved)"
+    for pool in pools.values():
+        subnets = [e.target for e in pic.edges if e.source == pool.id and e.label == "subnet"]
+        azs = {next(c.parent for c in pic.containers if c.id == s) for s in subnets}
+        assert pool.zone == VPC and len(subnets) == len(azs) == 2
+        assert all(c.label.startswith("private") for c in pic.containers if c.id in subnets)
+        assert [e.source for e in pic.edges if e.target == pool.id and e.label == "schedules"] == ["eks"]
+    (reservation,) = [pic.box(e.source) for e in pic.edges if e.target == pools["serve-p5"].id and e.label == "capacity"]
+    assert reservation.label == "reservation cr-0123456789abcdef0" and reservation.zone == VPC
+    assert not [e for e in pic.edges if e.target == pools["serve-g6e"].id and e.label == "capacity"]
+
+
+@pytest.mark.parametrize(
+    ("config", "users"),
+    [
+        ("tests/configs/capacity-eks.yaml", ["reservation group", "training plan"]),
+        ("tests/configs/capacity-ec2.yaml", ["reservation group"]),
+        ("config/prod.yaml", ["training plan"]),
+    ],
+)
+def test_a_reservation_group_and_a_training_plan_sit_in_the_az_of_what_uses_them(synth: Synth, config: str, users: list[str]) -> None:
+    """Before: an existing-reservation group and a training plan were drawn at region level, outside
+    the VPC; each belongs to the AZ of the group that uses it (the VPC when that group spans AZs)."""
+    pic, _ = _picture(synth, ROOT / config)
+    found = 0
+    for e in pic.edges:
+        source = next((b for b in pic.boxes if b.id == e.source), None)
+        if e.label != "capacity" or source is None or not any(u in source.label for u in users):
+            continue
+        found += 1
+        group = pic.box(e.target)
+        az = next((c.parent for c in pic.containers if c.id == group.zone), None) if group.zone.startswith("subnet_") else VPC
+        assert source.zone == az, (source, group)
+    assert found
+
+
+def _reported_variants() -> list[dict[str, Any]]:
+    """The two pictures a read reported labels over each other in (not among tests/configs): HyperPod
+    Slurm with EKS inference groups on-demand and on an ODCR, and HyperPod EKS with its inference groups
+    on existing reservations (one each, and one group on two beside one on a third)."""
+    slurm = yaml.safe_load((ROOT / "tests" / "configs" / "hp-slurm-inference.yaml").read_text())
+    p5 = next(g for g in slurm["compute"]["inference_node_groups"] if g["name"] == "serve-p5")
+    p5.pop("placement", None)
+    p5["capacity"] = {"type": "odcr"}
+    base = yaml.safe_load((ROOT / "tests" / "configs" / "capacity-eks.yaml").read_text())
+    variants = [slurm]
+    # (a reservation serves one group: validate refuses one named by two)
+    for reservations in (
+        [["cr-0ccccccccccccccc1"], ["cr-0ddddddddddddddd1"]],
+        [["cr-0ccccccccccccccc1", "cr-0ddddddddddddddd1"], ["cr-0eeeeeeeeeeeeeee1"]],
+    ):
+        eks = copy.deepcopy(base)
+        eks["name"] = f"cap-eks{len(variants)}"
+        for group, ids in zip(eks["compute"]["inference_node_groups"], reservations, strict=True):
+            group["capacity"] = {"type": "reservation", "reservation_ids": ids}
+        variants.append(eks)
+    return variants
+
+
+def test_the_reported_pictures_lay_out_without_a_label_over_another(tmp_path: Path) -> None:
+    """Not reproduced at the pinned D2 (the check found none on the code before either); kept so that
+    these two shapes of environment stay laid out."""
+    configs = [parse_config(v) for v in _reported_variants()]
+    app = cdk.App(outdir=str(tmp_path), context=json.loads((ROOT / "cdk.json").read_text())["context"])
+    build_app(configs, app=app)
+    app.synth()
+    stacks = read_assembly(tmp_path)
+    for cfg in configs:
+        pic = build(cfg, stacks[cfg.name])
+        assert sum(e.label == "schedules" for e in pic.edges) == 3 and any(e.label == "capacity" for e in pic.edges)
+        assert (cfg.name, overlaps(layout_of(d2_source(pic)))) == (cfg.name, [])

@@ -42,6 +42,7 @@ from fminfra.eks.constructs.kueue import RELEASE as KUEUE_RELEASE
 from fminfra.eks.constructs.kueue import GpuFlavor, Kueue, KueueProps
 from fminfra.eks.constructs.load_balancer_controller import AwsLoadBalancerController, AwsLoadBalancerControllerProps
 from fminfra.eks.rules import FSX_CSI_ADDON, KARPENTER_NAMESPACE, KARPENTER_RELEASE, LBC_NAMESPACE, LBC_RELEASE, REPELLING_EFFECTS
+from fminfra.hyperpod.constructs.autoscaling import add_autoscaling_manifests
 from fminfra.hyperpod.constructs.cluster import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from fminfra.hyperpod.constructs.dependencies import NAMESPACE as DEPENDENCIES_NAMESPACE
 from fminfra.hyperpod.constructs.dependencies import RELEASE as DEPENDENCIES_RELEASE
@@ -58,7 +59,7 @@ from fminfra.hyperpod.rules import (
     VPC_CONFIG_ENI_ACTIONS,
     VPC_CONFIG_READ_ACTIONS,
 )
-from fminfra.observability.constructs.amp_scraper import AmpScraper, AmpScraperProps
+from fminfra.observability.constructs.amp_scraper import DEFAULT_JOBS, AmpScraper, AmpScraperProps, PodScrapeJob
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
 from fminfra.storage.constructs.lustre import admit_lustre_clients
@@ -92,6 +93,7 @@ class ScraperSpec:
     subnets: Sequence[ec2.ISubnet]
     scrape_interval_seconds: int
     alias: str | None = None
+    jobs: Mapping[str, int | PodScrapeJob] = field(default_factory=lambda: dict(DEFAULT_JOBS))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +114,8 @@ class HyperPodSpec:
 
     security_groups: of the nodes (the EFA group); on EKS the cluster security group is added.
     data_access: the nodes' access to the data bucket. Default: none.
+    autoscaled_groups: groups HyperPod's managed autoscaling scales (`HyperPodClusterProps`; on EKS
+      with their NodeClass and NodePool, `fminfra.hyperpod.constructs.autoscaling`). Default: none.
     vpc: the VPC of the subnets, which the role's network-interface permissions name. Default: on
       EKS the EKS cluster's VPC; else any VPC of the account in the region (`vpc/*`).
     """
@@ -123,6 +127,7 @@ class HyperPodSpec:
     lifecycle: LifecycleScriptsProps
     data_access: DataAccess | None = None
     vpc: ec2.IVpc | None = None
+    autoscaled_groups: Sequence[str] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +280,7 @@ class Clusters(Construct):
         self.load_balancer: AwsLoadBalancerController | None = None
         self.extensions: dict[str, IConstruct] = {}
         self.karpenter: Karpenter | None = None
+        self.autoscaling: IConstruct | None = None
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
         on_eks = props.hyperpod_on_eks
@@ -528,6 +534,7 @@ class Clusters(Construct):
                 lifecycle_source_s3_uri=self.lifecycle.source_s3_uri,
                 lifecycle_entry_script=self.lifecycle.entry_script,
                 eks_cluster_arn=self.eks.cluster_arn if on_eks is not None and self.eks is not None else None,
+                autoscaled_groups=spec.autoscaled_groups,
             ),
         )
         self.hyperpod.node.add_dependency(self.lifecycle.deployment)
@@ -535,6 +542,8 @@ class Clusters(Construct):
         cdk.Tags.of(self.hyperpod.cluster).add("SageMaker", "true")
         if on_eks is not None and self.eks is not None:
             self._order_hyperpod_eks()
+            if spec.autoscaled_groups:
+                self.autoscaling = add_autoscaling_manifests(self.eks.cluster, self.hyperpod, spec.autoscaled_groups)
             if on_eks.task_governance is not None:
                 self.task_governance = self._task_governance(stack, on_eks.task_governance)
             if on_eks.accept_access is not None:
@@ -624,6 +633,7 @@ def _amp_scraper(stack: Construct, spec: ScraperSpec, eks_cluster: EksCluster) -
             security_groups=[eks_cluster.cluster.cluster_security_group],
             scrape_interval_seconds=spec.scrape_interval_seconds,
             alias=spec.alias,
+            jobs=spec.jobs,
         ),
     )
     cdk.CfnOutput(stack, "AmpScraperArn", value=scraper.scraper_arn, description="AMP managed scraper of the EKS cluster")

@@ -64,6 +64,7 @@ from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TAS
 from fminfra.hyperpod.constructs.task_governance import TeamQuota
 from fminfra.hyperpod.rules import plan_drained
 from fminfra.network.stack import NetworkStack, removal_policy
+from fminfra.observability.constructs.amp_scraper import scrape_jobs
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
 from fminfra.storage.rules import FSX_MOUNT
@@ -351,7 +352,10 @@ def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGro
                 )
             )
     checks = {"instance_stress": "InstanceStress", "instance_connectivity": "InstanceConnectivity"}
+    autoscaled = cfg.compute.autoscaled_groups
     for g in cfg.compute.instance_groups:
+        # HyperPod's Karpenter takes no group with deep health checks (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class)
+        default_checks: list[str] | None = [] if g.name in autoscaled else None
         groups.append(
             HyperPodInstanceGroup(
                 name=g.name,
@@ -359,7 +363,7 @@ def hyperpod_instance_groups(cfg: EnvironmentConfig) -> list[HyperPodInstanceGro
                 instance_count=g.count,
                 threads_per_core=g.threads_per_core,
                 instance_storage_gib=g.instance_storage_gib if g.instance_storage_gib is not None else 500,
-                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else None,
+                deep_health_checks=[checks[c] for c in g.deep_health_checks] if g.deep_health_checks is not None else default_checks,
                 training_plan_arn=g.capacity.training_plan_arn,
             )
         )
@@ -453,6 +457,7 @@ def add_clusters(
                 subnets=network.private_subnets[:5],
                 scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
                 alias=cfg.physical_name("scraper"),
+                jobs=scrape_jobs(karpenter=compute.karpenter),
             )
     hyperpod = on_eks = None
     if compute.hyperpod:
@@ -469,6 +474,7 @@ def add_clusters(
                 removal_policy=removal_policy(cfg),
             ),
             data_access=data_access(cfg, data_bucket),
+            autoscaled_groups=compute.autoscaled_groups,
         )
         if compute.orchestrator == "eks" and eks_props is not None:
             on_eks = HyperPodOnEksSpec(
@@ -538,9 +544,9 @@ def applies_manifests(cfg: EnvironmentConfig) -> bool:
     """Whether anything but the charts applies Kubernetes objects through CDK's kubectl provider (which
     the cluster then needs even without a chart; aws-cdk-lib's KubernetesManifest refuses a cluster
     without one): the HyperPod EKS plan drain's RBAC, the acceptance role's namespaces and RBAC, and
-    Kueue's queue objects."""
+    Kueue's queue objects, HyperPod's autoscaling NodeClass and NodePool."""
     plan_drain = cfg.compute.orchestrator == "eks" and bool(plan_drain_groups(cfg))
-    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas())
+    return plan_drain or accept_access(cfg) is not None or bool(cfg.compute.kueue_quotas()) or bool(cfg.compute.autoscaled_groups)
 
 
 def plan_drain_groups(cfg: EnvironmentConfig) -> list[PlanDrainGroup]:

@@ -14,7 +14,25 @@ from constructs import Construct
 from fminfra import catalog
 from fminfra.core.errors import ValidationError
 from fminfra.core.regional import CDK_VALIDATE_RULE, cdk_validate_acknowledged
-from fminfra.hyperpod.rules import CONNECTIVITY_MIN_INSTANCES, MAX_INSTANCES, NAME, hyperpod_instance_types
+from fminfra.hyperpod.rules import (
+    AUTOSCALER_KMS_ACTIONS,
+    AUTOSCALER_KMS_GRANT_OPERATIONS,
+    AUTOSCALER_KMS_VIA_SERVICE,
+    AUTOSCALER_NODE_ACTIONS,
+    AUTOSCALER_PRINCIPAL,
+    AUTOSCALER_TYPE,
+    AUTOSCALING_MAX_GROUPS,
+    AUTOSCALING_MODE,
+    AUTOSCALING_NODE_RECOVERY,
+    CONNECTIVITY_MIN_INSTANCES,
+    MAX_INSTANCES,
+    NAME,
+    NODE_PROVISIONING_MODE,
+    autoscaled_group_problems,
+    hyperpod_instance_types,
+    not_a_group_problem,
+)
+from fminfra.policy.constructs.acknowledge import acknowledge, nag_text
 
 # The deep health checks the CloudFormation schema (cfn-lint 1.58) accepts.
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
@@ -69,6 +87,11 @@ class HyperPodClusterProps:
     eks_cluster_arn: orchestrate with this EKS cluster. Default: Slurm (classic mode, configured
       by the lifecycle scripts from provisioning_parameters.json).
     node_recovery: Automatic or None. Default: Automatic.
+    autoscaled_groups: instance groups HyperPod's managed autoscaling scales (1-10, each at count 0,
+      without training plan or deep health checks): sets AutoScaling (Karpenter),
+      NodeProvisioningMode Continuous and ClusterRole, a role for the autoscaler; EKS only, with
+      node_recovery Automatic (docs/facts/hyperpod.md#hyperpod-autoscaling-prerequisites).
+      Default: none (no autoscaling).
     """
 
     cluster_name: str
@@ -80,6 +103,7 @@ class HyperPodClusterProps:
     lifecycle_entry_script: str = "on_create.sh"
     eks_cluster_arn: str | None = None
     node_recovery: str = "Automatic"
+    autoscaled_groups: Sequence[str] = ()
 
 
 def _check_name(field: str, value: str) -> None:
@@ -134,6 +158,7 @@ class HyperPodCluster(Construct):
             raise ValidationError(f"subnets must list 1-16 subnets, got {len(props.subnets)}")
         if not 1 <= len(props.security_groups) <= 5:
             raise ValidationError(f"security_groups must list 1-5 groups, got {len(props.security_groups)}")
+        _check_autoscaling(props)
         uri = props.lifecycle_source_s3_uri
         if not cdk.Token.is_unresolved(uri) and not uri.startswith("s3://"):
             raise ValidationError(f"lifecycle_source_s3_uri must be an s3:// prefix, got {uri!r}")
@@ -171,6 +196,8 @@ class HyperPodCluster(Construct):
             if props.eks_cluster_arn
             else None
         )
+        # The autoscaler's role (docs/facts/hyperpod.md#hyperpod-autoscaling-cluster-role); None without autoscaling.
+        self.autoscaler_role = _autoscaler_role(self) if props.autoscaled_groups else None
         self.cluster = sagemaker.CfnCluster(
             self,
             "Cluster",
@@ -178,6 +205,11 @@ class HyperPodCluster(Construct):
             instance_groups=groups,
             node_recovery=props.node_recovery,
             orchestrator=orchestrator,
+            auto_scaling=sagemaker.CfnCluster.ClusterAutoScalingConfigProperty(mode=AUTOSCALING_MODE, auto_scaler_type=AUTOSCALER_TYPE)
+            if self.autoscaler_role is not None
+            else None,
+            node_provisioning_mode=NODE_PROVISIONING_MODE if self.autoscaler_role is not None else None,
+            cluster_role=self.autoscaler_role.role_arn if self.autoscaler_role is not None else None,
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
                 subnets=[s.subnet_id for s in props.subnets],
                 security_group_ids=[g.security_group_id for g in props.security_groups],
@@ -203,5 +235,76 @@ class HyperPodCluster(Construct):
         policy = props.execution_role.node.try_find_child("DefaultPolicy")
         if policy is not None:
             self.cluster.node.add_dependency(policy)
+        if self.autoscaler_role is not None:
+            # the autoscaler's policy before the cluster that starts the autoscaler
+            self.cluster.node.add_dependency(self.autoscaler_role.node.find_child("DefaultPolicy"))
         self.cluster_name = props.cluster_name
         self.cluster_arn = self.cluster.attr_cluster_arn
+
+
+def _check_autoscaling(props: HyperPodClusterProps) -> None:
+    """HyperPod's managed autoscaling: EKS, node recovery Automatic, 1-10 groups of the cluster, each
+    at 0 nodes, on demand, without deep health checks (docs/facts/hyperpod.md#hyperpod-autoscaling-node-class)."""
+    names = list(props.autoscaled_groups)
+    if not names:
+        return
+    if props.eks_cluster_arn is None:
+        raise ValidationError(
+            "autoscaled_groups: HyperPod's managed autoscaling needs an EKS orchestrator (eks_cluster_arn); Slurm has none"
+        )
+    if props.node_recovery != AUTOSCALING_NODE_RECOVERY:
+        raise ValidationError(f"node_recovery must be {AUTOSCALING_NODE_RECOVERY} with autoscaled_groups, got {props.node_recovery!r}")
+    if len(names) > AUTOSCALING_MAX_GROUPS or len(set(names)) != len(names):
+        raise ValidationError(f"autoscaled_groups must name 1-{AUTOSCALING_MAX_GROUPS} distinct groups, got {', '.join(names)}")
+    groups = {g.name: g for g in props.instance_groups}
+    for name in names:
+        group = groups.get(name)
+        if group is None:
+            raise ValidationError(f"autoscaled_groups: {not_a_group_problem(name, list(groups))}")
+        capacity = "training-plan" if group.training_plan_arn else "on-demand"
+        problems = autoscaled_group_problems(name, group.instance_count, capacity, group.effective_deep_health_checks)
+        if problems:
+            raise ValidationError("; ".join(f"instance group {field}: {problem}" for field, problem in problems))
+
+
+def _autoscaler_role(scope: Construct) -> iam.Role:
+    """The role HyperPod's autoscaler assumes: AWS's documented policy with its resources narrowed to
+    this stack's partition, region and account (docs/facts/hyperpod.md#hyperpod-autoscaling-cluster-role)."""
+    stack = cdk.Stack.of(scope)
+    clusters = stack.format_arn(service="sagemaker", resource="cluster", resource_name="*")
+    keys = stack.format_arn(service="kms", resource="key", resource_name="*")
+    role = iam.Role(
+        scope,
+        "AutoscalerRole",
+        assumed_by=iam.ServicePrincipal(AUTOSCALER_PRINCIPAL),
+        description="SageMaker HyperPod's managed Karpenter: adds and removes this account's HyperPod cluster nodes",
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="ClusterNodes",
+            actions=list(AUTOSCALER_NODE_ACTIONS),
+            resources=[clusters],
+            conditions={"StringEquals": {"aws:ResourceAccount": stack.account}},
+        )
+    )
+    role.add_to_policy(
+        iam.PolicyStatement(
+            sid="VolumeKeyGrants",
+            actions=list(AUTOSCALER_KMS_ACTIONS),
+            resources=[keys],
+            conditions={
+                "StringLike": {"kms:ViaService": AUTOSCALER_KMS_VIA_SERVICE},
+                "Bool": {"kms:GrantIsForAWSResource": "true"},
+                "ForAllValues:StringEquals": {"kms:GrantOperations": list(AUTOSCALER_KMS_GRANT_OPERATIONS)},
+            },
+        )
+    )
+    policy = role.node.find_child("DefaultPolicy")
+    reason = (
+        "AWS's documented autoscaler policy (docs/facts/hyperpod.md#hyperpod-autoscaling-cluster-role), narrowed to this "
+        "account and region: the cluster's ARN ends in an id SageMaker assigns at creation, after the role it needs; "
+        "the keys are whatever volumes HyperPod launches use, granted only to SageMaker for AWS resources"
+    )
+    acknowledge(policy, f"IAM5[Resource::{nag_text(stack, clusters)}]", reason)
+    acknowledge(policy, f"IAM5[Resource::{nag_text(stack, keys)}]", reason)
+    return role

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aws_cdk as cdk
 import yaml
@@ -14,6 +15,14 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct, IConstruct
 
 from fminfra.core.errors import ValidationError
+from fminfra.eks.constructs.karpenter import CHART as KARPENTER_CHART
+from fminfra.eks.rules import (
+    KARPENTER_METRICS_PATH,
+    KARPENTER_METRICS_PORT,
+    KARPENTER_METRICS_PORT_NAME,
+    KARPENTER_NAMESPACE,
+    KARPENTER_RELEASE,
+)
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.observability.rules.inputs import scrape_interval_problem
 
@@ -23,26 +32,85 @@ SCRAPER_SERVICE_PRINCIPAL = "scraper.aps.amazonaws.com"
 # Scrape job name -> container port of the exporter pods (the DCGM exporter and node exporter
 # charts). The job names match the nodes' Prometheus agent, so one set of rules serves both.
 DEFAULT_JOBS = {"dcgm": 9400, "node": 9100}
+# The job of Karpenter's controller (`karpenter_scrape_job`), where Karpenter runs.
+KARPENTER_JOB = "karpenter"
 
 
-def scrape_configuration(scrape_interval_seconds: int, jobs: dict[str, int]) -> str:
+@dataclass(frozen=True, kw_only=True)
+class PodScrapeJob:
+    """A scrape job over pods found by Kubernetes service discovery: those whose container port is
+    `port` and, when given, named `port_name`, in `namespace`, carrying every label of `pod_labels`.
+
+    node_label: the label that gets the pod's node (`node`; another name where the exporter's own
+      series carry a `node` label, which the target's would rename to `exported_node`).
+    metrics_path: the HTTP path. Default: /metrics (Prometheus's).
+    """
+
+    port: int
+    port_name: str | None = None
+    namespace: str | None = None
+    pod_labels: Mapping[str, str] = field(default_factory=dict)
+    node_label: str = "node"
+    metrics_path: str = "/metrics"
+
+
+def karpenter_scrape_job() -> PodScrapeJob:
+    """Karpenter's controller as its chart's Service selects it: the release's pods (the chart's
+    selector labels) in its namespace, on the container port the Service targets, at /metrics
+    (docs/facts/karpenter.md#karpenter-metrics-endpoint). Only the port would also keep other
+    pods on 8080 (the load balancer controller's metrics). Karpenter's series carry `node` and
+    `namespace` labels of their own (the pod's, in `karpenter_pods_state`), so the controller's
+    node goes to `exporter_node`."""
+    return PodScrapeJob(
+        port=KARPENTER_METRICS_PORT,
+        port_name=KARPENTER_METRICS_PORT_NAME,
+        namespace=KARPENTER_NAMESPACE,
+        pod_labels={"app.kubernetes.io/name": KARPENTER_CHART, "app.kubernetes.io/instance": KARPENTER_RELEASE},
+        node_label="exporter_node",
+        metrics_path=KARPENTER_METRICS_PATH,
+    )
+
+
+def scrape_jobs(*, karpenter: bool) -> dict[str, int | PodScrapeJob]:
+    """The jobs of a cluster's scraper: the exporters everywhere, Karpenter's controller where it runs."""
+    jobs: dict[str, int | PodScrapeJob] = dict(DEFAULT_JOBS)
+    if karpenter:
+        jobs[KARPENTER_JOB] = karpenter_scrape_job()
+    return jobs
+
+
+def _meta_label(label: str) -> str:
+    """Service discovery's meta label of a pod label (Prometheus writes invalid characters as `_`)."""
+    return "__meta_kubernetes_pod_label_" + "".join(c if c.isalnum() else "_" for c in label)
+
+
+def _job_config(name: str, job: PodScrapeJob) -> dict[str, Any]:
+    keep = [{"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(job.port), "action": "keep"}]
+    if job.port_name is not None:
+        keep.append({"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": job.port_name, "action": "keep"})
+    if job.namespace is not None:
+        keep.append({"source_labels": ["__meta_kubernetes_namespace"], "regex": job.namespace, "action": "keep"})
+    for label, value in job.pod_labels.items():
+        keep.append({"source_labels": [_meta_label(label)], "regex": value, "action": "keep"})
+    config: dict[str, Any] = {"job_name": name}
+    if job.metrics_path != "/metrics":
+        config["metrics_path"] = job.metrics_path
+    config["kubernetes_sd_configs"] = [{"role": "pod"}]
+    config["relabel_configs"] = [
+        *keep,
+        {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": job.node_label},
+        # not `namespace`: the DCGM exporter labels a GPU's series with its workload's namespace
+        # (docs/facts/observability.md#dcgm-exporter-kubernetes-labels)
+        {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "exporter_namespace"},
+    ]
+    return config
+
+
+def scrape_configuration(scrape_interval_seconds: int, jobs: Mapping[str, int | PodScrapeJob]) -> str:
     """The Prometheus scrape configuration of the scraper: pods found by Kubernetes service
-    discovery, kept by exporter port, labelled with their node."""
-    configs = []
-    for job, port in jobs.items():
-        configs.append(
-            {
-                "job_name": job,
-                "kubernetes_sd_configs": [{"role": "pod"}],
-                "relabel_configs": [
-                    {"source_labels": ["__meta_kubernetes_pod_container_port_number"], "regex": str(port), "action": "keep"},
-                    {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"},
-                    # not `namespace`: the DCGM exporter labels a GPU's series with its workload's namespace
-                    # (docs/facts/observability.md#dcgm-exporter-kubernetes-labels)
-                    {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "exporter_namespace"},
-                ],
-            }
-        )
+    discovery, kept by exporter port (and the job's port name, namespace and pod labels), labelled
+    with their node. A job given as a port is `PodScrapeJob(port=port)`."""
+    configs = [_job_config(name, job if isinstance(job, PodScrapeJob) else PodScrapeJob(port=job)) for name, job in jobs.items()]
     interval = f"{scrape_interval_seconds}s"
     return yaml.safe_dump({"global": {"scrape_interval": interval, "scrape_timeout": interval}, "scrape_configs": configs}, sort_keys=False)
 
@@ -63,7 +131,8 @@ class AmpScraperProps:
       ports (the cluster security group does). Default: none (the VPC's default group).
     workspace: the AMP workspace the samples go to.
     scrape_interval_seconds: 30 to 300 (the collector refuses less than 30). Default: 30.
-    jobs: job name -> exporter container port. Default: dcgm 9400, node 9100.
+    jobs: job name -> exporter container port, or a `PodScrapeJob`. Default: dcgm 9400, node 9100
+      (`scrape_jobs(karpenter=True)` adds Karpenter's controller).
     alias: the scraper's alias; include the environment name. Default: none.
 
     Nothing in the cluster is declared for the scraper: with the cluster's authentication mode
@@ -77,7 +146,7 @@ class AmpScraperProps:
     workspace: PrometheusWorkspace
     security_groups: Sequence[ec2.ISecurityGroup] = field(default_factory=tuple)
     scrape_interval_seconds: int = 30
-    jobs: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_JOBS))
+    jobs: Mapping[str, int | PodScrapeJob] = field(default_factory=lambda: dict(DEFAULT_JOBS))
     alias: str | None = None
 
 
@@ -108,7 +177,8 @@ class AmpScraper(Construct):
             raise ValidationError(f"scrape_interval_seconds {problem}")
         if not props.jobs:
             raise ValidationError("jobs must name at least one job and port")
-        for job, port in props.jobs.items():
+        for job, spec in props.jobs.items():
+            port = spec.port if isinstance(spec, PodScrapeJob) else spec
             if not 1 <= port <= 65535:
                 raise ValidationError(f"jobs[{job!r}] must be a port 1-65535, got {port}")
         self.configuration = scrape_configuration(props.scrape_interval_seconds, props.jobs)

@@ -92,13 +92,16 @@ def expected_node_count(cfg: EnvironmentConfig) -> int:
     a managed node group there, nothing scales it (docs/facts/eks.md#eks-nodegroup-desired-size-without-autoscaler).
     NodesMissing means fewer than that. An inference group on a Capacity Block with starts_at is left
     out: it has no nodes before the block and none after EKS's scale-down, so a fixed count would
-    page for the whole time outside the block (its nodes are not covered by NodesMissing)."""
+    page for the whole time outside the block (its nodes are not covered by NodesMissing). So are
+    the groups Karpenter provisions (compute.eks.karpenter): it starts nodes for pending pods and
+    removes empty ones, keeping no desired size (KarpenterPodsUnschedulable watches them instead)."""
     compute = cfg.compute
     count = sum(g.count for g in compute.instance_groups)
     if compute.orchestrator == "slurm" and compute.slurm is not None:
         count += 1 + compute.slurm.login.count
     if compute.needs_eks:
-        count += compute.system_node_count() + sum(g.desired_size for g in compute.inference_node_groups if not _scheduled_block(g))
+        groups = [] if compute.karpenter else [g for g in compute.inference_node_groups if not _scheduled_block(g)]
+        count += compute.system_node_count() + sum(g.desired_size for g in groups)
     return count
 
 

@@ -3,7 +3,11 @@ inference node groups, the chart after the system node group and the core add-on
 
 from __future__ import annotations
 
+import base64
 import json
+from typing import Any
+
+import yaml
 
 from tests.conftest import Synth
 
@@ -38,3 +42,17 @@ def test_the_chart_waits_for_the_system_nodes_and_core_addons_and_the_pools_for_
 def test_the_shipped_environments_have_no_karpenter(synth: Synth) -> None:
     for env in ("dev", "staging", "prod"):
         assert synth.resources(env, "Compute", "AWS::SQS::Queue") == {}
+
+
+def _scrape_jobs(synth: Synth, env: str) -> dict[str, dict[str, Any]]:
+    [scraper] = synth.resources(env, "Compute", "AWS::APS::Scraper").values()
+    blob = scraper["Properties"]["ScrapeConfiguration"]["ConfigurationBlob"]
+    return {c["job_name"]: c for c in yaml.safe_load(base64.b64decode(blob))["scrape_configs"]}
+
+
+def test_the_scraper_scrapes_karpenters_controller_only_where_karpenter_runs(synth: Synth) -> None:
+    """The karpenter job (fminfra.observability.constructs.amp_scraper.karpenter_scrape_job, checked
+    against the chart in tests/observability/test_karpenter_metrics.py) where Karpenter is on; the
+    inference-only cluster without it keeps the exporters' jobs only."""
+    assert set(_scrape_jobs(synth, ENV)) == {"dcgm", "node", "karpenter"}
+    assert set(_scrape_jobs(synth, "eks-inf")) == {"dcgm", "node"}

@@ -44,6 +44,7 @@ REQUIRED_ALERTS = {
     "ExporterDown",
     "SlurmNodesDrained",
     "SlurmNodesDown",
+    "KarpenterPodsUnschedulable",
 }
 
 
@@ -132,10 +133,11 @@ def test_rules_query_only_metrics_the_exporters_emit() -> None:
 
 # Which rule files apply on which path: the Slurm rules only where the Slurm exporter runs.
 RULE_FILE_PATHS = {
-    "gpu.yaml": ("slurm", "ec2", "eks"),
-    "efa.yaml": ("slurm", "ec2", "eks"),
-    "nodes.yaml": ("slurm", "ec2", "eks"),
+    "gpu.yaml": ("slurm", "ec2", "eks", "eks-karpenter"),
+    "efa.yaml": ("slurm", "ec2", "eks", "eks-karpenter"),
+    "nodes.yaml": ("slurm", "ec2", "eks", "eks-karpenter"),
     "slurm.yaml": ("slurm",),
+    "karpenter.yaml": ("eks-karpenter",),
 }
 
 
@@ -149,7 +151,7 @@ def _emitted_on(path: str) -> set[str]:
 
     jobs = path_jobs()[path]
     emitted = {m for job in jobs if job != "dcgm" for m in exporter_metrics()[job]}
-    if path == "eks":
+    if path in ("eks", "eks-karpenter"):
         charts = {c.chart: c for c in exporter_charts(["ml.p5.48xlarge"])}
         text = str(charts["dcgm-exporter"].values["customMetrics"])
         rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
@@ -161,7 +163,7 @@ def _emitted_on(path: str) -> set[str]:
     return emitted
 
 
-@pytest.mark.parametrize("path", ["slurm", "ec2", "eks"])
+@pytest.mark.parametrize("path", ["slurm", "ec2", "eks", "eks-karpenter"])
 def test_every_metric_a_rule_uses_is_emitted_on_every_path(path: str) -> None:
     emitted = _emitted_on(path) | set(recording_names())
     for rule_file in rule_files():
