@@ -33,6 +33,7 @@ from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
 from fminfra.eks.rules import INSTANCE_TYPE_LABEL, KARPENTER_NODEPOOL_API, KARPENTER_RESERVED
+from fminfra.hyperpod.rules import NODE_CLASS_KIND as HYPERPOD_NODE_CLASS_KIND
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
 
@@ -521,6 +522,10 @@ def _node_pools(manifest: Any) -> list[_NodePool]:
         if not isinstance(doc, dict) or doc.get("kind") != "NodePool" or doc.get("apiVersion") != KARPENTER_NODEPOOL_API:
             continue
         spec = doc.get("spec") or {}
+        node_class = (spec.get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
+        if node_class.get("kind") == HYPERPOD_NODE_CLASS_KIND:
+            # HyperPod's managed autoscaler scales instance groups with it: the HyperPod group lines price them
+            continue
         requirements = {
             r.get("key"): tuple(r.get("values") or ())
             for r in (spec.get("template") or {}).get("spec", {}).get("requirements") or []

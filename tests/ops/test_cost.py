@@ -903,3 +903,12 @@ def test_a_stale_eks_block_start_is_a_disagreement(synth: Synth) -> None:
         f"the templates and the config disagree: group serve-block Capacity Block start {cap.starts_at:%Y-%m-%dT%H:%M:%SZ} in the templates, "
         f"{cap.starts_at + timedelta(days=1):%Y-%m-%dT%H:%M:%SZ} in the config (synthesize again)"
     ]
+
+
+def test_hyperpod_autoscaling_nodepool_is_not_a_karpenter_pool(synth: Synth) -> None:
+    """HyperPod's managed autoscaling applies a NodePool on a HyperpodNodeClass: it scales HyperPod instance
+    groups, which their HyperPod lines price; it was listed as a Karpenter pool of unknown type and price."""
+    cfg = synth.configs["hp-as"]
+    est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+    assert not [i for i in est.items if "Karpenter pool" in i.name]
+    assert [i.name for i in est.items if i.name.startswith("burst:")] == ["burst: 0 x ml.p5.48xlarge (HyperPod)"]
