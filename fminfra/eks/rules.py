@@ -327,3 +327,15 @@ LBC_WITHOUT_OWN_NODES = (
     "ones are HyperPod's, tainted while their deep health checks run (for how long is not published); set "
     "compute.eks.system_nodes.count (2) or add an untainted inference node group"
 )
+
+
+# An EKS Capacity Block group's start schedule: the one-time expression `at(yyyy-mm-ddThh:mm:ss)` in UTC
+# (docs/facts/eks.md#scheduler-one-time-schedule) and the schedule's description naming the node group;
+# the construct writes both (fminfra/eks/constructs/inference_node_group.py), `cost` reads them back.
+BLOCK_START_AT = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
+BLOCK_START_DESCRIPTION = re.compile(r"^Size (\S+) when its Capacity Block starts$")
+
+
+def block_start_description(nodegroup_name: str) -> str:
+    """The description of a node group's Capacity Block start schedule (read by `BLOCK_START_DESCRIPTION`)."""
+    return f"Size {nodegroup_name} when its Capacity Block starts"

@@ -150,3 +150,7 @@ def vpc_cni_max_pods(instance_type: str) -> int | None:
     """The VPC CNI's max pods of a type: ENIs x (addresses per ENI - 1) + 2 (misc/eni-max-pods.txt's formula)."""
     limits = VPC_CNI_ENI_LIMITS.get(instance_type)
     return None if limits is None else limits[0] * (limits[1] - 1) + 2
+
+
+# A VPC endpoint's service name, com.amazonaws.<region>.<service>: the region a template's endpoints are in.
+ENDPOINT_SERVICE_REGION = re.compile(r"^com\.amazonaws\.([a-z]{2}(?:-[a-z]+)+-\d+)\.")

@@ -32,8 +32,9 @@ from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.config import EnvironmentConfig
 from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
 from fminfra.core.table import format_table
-from fminfra.eks.rules import INSTANCE_TYPE_LABEL, KARPENTER_NODEPOOL_API, KARPENTER_RESERVED
+from fminfra.eks.rules import BLOCK_START_AT, BLOCK_START_DESCRIPTION, INSTANCE_TYPE_LABEL, KARPENTER_NODEPOOL_API, KARPENTER_RESERVED
 from fminfra.hyperpod.rules import NODE_CLASS_KIND as HYPERPOD_NODE_CLASS_KIND
+from fminfra.network.rules import ENDPOINT_SERVICE_REGION
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 from fminfra.ops.pricing import PRICE_LIST_REGIONS, Price, PriceBook
 
@@ -824,10 +825,6 @@ def _stack_regions(stacks: list[StackTemplate]) -> set[str]:
     return regions
 
 
-# An endpoint's service name: com.amazonaws.<region>.<service>.
-ENDPOINT_SERVICE_REGION = re.compile(r"^com\.amazonaws\.([a-z]{2}(?:-[a-z]+)+-\d+)\.")
-
-
 def _endpoint_regions(stacks: list[StackTemplate]) -> set[str]:
     """The regions the templates' VPC endpoints name in their service names (com.amazonaws.<region>.*)."""
     return {
@@ -889,8 +886,8 @@ def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[s
     inference = {cfg.physical_name(g.name): g for g in cfg.compute.inference_node_groups}
     for _, res, _ in _resources(stacks):
         props = res.get("Properties") or {}
-        start = EKS_BLOCK_START.match(str(props.get("ScheduleExpression", "")))
-        named = EKS_BLOCK_START_DESCRIPTION.match(str(props.get("Description", "")))
+        start = BLOCK_START_AT.match(str(props.get("ScheduleExpression", "")))
+        named = BLOCK_START_DESCRIPTION.match(str(props.get("Description", "")))
         if res.get("Type") != "AWS::Scheduler::Schedule" or not start or not named or named.group(1) not in inference:
             continue
         node_group = inference[named.group(1)]
@@ -902,12 +899,6 @@ def disagreements(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> list[s
                 f"{configured_start} in the config {again}"
             )
     return lines
-
-
-# An EKS Capacity Block group's start schedule (fminfra.eks.constructs.inference_node_group: block_start_expression,
-# docs/facts/eks.md#scheduler-one-time-schedule) and the description naming its node group.
-EKS_BLOCK_START = re.compile(r"^at\((\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})\)$")
-EKS_BLOCK_START_DESCRIPTION = re.compile(r"^Size (\S+) when its Capacity Block starts$")
 
 
 def _when(moment: datetime | None) -> str:

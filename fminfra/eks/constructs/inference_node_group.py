@@ -15,6 +15,7 @@ from constructs import Construct
 
 from fminfra import catalog
 from fminfra.core.errors import ValidationError
+from fminfra.eks.rules import block_start_description
 from fminfra.policy.constructs.acknowledge import acknowledge
 
 # The AWS managed policies EKS documents as a node role's minimum.
@@ -189,7 +190,7 @@ class InferenceNodeGroup(Construct):
         self.block_start = scheduler.CfnSchedule(
             self,
             "BlockStart",
-            description=f"Size {props.nodegroup_name} when its Capacity Block starts",
+            description=block_start_description(props.nodegroup_name),
             schedule_expression=block_start_expression(starts_at),
             schedule_expression_timezone="UTC",
             flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
