@@ -319,11 +319,12 @@ def items_from_templates(
             desired, maximum = int(scaling.get("DesiredSize") or 0), int(scaling.get("MaxSize") or 0)
             itype, label = types[0], str(props.get("NodegroupName") or lid)
             capacity = _capacity(props, _launch_template_data(template, props.get("LaunchTemplate")))
-            items.extend(
-                _ebs_volumes(
-                    label, maximum if capacity != "on-demand" else desired, _launch_template_data(template, props.get("LaunchTemplate"))
-                )
+            volumes = _ebs_volumes(
+                label, maximum if capacity != "on-demand" else desired, _launch_template_data(template, props.get("LaunchTemplate"))
             )
+            if not volumes and props.get("LaunchTemplate") is None:
+                volumes = _node_group_root_volume(label, maximum if capacity != "on-demand" else desired, props.get("DiskSize"))
+            items.extend(volumes)
             if capacity != "on-demand":
                 # What the reservation or the block holds: the group's maximum (an ODCR is sized by max_size).
                 name = inference.get(label, label)
@@ -440,6 +441,21 @@ def _ebs_volumes(name: str, count: int, launch_template: dict[str, Any]) -> list
         Item(RUNNING, f"EBS {volume} of {name}: {count} x {gib} GiB", count * gib, "GB-month", f"ebs:{volume}")
         for volume, gib in sizes.items()
         if count
+    ]
+
+
+# A managed node group without a launch template: its root volume is DiskSize GiB, 20 GiB for Linux by default
+# (botocore's eks model, CreateNodegroupRequest.diskSize: docs/facts/pricing.md#eks-node-group-default-disk);
+# its volume type is EKS's choice, not in the template.
+NODE_GROUP_DEFAULT_DISK_GIB = 20
+
+
+def _node_group_root_volume(name: str, count: int, disk_size: Any) -> list[Item]:
+    gib = int(disk_size) if disk_size else NODE_GROUP_DEFAULT_DISK_GIB
+    if not count:
+        return []
+    return [
+        Item(RUNNING, f"EBS root volumes of {name}: {count} x {gib} GiB (EKS's default type)", count * gib, "GB-month", "ebs:eks-default")
     ]
 
 

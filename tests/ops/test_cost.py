@@ -912,3 +912,13 @@ def test_hyperpod_autoscaling_nodepool_is_not_a_karpenter_pool(synth: Synth) -> 
     est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
     assert not [i for i in est.items if "Karpenter pool" in i.name]
     assert [i.name for i in est.items if i.name.startswith("burst:")] == ["burst: 0 x ml.p5.48xlarge (HyperPod)"]
+
+
+def test_a_node_group_without_a_launch_template_lists_its_root_volumes(synth: Synth) -> None:
+    """Newcomer read r6, C: a managed node group without a launch template (staging's serve, the system
+    nodes) had no EBS line, so a total could look exact (docs/facts/pricing.md#eks-node-group-default-disk)."""
+    for env in ("staging", "eks-inf"):
+        cfg = synth.configs[env]
+        est = estimate(cfg, synth.outdir, book=PriceBook(cfg.region))
+        volumes = [i for i in est.items if i.name.startswith("EBS root volumes of")]
+        assert volumes and all(i.key == "ebs:eks-default" and i.unit == "GB-month" for i in volumes), (env, [i.name for i in est.items])
