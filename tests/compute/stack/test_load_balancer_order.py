@@ -11,7 +11,6 @@ extensions anchored on vpc-cni or core-addons were not ordered after the chart."
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,46 +22,11 @@ from fminfra.config import parse_config, read_yaml
 from fminfra.core.assembly import read_assembly
 from fminfra.eks.rules import LBC_RELEASE
 from tests.conftest import ROOT, Synth
+from tests.hyperpod.constructs.test_eks import created_before, dependency_graph
 
 DATA = ROOT / "tests" / "data" / "aws_load_balancer_controller"
 # What installs into the cluster: managed add-ons, Helm charts, manifests, HyperPod's dependency chart.
 INSTALLS = {"AWS::EKS::Addon", "Custom::AWSCDK-EKS-HelmChart", "Custom::AWSCDK-EKS-KubernetesResource", "Custom::HyperPodDependencies"}
-
-
-def _references(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        if "Ref" in value and isinstance(value["Ref"], str):
-            yield value["Ref"]
-        if "Fn::GetAtt" in value:
-            target = value["Fn::GetAtt"]
-            yield target[0] if isinstance(target, list) else str(target).split(".")[0]
-        for v in value.values():
-            yield from _references(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _references(v)
-
-
-def _edges(resources: dict[str, Any]) -> dict[str, set[str]]:
-    """logical id -> what it waits for (DependsOn and references to other resources)."""
-    edges: dict[str, set[str]] = {}
-    for lid, resource in resources.items():
-        depends = resource.get("DependsOn") or []
-        waits = set([depends] if isinstance(depends, str) else depends)
-        waits |= {r for r in _references(resource.get("Properties") or {}) if r in resources}
-        edges[lid] = waits
-    return edges
-
-
-def _closure(start: str, edges: dict[str, set[str]]) -> set[str]:
-    seen: set[str] = set()
-    stack = [start]
-    while stack:
-        for nxt in edges.get(stack.pop(), ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return seen
 
 
 def concurrent_installs(template: dict[str, Any]) -> list[str]:
@@ -76,13 +40,13 @@ def concurrent_installs(template: dict[str, Any]) -> list[str]:
     if not charts:
         return []
     (chart,) = charts
-    edges = _edges(resources)
-    before = _closure(chart, edges)
+    edges = dependency_graph(template)
+    before = created_before(edges, chart)
     reverse: dict[str, set[str]] = {lid: set() for lid in resources}
     for lid, waits in edges.items():
         for w in waits:
-            reverse.setdefault(w, set()).add(lid)
-    after = _closure(chart, reverse)
+            reverse[w].add(lid)
+    after = created_before(reverse, chart)
     return sorted(lid for lid, r in resources.items() if r["Type"] in INSTALLS and lid != chart and lid not in before | after)
 
 

@@ -23,8 +23,8 @@ from fminfra.config import load_config
 from fminfra.core.assembly import read_assembly
 from fminfra.eks.rules import team_queue
 from tests.app.test_readme_eks import manifest_text
-from tests.compute.stack.test_load_balancer_order import _closure, _edges
 from tests.conftest import ROOT, Synth
+from tests.hyperpod.constructs.test_eks import created_before, dependency_graph
 
 # Namespaces every EKS cluster has (Kubernetes creates them).
 BUILT_IN = {"default", "kube-system", "kube-public", "kube-node-lease"}
@@ -50,12 +50,12 @@ def _creates(resource: dict[str, Any]) -> set[str]:
 def early_objects(template: dict[str, Any]) -> Iterator[str]:
     """'<manifest>: <kind>/<name> in <namespace>' for each object applied before its namespace's creator."""
     resources = template.get("Resources") or {}
-    edges = _edges(resources)
+    edges = dependency_graph(template)
     creators = {lid: _creates(r) for lid, r in resources.items()}
     for lid, resource in resources.items():
         if resource.get("Type") != "Custom::AWSCDK-EKS-KubernetesResource":
             continue
-        before = _closure(lid, edges)
+        before = created_before(edges, lid)
         made_here = creators[lid]
         ready = BUILT_IN | made_here | {ns for other in before for ns in creators.get(other, set())}
         for obj in _objects(resource):
