@@ -219,3 +219,40 @@ def write_baseline(templates: Templates, directory: Path) -> list[Path]:
         path.write_text(json.dumps(template, indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written
+
+
+# What CDK's kubectl provider applies (aws_eks_v2 KubernetesManifest): its Manifest is a JSON list of objects,
+# a string or an Fn::Join of strings and tokens. `cost` and `diagram` read Karpenter's and others' objects from it.
+KUBERNETES_MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+_PLACEHOLDER = "@@fminfra-token-{}@@"
+
+
+def manifest_objects(value: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The Kubernetes objects of a manifest resource's `Manifest` (a JSON string, or an Fn::Join of
+    strings and tokens), each token replaced by a placeholder that `tokens_in` maps back; ([], []) when
+    it is not JSON."""
+    if isinstance(value, str):
+        parts: list[Any] = [value]
+    elif isinstance(value, dict) and isinstance(value.get("Fn::Join"), list) and value["Fn::Join"][0] == "":
+        parts = list(value["Fn::Join"][1])
+    else:
+        return [], []
+    tokens = [p for p in parts if not isinstance(p, str)]
+    text, i = "", 0
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+        else:
+            text += _PLACEHOLDER.format(i)
+            i += 1
+    try:
+        objects = json.loads(text)
+    except ValueError:
+        return [], []
+    objects = objects if isinstance(objects, list) else [objects]
+    return [o for o in objects if isinstance(o, dict)], tokens
+
+
+def tokens_in(text: Any, tokens: list[Any]) -> list[Any]:
+    """The tokens whose placeholders `text` holds (a manifest field's value)."""
+    return [t for i, t in enumerate(tokens) if _PLACEHOLDER.format(i) in json.dumps(text)]

@@ -274,6 +274,8 @@ KARPENTER_METRICS_PATH = "/metrics"
 # The NodePool and EC2NodeClass APIs of the pinned release (docs/facts/karpenter.md#karpenter-api-versions).
 KARPENTER_NODEPOOL_API = "karpenter.sh/v1"
 KARPENTER_NODECLASS_API = "karpenter.k8s.aws/v1"
+# The NodePool requirement key of its capacity types (docs/facts/karpenter.md#karpenter-api-versions).
+KARPENTER_CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 # Capacity types a pool of an on-demand inference group may take (compute.eks.karpenter.capacity_types);
 # a group on a reservation or a Capacity Block gets `reserved`, selected by its reservation id
 # (Karpenter does no open ODCR matching: docs/facts/karpenter.md#karpenter-reserved-capacity).

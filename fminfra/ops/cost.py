@@ -30,9 +30,23 @@ from fminfra import catalog
 from fminfra.capacity.rules import EC2_TERMINATES_BEFORE_END, RESERVATION_TYPES
 from fminfra.compute.config import InferenceNodeGroupConfig, InstanceGroupConfig, standard_support_end, supported_kubernetes_versions
 from fminfra.config import EnvironmentConfig
-from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
+from fminfra.core.assembly import (
+    KUBERNETES_MANIFEST,
+    StackTemplate,
+    auto_scaling_group_name,
+    environment_stacks,
+    launch_template_instance_type,
+    manifest_objects,
+)
 from fminfra.core.table import format_table
-from fminfra.eks.rules import BLOCK_START_AT, BLOCK_START_DESCRIPTION, INSTANCE_TYPE_LABEL, KARPENTER_NODEPOOL_API, KARPENTER_RESERVED
+from fminfra.eks.rules import (
+    BLOCK_START_AT,
+    BLOCK_START_DESCRIPTION,
+    INSTANCE_TYPE_LABEL,
+    KARPENTER_CAPACITY_TYPE_LABEL,
+    KARPENTER_NODEPOOL_API,
+    KARPENTER_RESERVED,
+)
 from fminfra.hyperpod.rules import NODE_CLASS_KIND as HYPERPOD_NODE_CLASS_KIND
 from fminfra.network.rules import ENDPOINT_SERVICE_REGION
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs
@@ -343,7 +357,7 @@ def items_from_templates(
                     assumption=f"desired size {desired}; at the maximum {maximum} it costs {maximum}/{desired or 1}x",
                 )
             )
-        elif kind == KUBERNETES_RESOURCE:
+        elif kind == KUBERNETES_MANIFEST:
             for pool in _node_pools(props.get("Manifest")):
                 items.extend(_pool_items(pool, configured_groups, prepaid))
         elif kind in RESERVATION_TYPES:
@@ -488,11 +502,6 @@ def _amp_ingestion(per_second: float, hours_per_month: float) -> list[Item]:
     return items
 
 
-# What the kubectl provider applies (CDK's aws_eks_v2 KubernetesManifest): its Manifest is a JSON list of manifests.
-KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
-# The NodePool requirement key of its capacity types: karpenter_pools.CAPACITY_TYPE_LABEL (that module loads the
-# CDK, which cost does not; tests/ops/test_cost.py keeps the two equal). docs/facts/karpenter.md#karpenter-api-versions
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 KARPENTER_POOL_ASSUMPTION = (
     "a Karpenter pool runs 0 to limits.nodes instances, only while pods wait for them: idle (0 nodes) it bills nothing; "
     "its $/hour and $/month are at that maximum, in the running figures, never in what bills while idle"
@@ -514,29 +523,11 @@ class _NodePool:
     nodes: int | None  # limits.nodes; None: no limit
 
 
-def _manifest_text(value: Any) -> str:
-    """A Manifest property as text: a string, or an Fn::Join of strings whose tokens (subnet and role ids,
-    inside JSON strings) become a placeholder."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return str(separator).join(p if isinstance(p, str) else "TOKEN" for p in parts)
-    return ""
-
-
 def _node_pools(manifest: Any) -> list[_NodePool]:
     """The Karpenter NodePools a kubectl-provider resource applies (none when it applies none)."""
-    text = _manifest_text(manifest)
-    if "NodePool" not in text:
-        return []
-    try:
-        documents = json.loads(text)
-    except ValueError:
-        return []
     pools = []
-    for doc in documents if isinstance(documents, list) else [documents]:
-        if not isinstance(doc, dict) or doc.get("kind") != "NodePool" or doc.get("apiVersion") != KARPENTER_NODEPOOL_API:
+    for doc in manifest_objects(manifest)[0]:
+        if doc.get("kind") != "NodePool" or doc.get("apiVersion") != KARPENTER_NODEPOOL_API:
             continue
         spec = doc.get("spec") or {}
         node_class = (spec.get("template") or {}).get("spec", {}).get("nodeClassRef") or {}
@@ -553,7 +544,7 @@ def _node_pools(manifest: Any) -> list[_NodePool]:
             _NodePool(
                 name=str((doc.get("metadata") or {}).get("name")),
                 instance_types=requirements.get(INSTANCE_TYPE_LABEL, ()),
-                capacity_types=requirements.get(CAPACITY_TYPE_LABEL, ()),
+                capacity_types=requirements.get(KARPENTER_CAPACITY_TYPE_LABEL, ()),
                 nodes=int(nodes) if nodes is not None else None,
             )
         )
@@ -865,7 +856,7 @@ def _template_sizes(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> dict
             sizes[name] = int(props.get("MaxSize") or 0)
         elif kind == "AWS::EKS::Nodegroup" and (name := inference.get(str(props.get("NodegroupName")))):
             sizes[name] = int((props.get("ScalingConfig") or {}).get("MaxSize") or 0)
-        elif kind == KUBERNETES_RESOURCE:
+        elif kind == KUBERNETES_MANIFEST:
             pool_names = set(inference.values())
             sizes.update({p.name: p.nodes for p in _node_pools(props.get("Manifest")) if p.name in pool_names and p.nodes is not None})
     return sizes

@@ -18,7 +18,6 @@ own parser) and SVG or PNG laid out by D2 (`fminfra.ops.diagram_layout`).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,8 +26,16 @@ from typing import Any
 
 from fminfra.capacity.rules import RESERVATION_TYPES
 from fminfra.config import EnvironmentConfig
-from fminfra.core.assembly import StackTemplate, auto_scaling_group_name, environment_stacks, launch_template_instance_type
-from fminfra.eks.rules import KARPENTER_NODECLASS_API, KARPENTER_NODEPOOL_API
+from fminfra.core.assembly import (
+    KUBERNETES_MANIFEST,
+    StackTemplate,
+    auto_scaling_group_name,
+    environment_stacks,
+    launch_template_instance_type,
+    manifest_objects,
+    tokens_in,
+)
+from fminfra.eks.rules import INSTANCE_TYPE_LABEL, KARPENTER_CAPACITY_TYPE_LABEL, KARPENTER_NODECLASS_API, KARPENTER_NODEPOOL_API
 from fminfra.ops import diagram_layout
 from fminfra.ops.common import EXIT_OK, UsageError, load_configs, write_output
 
@@ -153,41 +160,6 @@ def _literal_tail(value: Any) -> str:
         parts = value["Fn::Join"][1]
         return str(parts[-1]) if parts and isinstance(parts[-1], str) else ""
     return ""
-
-
-KUBERNETES_MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
-_PLACEHOLDER = "@@fminfra-token-{}@@"
-
-
-def manifest_objects(value: Any) -> tuple[list[dict[str, Any]], list[Any]]:
-    """The Kubernetes objects of a manifest resource's `Manifest` (a JSON string, or an Fn::Join of
-    strings and tokens), each token replaced by a placeholder that `tokens_in` maps back; ([], []) when
-    it is not JSON."""
-    if isinstance(value, str):
-        parts: list[Any] = [value]
-    elif isinstance(value, dict) and isinstance(value.get("Fn::Join"), list) and value["Fn::Join"][0] == "":
-        parts = list(value["Fn::Join"][1])
-    else:
-        return [], []
-    tokens = [p for p in parts if not isinstance(p, str)]
-    text, i = "", 0
-    for part in parts:
-        if isinstance(part, str):
-            text += part
-        else:
-            text += _PLACEHOLDER.format(i)
-            i += 1
-    try:
-        objects = json.loads(text)
-    except ValueError:
-        return [], []
-    objects = objects if isinstance(objects, list) else [objects]
-    return [o for o in objects if isinstance(o, dict)], tokens
-
-
-def tokens_in(text: Any, tokens: list[Any]) -> list[Any]:
-    """The tokens whose placeholders `text` holds (a manifest field's value)."""
-    return [t for i, t in enumerate(tokens) if _PLACEHOLDER.format(i) in json.dumps(text)]
 
 
 def _id(text: str) -> str:
@@ -398,8 +370,8 @@ def build(cfg: EnvironmentConfig, stacks: list[StackTemplate]) -> Picture:
             name = str((o.get("metadata") or {}).get("name"))
             spec = ((o.get("spec") or {}).get("template") or {}).get("spec") or {}
             wants = {r.get("key"): r.get("values") or [] for r in spec.get("requirements") or [] if r.get("operator") == "In"}
-            itype = ", ".join(wants.get("node.kubernetes.io/instance-type") or ["?"])
-            kinds = ", ".join(wants.get("karpenter.sh/capacity-type") or ["?"])
+            itype = ", ".join(wants.get(INSTANCE_TYPE_LABEL) or ["?"])
+            kinds = ", ".join(wants.get(KARPENTER_CAPACITY_TYPE_LABEL) or ["?"])
             nodes = ((o.get("spec") or {}).get("limits") or {}).get("nodes", "?")
             node_class = classes.get((spec.get("nodeClassRef") or {}).get("name")) or {}
             subnets = tokens_in([t.get("id") for t in node_class.get("subnetSelectorTerms") or []], tokens)

@@ -733,9 +733,9 @@ def test_a_karpenter_pool_limit_that_is_not_the_configs_max_size_is_stale(synth:
 
 def test_the_capacity_type_label_is_karpenter_pools_own() -> None:
     from fminfra.eks.constructs.karpenter_pools import CAPACITY_TYPE_LABEL as POOLS_LABEL
-    from fminfra.ops.cost import CAPACITY_TYPE_LABEL
+    from fminfra.ops import cost
 
-    assert CAPACITY_TYPE_LABEL == POOLS_LABEL
+    assert cost.KARPENTER_CAPACITY_TYPE_LABEL == POOLS_LABEL
 
 
 def test_a_baseline_in_another_region_is_priced_at_that_regions_prices(

@@ -19,6 +19,7 @@ from fminfra.compute.constructs.launch_template import ROOT_DEVICE_AMAZON_LINUX
 from fminfra.eks.rules import (
     DEFAULT_GPU_TAINT,
     INSTANCE_TYPE_LABEL,
+    KARPENTER_CAPACITY_TYPE_LABEL,
     KARPENTER_CONSOLIDATE_AFTER,
     KARPENTER_CONSOLIDATION_POLICY,
     KARPENTER_DISRUPTION_NODES,
@@ -29,7 +30,7 @@ from fminfra.eks.rules import (
 )
 
 # Well-known labels of the pinned release (docs/facts/karpenter.md#karpenter-api-versions).
-CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
+CAPACITY_TYPE_LABEL = KARPENTER_CAPACITY_TYPE_LABEL
 ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
 ARCH_LABEL = "kubernetes.io/arch"
 GPU_TYPE_LABEL = "fminfra/gpu-type"  # as InferenceNodeGroup labels its nodes
