@@ -41,8 +41,9 @@ COMPRESSION_TYPES = LUSTRE_COMPRESSION_TYPES
 METADATA_MODES = LUSTRE_METADATA_MODES
 REPOSITORY_EVENTS = LUSTRE_REPOSITORY_EVENTS
 # Lustre's ports (docs/facts/storage.md#fsx-lustre-ports): LNet on TCP 988 and the 1018-1023 range.
-LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
-LUSTRE_PORT_NAMES = ("988", "1018-1023")
+LUSTRE_PORT_RANGES = (("988", 988, 988), ("1018-1023", 1018, 1023))  # (name, low, high)
+LUSTRE_PORTS = tuple(ec2.Port.tcp_range(low, high) if low != high else ec2.Port.tcp(low) for _, low, high in LUSTRE_PORT_RANGES)
+LUSTRE_PORT_NAMES = tuple(name for name, _, _ in LUSTRE_PORT_RANGES)
 
 
 def _unresolved(value: object) -> bool:
@@ -88,7 +89,7 @@ def admit_lustre_clients(
             description="EFA-enabled FSx for Lustre: all traffic from the file system to its clients",
         )
         return
-    for port_name, (low, high) in (("988", (988, 988)), ("1018-1023", (1018, 1023))):
+    for port_name, low, high in LUSTRE_PORT_RANGES:
         ec2.CfnSecurityGroupIngress(
             scope,
             f"From{name}Port{port_name}",
