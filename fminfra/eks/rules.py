@@ -239,7 +239,6 @@ def anchor_problem(after: str) -> str | None:
 CORE_ADDONS = ("vpc-cni", "coredns", "kube-proxy", "eks-pod-identity-agent")
 HYPERPOD_EKS_ADDONS = ("cert-manager", "amazon-sagemaker-hyperpod-training-operator")
 TASK_GOVERNANCE_ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
-MANAGED_ADDONS = (*CORE_ADDONS, FSX_CSI_ADDON, *HYPERPOD_EKS_ADDONS, TASK_GOVERNANCE_ADDON_NAME)
 
 
 def installed_addons(*, hyperpod: bool, task_governance: bool, file_system: bool) -> tuple[str, ...]:

@@ -21,10 +21,10 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
-from fminfra.eks.rules import TEAMS_REQUIRED
+from fminfra.eks.rules import TASK_GOVERNANCE_ADDON_NAME, TEAMS_REQUIRED
 from fminfra.hyperpod.rules import NAME, PRIORITY_CLASSES_MAX, PRIORITY_WEIGHT_MAX, QUOTA_MAX_INSTANCE_TYPES, TEAM_NAME
 
-ADDON_NAME = "amazon-sagemaker-hyperpod-taskgovernance"
+ADDON_NAME = TASK_GOVERNANCE_ADDON_NAME
 ADDON_VERSION_KEY = "HYPERPOD_TASK_GOVERNANCE"  # EKS_ADDON_<this>_<major>_<minor>_VERSION in the manifest
 COMPUTE_QUOTA_TYPE = "AWS::SageMaker::ComputeQuota"
 
