@@ -103,7 +103,7 @@ class NetworkConfig(Model):
         try:
             self.subnets()
         except ValidationError as exc:
-            raise Problems([error("cidr", str(exc))]) from None
+            raise Problems([f.under("cidr") for f in exc.findings]) from None
         return self
 
     def subnets(self) -> list[SubnetPlan]:

@@ -41,7 +41,7 @@ def subject_repository(repository: str) -> str:
     value = repository.removeprefix("repo:")
     match = REPOSITORY_RULE.match(value)
     if not match or (match.group(1) is None) != (match.group(2) is None):
-        raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}: allowed: {REPOSITORY_FORMS}")
+        raise ValidationError(f"repository must be OWNER/NAME, got {repository!r}: allowed: {REPOSITORY_FORMS}", path="repository")
     return value
 
 

@@ -87,9 +87,9 @@ class GithubOidcStack(cdk.Stack):
         repository = subject_repository(repository)
         others = sorted({e.name for e in environments if e.account != account})
         if others:
-            raise ValidationError(f"environments must all be in account {account}; not: {', '.join(others)}")
+            raise ValidationError(f"environments must all be in account {account}; not: {', '.join(others)}", path="environments")
         if not environments:
-            raise ValidationError(f"environments must list at least one environment of account {account}")
+            raise ValidationError(f"environments must list at least one environment of account {account}", path="environments")
         region = environments[0].region
         super().__init__(scope, construct_id, env=cdk.Environment(account=account, region=region), **kwargs)  # type: ignore[arg-type]
         if existing_provider:

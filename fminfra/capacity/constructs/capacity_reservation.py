@@ -81,13 +81,18 @@ class OnDemandCapacityReservation(Construct):
         super().__init__(scope, construct_id)
         spec = catalog.get(props.instance_type)
         if props.instance_count < 1:
-            raise ValidationError(f"instance_count must be at least 1, got {props.instance_count}")
+            raise ValidationError(f"instance_count must be at least 1, got {props.instance_count}", path="instance_count")
         if not is_az_id(props.availability_zone_id):
-            raise ValidationError(f"availability_zone_id must be an AZ ID such as usw2-az4, got {props.availability_zone_id!r}")
+            raise ValidationError(
+                f"availability_zone_id must be an AZ ID such as usw2-az4, got {props.availability_zone_id!r}", path="availability_zone_id"
+            )
         if props.end_date is not None and props.end_date.tzinfo is None:
-            raise ValidationError(f"end_date must carry a time zone, got {props.end_date.isoformat()}")
+            raise ValidationError(f"end_date must carry a time zone, got {props.end_date.isoformat()}", path="end_date")
         if props.instance_platform not in INSTANCE_PLATFORMS:
-            raise ValidationError(f"instance_platform must be one of {', '.join(INSTANCE_PLATFORMS)}, got {props.instance_platform!r}")
+            raise ValidationError(
+                f"instance_platform must be one of {', '.join(INSTANCE_PLATFORMS)}, got {props.instance_platform!r}",
+                path="instance_platform",
+            )
         self.cfn_reservation: ec2.CfnCapacityReservation | None = None
         self.custom_reservation: cdk.CustomResource | None = None
         common: dict[str, Any] = {
@@ -246,16 +251,16 @@ class CapacityReservationGroup(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: CapacityReservationGroupProps) -> None:
         super().__init__(scope, construct_id)
         if not re.match(r"^[a-zA-Z0-9_.-]{1,128}$", props.group_name):
-            raise ValidationError(f"group_name must be 1-128 letters, digits, '_', '.' or '-', got {props.group_name!r}")
+            raise ValidationError(f"group_name must be 1-128 letters, digits, '_', '.' or '-', got {props.group_name!r}", path="group_name")
         ids = list(props.reservation_ids)
         if not ids:
-            raise ValidationError("reservation_ids must list at least one reservation")
+            raise ValidationError("reservation_ids must list at least one reservation", path="reservation_ids")
         for rid in ids:
             if not cdk.Token.is_unresolved(rid) and (problem := RESERVATION_ID.problem(rid)):
-                raise ValidationError(f"reservation_ids {problem}")
+                raise ValidationError(f"reservation_ids {problem}", path="reservation_ids")
         literal = [r for r in ids if not cdk.Token.is_unresolved(r)]
         if len(set(literal)) != len(literal):
-            raise ValidationError(f"reservation_ids must be unique, got {', '.join(literal)}")
+            raise ValidationError(f"reservation_ids must be unique, got {', '.join(literal)}", path="reservation_ids")
         stack = cdk.Stack.of(self)
         self.cfn_group = resourcegroups.CfnGroup(
             self,

@@ -83,7 +83,7 @@ class GpuAutoScalingGroup(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: GpuAutoScalingGroupProps) -> None:
         super().__init__(scope, construct_id)
         if props.count < 0:
-            raise ValidationError(f"count must be 0 or more, got {props.count}")
+            raise ValidationError(f"count must be 0 or more, got {props.count}", path="count")
         window = (props.block_starts_at, props.block_ends_at)
         if (window[0] is None) != (window[1] is None):
             raise ValidationError("block_starts_at and block_ends_at go together: give both or neither")
@@ -98,7 +98,8 @@ class GpuAutoScalingGroup(Construct):
             if scale_in_time(ends_at, props.drain) <= starts_at:
                 raise ValidationError(
                     f"block_ends_at must be more than {EC2_TERMINATES_BEFORE_END + props.drain} (30 minutes and the drain) after "
-                    f"block_starts_at, got {starts_at.isoformat()} to {ends_at.isoformat()}"
+                    f"block_starts_at, got {starts_at.isoformat()} to {ends_at.isoformat()}",
+                    path="block_ends_at",
                 )
         size = 0 if props.capacity_block else props.count
         self.cfn_group = autoscaling.CfnAutoScalingGroup(

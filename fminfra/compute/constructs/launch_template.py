@@ -106,21 +106,22 @@ class EfaLaunchTemplateProps:
 def _validate(props: EfaLaunchTemplateProps) -> catalog.GpuInstanceType:
     spec = catalog.get(props.instance_type)
     if not 8 <= props.root_volume_gib <= 16384:
-        raise ValidationError(f"root_volume_gib must be 8-16384 (a gp3 volume), got {props.root_volume_gib}")
+        raise ValidationError(f"root_volume_gib must be 8-16384 (a gp3 volume), got {props.root_volume_gib}", path="root_volume_gib")
     if not 1 <= props.imds_hop_limit <= 64:
-        raise ValidationError(f"imds_hop_limit must be 1-64, got {props.imds_hop_limit}")
+        raise ValidationError(f"imds_hop_limit must be 1-64, got {props.imds_hop_limit}", path="imds_hop_limit")
     if props.threads_per_core not in (None, 1, 2):
-        raise ValidationError(f"threads_per_core must be 1, 2 or None, got {props.threads_per_core}")
+        raise ValidationError(f"threads_per_core must be 1, 2 or None, got {props.threads_per_core}", path="threads_per_core")
     if props.threads_per_core == 1 and spec.vcpus is None:
         raise ValidationError(f"threads_per_core 1 needs the vCPU count of {spec.name}, which the catalog does not have; leave it unset")
     cap = props.capacity
     if cap is not None:
         if (cap.reservation_id is None) == (cap.resource_group_arn is None):
-            raise ValidationError("capacity must name exactly one of reservation_id and resource_group_arn")
+            raise ValidationError("capacity must name exactly one of reservation_id and resource_group_arn", path="capacity")
         if cap.capacity_block and props.placement_group is not None:
             raise ValidationError(
                 "placement_group must be None with a Capacity Block: the block brings its own placement, "
-                "and a separately managed placement group makes launches fail"
+                "and a separately managed placement group makes launches fail",
+                path="placement_group",
             )
     return spec
 

@@ -50,15 +50,16 @@ class NodeBootstrapProps:
 def _validate(props: NodeBootstrapProps, scripts: Path) -> None:
     catalog.get(props.instance_type)  # raises naming the known types
     if props.mode not in ("install", "verify"):
-        raise ValidationError(f"mode must be install or verify, got {props.mode!r}")
+        raise ValidationError(f"mode must be install or verify, got {props.mode!r}", path="mode")
     if not (scripts / "node" / "bootstrap.sh").is_file():
-        raise ValidationError(f"scripts_dir must contain node/bootstrap.sh, got {str(scripts)!r}")
+        raise ValidationError(f"scripts_dir must contain node/bootstrap.sh, got {str(scripts)!r}", path="scripts_dir")
     if not INSTALL_DIR_RULE.match(props.install_dir) or props.install_dir.rstrip("/") in ("", "/tmp"):  # noqa: S108 (refused, not used)
         raise ValidationError(
-            f"install_dir must be an absolute path of letters, digits, '.', '_', '-' and '/' other than / and /tmp, got {props.install_dir!r}"
+            f"install_dir must be an absolute path of letters, digits, '.', '_', '-' and '/' other than / and /tmp, got {props.install_dir!r}",
+            path="install_dir",
         )
     if not 1 <= props.download_attempts <= 20:
-        raise ValidationError(f"download_attempts must be 1-20, got {props.download_attempts}")
+        raise ValidationError(f"download_attempts must be 1-20, got {props.download_attempts}", path="download_attempts")
     for name, value in props.environment.items():
         if not NODE_ENV_NAME_RULE.match(name) or name in _ENV_RESERVED:
             raise ValidationError(

@@ -47,7 +47,10 @@ class DataBucket(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: DataBucketProps) -> None:
         super().__init__(scope, construct_id)
         if props.abort_incomplete_uploads_days < 1:
-            raise ValidationError(f"abort_incomplete_uploads_days must be at least 1, got {props.abort_incomplete_uploads_days}")
+            raise ValidationError(
+                f"abort_incomplete_uploads_days must be at least 1, got {props.abort_incomplete_uploads_days}",
+                path="abort_incomplete_uploads_days",
+            )
         self.access_log_bucket = s3.Bucket(
             self,
             "AccessLogBucket",

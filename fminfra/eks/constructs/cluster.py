@@ -112,18 +112,23 @@ class EksCluster(Construct):
         super().__init__(scope, construct_id)
         if props.kubernetes_version not in props.supported_versions:
             raise ValidationError(
-                f"kubernetes_version must be one of {', '.join(props.supported_versions)}, got {props.kubernetes_version!r}"
+                f"kubernetes_version must be one of {', '.join(props.supported_versions)}, got {props.kubernetes_version!r}",
+                path="kubernetes_version",
             )
         missing = [a for a in REQUIRED_ADDONS if a not in props.addon_versions]
         if missing:
-            raise ValidationError(f"addon_versions must pin {', '.join(REQUIRED_ADDONS)}; missing: {', '.join(missing)}")
+            raise ValidationError(
+                f"addon_versions must pin {', '.join(REQUIRED_ADDONS)}; missing: {', '.join(missing)}", path="addon_versions"
+            )
         if len(props.subnets) < 2:
-            raise ValidationError(f"subnets must span at least two AZs (EKS requires it), got {len(props.subnets)} subnet(s)")
+            raise ValidationError(
+                f"subnets must span at least two AZs (EKS requires it), got {len(props.subnets)} subnet(s)", path="subnets"
+            )
         kubectl_provider = bool(props.helm_charts) or props.kubectl_manifests
         if kubectl_provider and props.kubectl_layer is None:
-            raise ValidationError("kubectl_layer is required when helm_charts or kubectl_manifests are given")
+            raise ValidationError("kubectl_layer is required when helm_charts or kubectl_manifests are given", path="kubectl_layer")
         if props.system_node_count < 0:
-            raise ValidationError(f"system_node_count must be 0 or more, got {props.system_node_count}")
+            raise ValidationError(f"system_node_count must be 0 or more, got {props.system_node_count}", path="system_node_count")
 
         self.secrets_key = kms.Key(
             self,

@@ -102,7 +102,7 @@ class FsxStaticVolume(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: FsxStaticVolumeProps) -> None:
         super().__init__(scope, construct_id)
         if not props.namespaces:
-            raise ValidationError("namespaces must name at least one namespace, got none")
+            raise ValidationError("namespaces must name at least one namespace, got none", path="namespaces")
         for namespace in props.namespaces:
             if problem := DNS_LABEL.problem(namespace):
                 raise ValidationError(f"namespaces: {problem}")

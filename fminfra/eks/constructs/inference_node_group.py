@@ -106,23 +106,30 @@ class InferenceNodeGroup(Construct):
         spec = catalog.get(props.instance_type)
         if not props.min_size <= props.desired_size <= props.max_size:
             raise ValidationError(
-                f"sizes must satisfy min_size <= desired_size <= max_size, got {props.min_size} <= {props.desired_size} <= {props.max_size}"
+                f"sizes must satisfy min_size <= desired_size <= max_size, got {props.min_size} <= {props.desired_size} <= {props.max_size}",
+                path="desired_size",
             )
         taints = list(props.taints) if props.taints is not None else [GPU_TAINT]
         for key, _, effect in taints:
             if effect not in _EFFECTS:
                 raise ValidationError(f"taint {key!r}: effect must be one of {', '.join(_EFFECTS)}, got {effect!r}")
         if props.capacity_block and props.launch_template is None:
-            raise ValidationError("capacity_block needs a launch_template that targets the Capacity Block's reservation")
+            raise ValidationError(
+                "capacity_block needs a launch_template that targets the Capacity Block's reservation", path="capacity_block"
+            )
         if not props.subnets:
-            raise ValidationError("subnets must list at least one subnet, got none")
+            raise ValidationError("subnets must list at least one subnet, got none", path="subnets")
         if props.block_starts_at is not None:
             if not props.capacity_block:
-                raise ValidationError("block_starts_at applies to Capacity Block node groups only (capacity_block=True)")
+                raise ValidationError(
+                    "block_starts_at applies to Capacity Block node groups only (capacity_block=True)", path="block_starts_at"
+                )
             if props.block_starts_at.tzinfo is None:
-                raise ValidationError("block_starts_at must carry a time zone")
+                raise ValidationError("block_starts_at must carry a time zone", path="block_starts_at")
             if props.desired_size == 0:
-                raise ValidationError("block_starts_at needs desired_size 1 or more: the block's start would scale the group to 0")
+                raise ValidationError(
+                    "block_starts_at needs desired_size 1 or more: the block's start would scale the group to 0", path="block_starts_at"
+                )
         # With a known start the group waits at 0 and the start schedule sizes it; EKS scales it to
         # 0 again before the end, so each block's start needs its own call.
         scheduled = props.block_starts_at is not None

@@ -143,7 +143,7 @@ class Kueue(Construct):
 
 def _validate(props: KueueProps) -> None:
     if not props.flavors:
-        raise ValidationError("flavors must list at least one GPU instance type, got none")
+        raise ValidationError("flavors must list at least one GPU instance type, got none", path="flavors")
     if not props.teams:
         raise ValidationError(TEAMS_REQUIRED)
     types = {f.instance_type for f in props.flavors}

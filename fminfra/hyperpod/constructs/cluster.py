@@ -145,7 +145,7 @@ class HyperPodCluster(Construct):
         super().__init__(scope, construct_id)
         _check_name("cluster_name", props.cluster_name)
         if not props.instance_groups:
-            raise ValidationError("instance_groups must list at least one group, got none")
+            raise ValidationError("instance_groups must list at least one group, got none", path="instance_groups")
         for i, group in enumerate(props.instance_groups):
             _check_group(i, group)
         names = [g.name for g in props.instance_groups]
@@ -153,15 +153,15 @@ class HyperPodCluster(Construct):
         if repeated:
             raise ValidationError(f"instance group names must be unique, repeated: {', '.join(repeated)}")
         if props.node_recovery not in NODE_RECOVERY:
-            raise ValidationError(f"node_recovery must be Automatic or None, got {props.node_recovery!r}")
+            raise ValidationError(f"node_recovery must be Automatic or None, got {props.node_recovery!r}", path="node_recovery")
         if not 1 <= len(props.subnets) <= 16:
-            raise ValidationError(f"subnets must list 1-16 subnets, got {len(props.subnets)}")
+            raise ValidationError(f"subnets must list 1-16 subnets, got {len(props.subnets)}", path="subnets")
         if not 1 <= len(props.security_groups) <= 5:
-            raise ValidationError(f"security_groups must list 1-5 groups, got {len(props.security_groups)}")
+            raise ValidationError(f"security_groups must list 1-5 groups, got {len(props.security_groups)}", path="security_groups")
         _check_autoscaling(props)
         uri = props.lifecycle_source_s3_uri
         if not cdk.Token.is_unresolved(uri) and not uri.startswith("s3://"):
-            raise ValidationError(f"lifecycle_source_s3_uri must be an s3:// prefix, got {uri!r}")
+            raise ValidationError(f"lifecycle_source_s3_uri must be an s3:// prefix, got {uri!r}", path="lifecycle_source_s3_uri")
 
         self.execution_role = props.execution_role
         life_cycle = sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(source_s3_uri=uri, on_create=props.lifecycle_entry_script)
@@ -253,9 +253,13 @@ def _check_autoscaling(props: HyperPodClusterProps) -> None:
             "autoscaled_groups: HyperPod's managed autoscaling needs an EKS orchestrator (eks_cluster_arn); Slurm has none"
         )
     if props.node_recovery != AUTOSCALING_NODE_RECOVERY:
-        raise ValidationError(f"node_recovery must be {AUTOSCALING_NODE_RECOVERY} with autoscaled_groups, got {props.node_recovery!r}")
+        raise ValidationError(
+            f"node_recovery must be {AUTOSCALING_NODE_RECOVERY} with autoscaled_groups, got {props.node_recovery!r}", path="node_recovery"
+        )
     if len(names) > AUTOSCALING_MAX_GROUPS or len(set(names)) != len(names):
-        raise ValidationError(f"autoscaled_groups must name 1-{AUTOSCALING_MAX_GROUPS} distinct groups, got {', '.join(names)}")
+        raise ValidationError(
+            f"autoscaled_groups must name 1-{AUTOSCALING_MAX_GROUPS} distinct groups, got {', '.join(names)}", path="autoscaled_groups"
+        )
     groups = {g.name: g for g in props.instance_groups}
     for name in names:
         group = groups.get(name)

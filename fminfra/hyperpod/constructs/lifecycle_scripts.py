@@ -75,17 +75,20 @@ class LifecycleScripts(Construct):
         if not cdk.Token.is_unresolved(props.bucket_name):
             if not props.bucket_name.startswith("sagemaker-"):
                 raise ValidationError(
-                    f"bucket_name must start with 'sagemaker-' (the HyperPod managed policy covers only those), got {props.bucket_name!r}"
+                    f"bucket_name must start with 'sagemaker-' (the HyperPod managed policy covers only those), got {props.bucket_name!r}",
+                    path="bucket_name",
                 )
             if problem := BUCKET_NAME.problem(props.bucket_name):
-                raise ValidationError(f"bucket_name {problem}")
+                raise ValidationError(f"bucket_name {problem}", path="bucket_name")
         if "" not in props.folders:
-            raise ValidationError("folders must map '' (the top of the published tree) to the folder holding the entry script")
+            raise ValidationError(
+                "folders must map '' (the top of the published tree) to the folder holding the entry script", path="folders"
+            )
         for prefix, folder in props.folders.items():
             if not Path(folder).is_dir():
                 raise ValidationError(f"folders[{prefix!r}]: {folder} is not a folder")
         if not (Path(props.folders[""]) / props.entry_script).is_file():
-            raise ValidationError(f"entry_script {props.entry_script!r} is not in {props.folders['']}")
+            raise ValidationError(f"entry_script {props.entry_script!r} is not in {props.folders['']}", path="entry_script")
 
         stack = cdk.Stack.of(self)
         staging = _stage(props.folders)

@@ -106,7 +106,7 @@ class HyperPodPlanDrain(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: HyperPodPlanDrainProps) -> None:
         super().__init__(scope, construct_id)
         if not props.groups:
-            raise ValidationError("groups must list at least one training-plan instance group, got none")
+            raise ValidationError("groups must list at least one training-plan instance group, got none", path="groups")
         if not props.subnets:
             raise ValidationError(NAT_SUBNETS_PROBLEM)
         for group in props.groups:

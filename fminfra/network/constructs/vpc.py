@@ -80,9 +80,9 @@ class AzIdVpc(Construct):
         super().__init__(scope, construct_id)
         compute = [s for s in props.subnets if s.compute]
         if len(compute) != 1:
-            raise ValidationError(f"subnets must contain exactly one compute subnet, got {len(compute)}")
+            raise ValidationError(f"subnets must contain exactly one compute subnet, got {len(compute)}", path="subnets")
         if props.nat_gateways not in ("one", "per-az"):
-            raise ValidationError(f"nat_gateways must be one or per-az, got {props.nat_gateways!r}")
+            raise ValidationError(f"nat_gateways must be one or per-az, got {props.nat_gateways!r}", path="nat_gateways")
 
         self.cfn_vpc = ec2.CfnVPC(
             self,

@@ -153,9 +153,9 @@ class PrometheusAlerting(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: PrometheusAlertingProps) -> None:
         super().__init__(scope, construct_id)
         if problem := NAMESPACE_NAME.problem(props.namespace_name):
-            raise ValidationError(f"namespace_name {problem}")
+            raise ValidationError(f"namespace_name {problem}", path="namespace_name")
         if "groups:" not in props.rules:
-            raise ValidationError("rules must be a Prometheus rule file starting with groups:")
+            raise ValidationError("rules must be a Prometheus rule file starting with groups:", path="rules")
         region = cdk.Stack.of(self).region
         self.alert_manager_definition = "\n".join(
             [
@@ -220,10 +220,11 @@ class FsxLustreAlarms(Construct):
                 raise ValidationError(f"{name} must be 1 to 99, got {value}")
         if props.storage_capacity_gib < 1200:
             raise ValidationError(
-                f"storage_capacity_gib must be at least 1200 (the smallest Lustre file system), got {props.storage_capacity_gib}"
+                f"storage_capacity_gib must be at least 1200 (the smallest Lustre file system), got {props.storage_capacity_gib}",
+                path="storage_capacity_gib",
             )
         if props.throughput_mb_per_s < 1:
-            raise ValidationError(f"throughput_mb_per_s must be positive, got {props.throughput_mb_per_s}")
+            raise ValidationError(f"throughput_mb_per_s must be positive, got {props.throughput_mb_per_s}", path="throughput_mb_per_s")
         period = cdk.Duration.minutes(5)
         dims = {"FileSystemId": props.file_system_id}
 

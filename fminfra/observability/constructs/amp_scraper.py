@@ -169,14 +169,14 @@ class AmpScraper(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: AmpScraperProps) -> None:
         super().__init__(scope, construct_id)
         if not 2 <= len(props.subnets) <= 5:
-            raise ValidationError(f"subnets must list 2 to 5 subnets in at least two AZs, got {len(props.subnets)}")
+            raise ValidationError(f"subnets must list 2 to 5 subnets in at least two AZs, got {len(props.subnets)}", path="subnets")
         azs = [s.availability_zone for s in props.subnets]
         if not any(cdk.Token.is_unresolved(az) for az in azs) and len(set(azs)) < 2:
-            raise ValidationError(f"subnets must be in at least two AZs, got only {azs[0]}")
+            raise ValidationError(f"subnets must be in at least two AZs, got only {azs[0]}", path="subnets")
         if problem := scrape_interval_problem(props.scrape_interval_seconds):
-            raise ValidationError(f"scrape_interval_seconds {problem}")
+            raise ValidationError(f"scrape_interval_seconds {problem}", path="scrape_interval_seconds")
         if not props.jobs:
-            raise ValidationError("jobs must name at least one job and port")
+            raise ValidationError("jobs must name at least one job and port", path="jobs")
         for job, spec in props.jobs.items():
             port = spec.port if isinstance(spec, PodScrapeJob) else spec
             if not 1 <= port <= 65535:

@@ -59,7 +59,9 @@ class GrafanaWorkspace(Construct):
         if not cdk.Token.is_unresolved(props.name) and (problem := GRAFANA_NAME.problem(props.name)):
             raise ValidationError(f"name {problem}")
         if props.authentication not in AUTHENTICATION_PROVIDERS:
-            raise ValidationError(f"authentication must be one of {', '.join(AUTHENTICATION_PROVIDERS)}, got {props.authentication!r}")
+            raise ValidationError(
+                f"authentication must be one of {', '.join(AUTHENTICATION_PROVIDERS)}, got {props.authentication!r}", path="authentication"
+            )
         stack = cdk.Stack.of(self)
         self.role = iam.Role(
             self,

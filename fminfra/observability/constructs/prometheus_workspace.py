@@ -46,9 +46,9 @@ class PrometheusWorkspace(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: PrometheusWorkspaceProps) -> None:
         super().__init__(scope, construct_id)
         if not cdk.Token.is_unresolved(props.alias) and not 1 <= len(props.alias) <= 100:
-            raise ValidationError(f"alias must be 1-100 characters, got {len(props.alias)} ({props.alias!r})")
+            raise ValidationError(f"alias must be 1-100 characters, got {len(props.alias)} ({props.alias!r})", path="alias")
         if problem := one_of_problem(LOG_RETENTION_DAYS, props.log_retention_days):
-            raise ValidationError(f"log_retention_days {problem}")
+            raise ValidationError(f"log_retention_days {problem}", path="log_retention_days")
         self.key = kms.Key(
             self,
             "Key",
@@ -108,7 +108,8 @@ class PrometheusWorkspace(Construct):
         """
         if not isinstance(grantee, Construct):
             raise ValidationError(
-                f"grant_remote_write needs a role construct (iam.Role or iam.Role.from_role_arn), got {type(grantee).__name__}"
+                f"grant_remote_write needs a role construct (iam.Role or iam.Role.from_role_arn), got {type(grantee).__name__}",
+                path="grant_remote_write",
             )
         policy = iam.Policy(
             grantee,

@@ -171,50 +171,57 @@ def _validate(props: LustreFileSystemProps) -> None:
             f"client_security_groups apply only to the group this construct makes for a file system without EFA, got "
             f"{len(props.client_security_groups)} with {given}: give security_group, a group the file system and its clients "
             "share (with EFA, all traffic to and from that one group: docs/facts/network.md#efa-security-group-self-traffic), "
-            "and leave client_security_groups out"
+            "and leave client_security_groups out",
+            path="client_security_groups",
         )
     if dt not in DEPLOYMENT_TYPES:
-        raise ValidationError(f"deployment_type must be PERSISTENT_2 or SCRATCH_2, got {dt!r}")
+        raise ValidationError(f"deployment_type must be PERSISTENT_2 or SCRATCH_2, got {dt!r}", path="deployment_type")
     persistent = dt == "PERSISTENT_2"
     gib = props.storage_capacity_gib
     if problem := lustre_capacity_problem(gib):
-        raise ValidationError(f"storage_capacity_gib {problem}")
+        raise ValidationError(f"storage_capacity_gib {problem}", path="storage_capacity_gib")
     if props.throughput_mb_per_tib is not None:
         if not persistent:
-            raise ValidationError(f"throughput_mb_per_tib is for PERSISTENT_2 only, got {props.throughput_mb_per_tib} with {dt}")
+            raise ValidationError(
+                f"throughput_mb_per_tib is for PERSISTENT_2 only, got {props.throughput_mb_per_tib} with {dt}", path="throughput_mb_per_tib"
+            )
         if props.throughput_mb_per_tib not in THROUGHPUT_TIERS_MB_PER_TIB:
             raise ValidationError(
-                f"throughput_mb_per_tib must be 125, 250, 500 or 1000 for PERSISTENT_2, got {props.throughput_mb_per_tib}"
+                f"throughput_mb_per_tib must be 125, 250, 500 or 1000 for PERSISTENT_2, got {props.throughput_mb_per_tib}",
+                path="throughput_mb_per_tib",
             )
     if props.efa_enabled and not persistent:
-        raise ValidationError(f"efa_enabled requires PERSISTENT_2, got {dt}")
+        raise ValidationError(f"efa_enabled requires PERSISTENT_2, got {dt}", path="efa_enabled")
     if props.efa_enabled and (
         problem := lustre_efa_capacity_problem(gib, props.throughput_mb_per_tib or DEFAULT_THROUGHPUT_MB_PER_TIB)
     ):  # docs/facts/storage.md#fsx-lustre-efa-capacity-steps
-        raise ValidationError(f"storage_capacity_gib {problem}")
+        raise ValidationError(f"storage_capacity_gib {problem}", path="storage_capacity_gib")
     if props.kms_key is not None and not persistent:
-        raise ValidationError(f"kms_key applies to PERSISTENT_2 only (SCRATCH_2 uses keys FSx manages), got {dt}")
+        raise ValidationError(f"kms_key applies to PERSISTENT_2 only (SCRATCH_2 uses keys FSx manages), got {dt}", path="kms_key")
     if props.data_compression not in COMPRESSION_TYPES:
-        raise ValidationError(f"data_compression must be LZ4 or NONE, got {props.data_compression!r}")
+        raise ValidationError(f"data_compression must be LZ4 or NONE, got {props.data_compression!r}", path="data_compression")
     if props.metadata_mode is not None:
         if not persistent:
-            raise ValidationError(f"metadata_mode applies to PERSISTENT_2 only, got {props.metadata_mode!r} with {dt}")
+            raise ValidationError(
+                f"metadata_mode applies to PERSISTENT_2 only, got {props.metadata_mode!r} with {dt}", path="metadata_mode"
+            )
         if props.metadata_mode not in METADATA_MODES:
-            raise ValidationError(f"metadata_mode must be AUTOMATIC or USER_PROVISIONED, got {props.metadata_mode!r}")
+            raise ValidationError(f"metadata_mode must be AUTOMATIC or USER_PROVISIONED, got {props.metadata_mode!r}", path="metadata_mode")
     mode = props.metadata_mode or ("AUTOMATIC" if persistent else None)
     iops = props.metadata_iops
     if iops is not None and mode != "USER_PROVISIONED":
-        raise ValidationError(f"metadata_iops requires metadata_mode USER_PROVISIONED, got {iops} with {mode}")
+        raise ValidationError(f"metadata_iops requires metadata_mode USER_PROVISIONED, got {iops} with {mode}", path="metadata_iops")
     if mode == "USER_PROVISIONED":
         problem = f"must be {LUSTRE_METADATA_IOPS_ALLOWED}, got None" if iops is None else lustre_metadata_iops_problem(iops)
         if problem:
-            raise ValidationError(f"metadata_iops {problem}")
+            raise ValidationError(f"metadata_iops {problem}", path="metadata_iops")
     days = props.automatic_backup_retention_days
     if not 0 <= days <= 90:
-        raise ValidationError(f"automatic_backup_retention_days must be 0 to 90, got {days}")
+        raise ValidationError(f"automatic_backup_retention_days must be 0 to 90, got {days}", path="automatic_backup_retention_days")
     if days and not persistent:
         raise ValidationError(
-            f"automatic_backup_retention_days is for PERSISTENT_2 only (FSx does not back up scratch), got {days} with {dt}"
+            f"automatic_backup_retention_days is for PERSISTENT_2 only (FSx does not back up scratch), got {days} with {dt}",
+            path="automatic_backup_retention_days",
         )
 
 
@@ -307,7 +314,10 @@ class LustreFileSystem(Construct):
         for other in self._associations:
             other_norm = other.file_system_path.rstrip("/") + "/"
             if not _unresolved(file_system_path) and (norm.startswith(other_norm) or other_norm.startswith(norm)):
-                raise ValidationError(f"file_system_path {file_system_path!r} overlaps {other.file_system_path!r}; paths must not overlap")
+                raise ValidationError(
+                    f"file_system_path {file_system_path!r} overlaps {other.file_system_path!r}; paths must not overlap",
+                    path="file_system_path",
+                )
         association = DataRepositoryAssociation(
             self,
             construct_id,
@@ -372,9 +382,11 @@ class DataRepositoryAssociation(Construct):
                 f"file_system: data repository associations need SCRATCH_2 or PERSISTENT_2, got {props.file_system.deployment_type}"
             )
         if not _unresolved(props.file_system_path) and not props.file_system_path.startswith("/"):
-            raise ValidationError(f"file_system_path must start with '/', got {props.file_system_path!r}")
+            raise ValidationError(f"file_system_path must start with '/', got {props.file_system_path!r}", path="file_system_path")
         if props.s3_prefix and (props.s3_prefix.startswith("/") or not props.s3_prefix.endswith("/")):
-            raise ValidationError(f"s3_prefix must be '' or a prefix ending in '/' without a leading '/', got {props.s3_prefix!r}")
+            raise ValidationError(
+                f"s3_prefix must be '' or a prefix ending in '/' without a leading '/', got {props.s3_prefix!r}", path="s3_prefix"
+            )
         for name, events in (("import_events", props.import_events), ("export_events", props.export_events)):
             bad = [e for e in events if e not in REPOSITORY_EVENTS]
             if bad or len(set(events)) != len(events):
