@@ -69,6 +69,9 @@ SSM_DOCUMENT = "AWS-StartNonInteractiveCommand"
 BEGIN, END, EXIT, SIZE = "FMINFRA-BEGIN", "FMINFRA-END", "FMINFRA-EXIT=", "FMINFRA-LOG-BYTES="
 MAX_SILENT_POLLS = 5  # polls in a row that bring back nothing readable, or fail to run, before giving up
 SESSION_TIMEOUT_S = 300  # one session: a poll reads a few KiB, the start ships the config
+# Where HyperPod Slurm nodes keep sbatch, sacct and scancel (docs/facts/observability.md#hyperpod-slurm-bin-path):
+# on no PATH the session gets (the agent's service environment, or sudo's secure_path).
+SLURM_BIN = "/opt/slurm/bin"
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ def start_script(plan: accept.Plan, ns: argparse.Namespace) -> str:
     version_check = f"import sys; sys.exit(sys.version_info[:2] < {node_package.PYTHON_VERSION!r})"
     lines = [
         "set -eu",
+        f'export PATH="{SLURM_BIN}:$PATH"',
         f"mkdir -p {shlex.quote(run)} && cd {shlex.quote(run)}",
         f"echo {BEGIN}",
         f"if ! {python} -c {shlex.quote(version_check)}; then",
@@ -197,17 +201,28 @@ def poll_script(run_dir: str, offset: int) -> str:
 
 def session_parameters(script: str, user: str) -> dict[str, list[str]]:
     """The document's `command` parameter: `script`, base64-encoded (no quoting to go wrong), run by
-    bash as `user` if given. Who the session itself is depends on the account's Session Manager
-    preferences: root by SageMaker's HyperPod guide, `ssm-user` (in sudoers) by Session Manager's
-    default, the Run As user when that is on (docs/facts/hyperpod.md#hyperpod-node-ssm-session). So:
-    bash directly when the session already is `user`, else `sudo -n` (fails at once, never waits for
-    a password the session cannot type)."""
-    if not user:
-        shell = "bash"
-    else:
-        name = shlex.quote(user)
-        shell = f'if [ "$(id -un)" = {name} ]; then bash; else sudo -n -u {name} -H bash; fi'
-    return {"command": [f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | {shell}"]}
+    bash as `user` if given. The agent runs the parameter without a shell: it splits it into words
+    and executes the first (docs/facts/jobs.md#ssm-noninteractive-command-no-shell), so the pipe
+    runs inside `bash -c '...'`, whose single-quoted word holds only base64, the user (a name that
+    needs no quoting, `remote_user_problem`) and the test below. Who the session itself is depends on
+    the account's Session Manager preferences: root by SageMaker's HyperPod guide, `ssm-user` (in
+    sudoers) by Session Manager's default, the Run As user when that is on
+    (docs/facts/hyperpod.md#hyperpod-node-ssm-session). So: bash directly when the session already
+    is `user`, else `sudo -n` (fails at once, never waits for a password the session cannot type)."""
+    if problem := remote_user_problem(user):
+        raise UsageError(f"accept-remote: --remote-user: {problem}")
+    shell = f'if [ "$(id -un)" = {user} ]; then bash; else sudo -n -u {user} -H bash; fi' if user else "bash"
+    pipeline = f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | {shell}"
+    return {"command": [f"bash -c '{pipeline}'"]}
+
+
+def remote_user_problem(user: str) -> str:
+    """Why `user` cannot be the remote user ('' when it can): it travels unquoted inside the
+    command's single-quoted word, so only names that need no shell quoting (letters, digits and
+    `@%+=:,./-_`, as `shlex.quote` leaves alone) are taken; every Linux login name is one."""
+    if user and shlex.quote(user) != user:
+        return f"{user!r} is not a user name: letters, digits and @%+=:,./-_ only"
+    return ""
 
 
 def session_argv(region: str, target: str, params_file: str) -> list[str]:
@@ -263,8 +278,15 @@ class SessionFailed(UsageError):
 
 
 def _run_session(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    # stdin from /dev/null: the plugin forwards its stdin to the session, and CI's stdin is not ours
-    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=SESSION_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    """The plugin with a stdin that stays open and silent: it forwards what it reads there to the
+    session and ends the session when the read ends (docs/facts/jobs.md#session-manager-plugin-stdin),
+    so neither CI's stdin nor /dev/null (at once at its end, before the node's output) will do."""
+    read_end, write_end = os.pipe()
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=SESSION_TIMEOUT_S, stdin=read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
 
 
 def session(runner: Runner, region: str, node: Node, script: str, user: str) -> Reply | None:
@@ -368,6 +390,8 @@ def command(ns: argparse.Namespace) -> int:
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")
+    if problem := remote_user_problem(ns.remote_user):
+        raise UsageError(f"accept-remote: --remote-user: {problem}")
     accept.check_shared_folder(cfg, config_file)
     plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
     start = start_script(plan, ns)

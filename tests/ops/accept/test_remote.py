@@ -3,18 +3,23 @@ botocore's SageMaker model), and the SSM sessions run against a fake `aws ssm st
 executes the session's command in a local folder standing in for the login node.
 
 What the fake session models (docs/facts/jobs.md#hyperpod-ssm-target,
-docs/facts/hyperpod.md#hyperpod-node-ssm-session): `--parameters file://...` holds
-`{"command": ["..."]}`, the command runs in a shell on the node (as root: here, as this user) and
-its output comes back with the plugin's own session lines around it; a session may also come back
-empty (the plugin racing to close), which the polling tolerates. Not modelled: IAM, the 3 TPS
-start-session limit, session timeouts."""
+docs/facts/jobs.md#ssm-noninteractive-command-no-shell, docs/facts/hyperpod.md#hyperpod-node-ssm-session):
+`--parameters file://...` holds `{"command": ["..."]}`; the agent splits the command into words
+(google/shlex at the agent's pin, which behaves as Python's `shlex.split` with comments) and
+executes them with no shell, in its service's environment (systemd's PATH, no /opt/slurm/bin), as
+root (here, as this user); the output comes back with the plugin's own session lines around it; a
+session may also come back empty (the plugin racing to close), which the polling tolerates. Not
+modelled: IAM, the 3 TPS start-session limit, session timeouts."""
 
 from __future__ import annotations
 
 import argparse
 import base64
 import json
+import os
+import shlex
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +103,11 @@ def test_dry_run_prints_the_session_the_script_and_the_sbatch_lines(capsys: pyte
     # what is printed is what is sent: the parameters decode to the script printed below them
     lines = out.splitlines()
     params = json.loads(lines[lines.index("# command.json, exactly:") + 1])
-    encoded = params["command"][0].split()[1]
+    encoded = shlex.split(params["command"][0])[2].split()[1]
     script = base64.b64decode(encoded).decode()
     start = lines.index("# which runs this script as ubuntu:") + 1
     assert "\n".join(lines[start : start + script.count("\n")]) + "\n" == script
-    assert params["command"][0].endswith('| base64 -d | if [ "$(id -un)" = ubuntu ]; then bash; else sudo -n -u ubuntu -H bash; fi')
+    assert params["command"][0].endswith('| base64 -d | if [ "$(id -un)" = ubuntu ]; then bash; else sudo -n -u ubuntu -H bash; fi\'')
     assert "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2" in out
 
 
@@ -180,18 +185,33 @@ def test_a_cluster_without_login_group_uses_the_controller(tmp_path: Path) -> No
 # --- the sessions, against a fake node ------------------------------------------------------------------
 
 
-class FakeNode:
-    """`aws ssm start-session` stand-in: runs the command of `--parameters file://...` with bash in
-    this process's environment and wraps its output in the plugin's session lines."""
+# The PATH of a service the system's systemd starts, the agent's (docs/facts/hyperpod.md#systemd-service-path).
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
 
-    def __init__(self, tmp_path: Path, accept_rc: int = 0, version_ok: bool = True, empty_sessions: int = 0) -> None:
+
+class FakeNode:
+    """`aws ssm start-session` stand-in: runs the command of `--parameters file://...` as the agent
+    does (split into words, executed without a shell, systemd's PATH) and wraps its output in the
+    plugin's session lines. The node's Slurm commands are in `slurm_bin` (/opt/slurm/bin on HyperPod),
+    which the start script must put on PATH: the fake python3 fails as `sbatch` would be missing."""
+
+    def __init__(
+        self, tmp_path: Path, accept_rc: int = 0, version_ok: bool = True, empty_sessions: int = 0, env: dict[str, str] | None = None
+    ) -> None:
         self.calls: list[list[str]] = []
+        self.env = {"PATH": SYSTEMD_PATH} if env is None else env
         self.empty_sessions = empty_sessions
+        self.slurm_bin = tmp_path / "opt-slurm-bin"
+        self.slurm_bin.mkdir(exist_ok=True)
+        for name in ("sbatch", "sacct", "scancel"):
+            (self.slurm_bin / name).write_text("#!/bin/sh\nexit 0\n")
+            (self.slurm_bin / name).chmod(0o755)
         self.python = tmp_path / "python"
         # a python3 of the version the node code needs (or not), whose run prints and exits as told
         self.python.write_text(
             "#!/bin/bash\n"
             f'if [ "$1" = -c ]; then exit {0 if version_ok else 1}; fi\n'
+            'command -v sbatch >/dev/null || { echo "accept: sbatch: not found on PATH=$PATH"; exit 127; }\n'
             'echo "node $*"; echo "PASS nccl all_reduce workers 436.95 GB/s"\n'
             f"exit {accept_rc}\n"
         )
@@ -205,9 +225,16 @@ class FakeNode:
         if self.empty_sessions:
             self.empty_sessions -= 1
             return subprocess.CompletedProcess(argv, 0, "\r\nStarting session with SessionId: s1\r\n\r\n", "")
-        result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, check=False, timeout=60)
+        words = shlex.split(command, comments=True)
+        result = subprocess.run(words, capture_output=True, text=True, check=False, timeout=60, env=self.env)
         out = f"\r\nStarting session with SessionId: s1\r\n{result.stdout}\r\nExiting session with sessionId: s1.\r\n"
         return subprocess.CompletedProcess(argv, 0, out, result.stderr)
+
+
+@pytest.fixture(autouse=True)
+def _slurm_bin(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The fake node's /opt/slurm/bin (FakeNode.slurm_bin), where the start script looks."""
+    monkeypatch.setattr(accept_remote, "SLURM_BIN", str(tmp_path / "opt-slurm-bin"))
 
 
 def _ns(fake: FakeNode, **extra: Any) -> argparse.Namespace:
@@ -340,7 +367,29 @@ def test_a_starting_session_that_times_out_is_one_line(tmp_path: Path, monkeypat
         _run(tmp_path, monkeypatch, FakeNode(tmp_path), runner=hangs)
 
 
-def test_the_plugin_gets_no_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+# The plugin as its source behaves (docs/facts/jobs.md#session-manager-plugin-stdin): it reads its
+# stdin for the session and ends when that read fails; the node's output comes a moment later.
+FAKE_PLUGIN = """
+import os, threading, time
+def keyboard():
+    while os.read(0, 1024):  # b'' at end of file: the plugin's read fails and the session ends
+        pass
+    os._exit(0)
+threading.Thread(target=keyboard, daemon=True).start()
+time.sleep(0.5)
+os.write(1, b"FMINFRA-BEGIN\\nnode output\\nFMINFRA-END\\n")
+os._exit(0)
+"""
+
+
+def test_the_plugin_keeps_an_open_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stdin at its end (/dev/null) ends the plugin before the node answers; an open, silent pipe
+    lets the session run to its own end. The timeout still bounds it."""
+    result = accept_remote._run_session([sys.executable, "-c", FAKE_PLUGIN])
+    assert result.returncode == 0 and "node output" in result.stdout
+    # the test of the test: the same plugin given /dev/null, as _run_session did, ends with nothing
+    ended = subprocess.run([sys.executable, "-c", FAKE_PLUGIN], capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
+    assert ended.stdout == ""
     seen: dict[str, Any] = {}
 
     def run(argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -349,8 +398,36 @@ def test_the_plugin_gets_no_stdin_and_a_timeout(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(accept_remote.subprocess, "run", run)
     accept_remote._run_session(["aws"])
-    # the Session Manager plugin forwards its stdin to the session: never CI's
-    assert seen["stdin"] is subprocess.DEVNULL and seen["timeout"] == accept_remote.SESSION_TIMEOUT_S
+    # never CI's stdin: a pipe of ours, and the timeout
+    assert isinstance(seen["stdin"], int) and seen["stdin"] > 2 and seen["timeout"] == accept_remote.SESSION_TIMEOUT_S
+
+
+def test_the_agent_runs_the_command_without_a_shell(tmp_path: Path) -> None:
+    """The agent splits the parameter into words and executes them: a bare `echo ... | base64 -d |
+    bash` would only echo its words. The command is one `bash -c` whose word holds the pipe."""
+    (command,) = accept_remote.session_parameters("echo ran the script\n", "")["command"]
+    words = shlex.split(command, comments=True)
+    assert words[:2] == ["bash", "-c"] and len(words) == 3
+    ran = subprocess.run(words, capture_output=True, text=True, check=False, env={"PATH": SYSTEMD_PATH})
+    assert ran.stdout == "ran the script\n"
+    # the test of the test: the form sent before this check existed, as the agent runs it
+    old = f"echo {base64.b64encode(b'echo ran the script').decode()} | base64 -d | bash"
+    echoed = subprocess.run(shlex.split(old, comments=True), capture_output=True, text=True, check=False)
+    assert "ran the script" not in echoed.stdout and "| base64 -d | bash" in echoed.stdout
+
+
+@pytest.mark.parametrize("user", ["a b", "o'neil", "x;reboot", "#root"])
+def test_a_remote_user_that_needs_quoting_is_refused(user: str) -> None:
+    with pytest.raises(UsageError, match=r"--remote-user: .* is not a user name"):
+        accept_remote.session_parameters("true\n", user)
+    assert accept_remote.remote_user_problem("ubuntu") == accept_remote.remote_user_problem("svc-1.x@corp") == ""
+
+
+def test_the_slurm_commands_are_on_the_path_the_node_code_sees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start script puts /opt/slurm/bin first on PATH; without it the node code finds no sbatch."""
+    assert _run(tmp_path, monkeypatch, FakeNode(tmp_path)) == 0
+    monkeypatch.setattr(accept_remote, "SLURM_BIN", str(tmp_path / "elsewhere"))
+    assert _run(tmp_path, monkeypatch, FakeNode(tmp_path)) != 0
 
 
 def test_the_remote_user_runs_the_script_whoever_the_session_is(tmp_path: Path) -> None:
@@ -365,10 +442,10 @@ def test_the_remote_user_runs_the_script_whoever_the_session_is(tmp_path: Path) 
     (fakebin / "sudo").write_text('#!/bin/sh\necho "sudo $*" >&2\necho "sudo: a password is required" >&2\nexit 1\n')
     (fakebin / "sudo").chmod(0o755)
     env = {"PATH": f"{fakebin}:/usr/bin:/bin"}
-    same = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    same = subprocess.run(shlex.split(command, comments=True), capture_output=True, text=True, env=env, check=False)
     assert (same.returncode, same.stdout.strip(), same.stderr) == (0, f"ran as {getpass.getuser()}", "")
     (command,) = accept_remote.session_parameters("echo ran\n", "fminfra-nobody")["command"]
-    other = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=env, check=False)
+    other = subprocess.run(shlex.split(command, comments=True), capture_output=True, text=True, env=env, check=False)
     assert other.returncode == 1 and "sudo -n -u fminfra-nobody -H bash" in other.stderr and other.stdout == ""
 
 
@@ -391,8 +468,9 @@ def test_an_environment_without_training_groups_is_handed_to_accept(capsys: pyte
 def test_a_fresh_node_runs_the_gate_with_nothing_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A node as the HyperPod Slurm AMI leaves it: the fake Slurm cluster on PATH, and `python3` a
-    Python without site-packages (-S: the standard library only, no fminfra, no PyYAML). With the
+    """A node as the HyperPod Slurm AMI leaves it: the fake Slurm cluster's commands in its
+    /opt/slurm/bin, on no PATH the session has, and `python3` on systemd's PATH, a Python without
+    site-packages (-S: the standard library only, no fminfra, no PyYAML). With the
     verb's own defaults (`--remote-python`), the session's command carries all the node runs, and
     the jobs' results come back as the checks' table, exit code and report."""
     import sys
@@ -408,8 +486,12 @@ def test_a_fresh_node_runs_the_gate_with_nothing_installed(
     (cluster.state / "ddp.txt").write_text(ddp_result_line(41.5, 1.2, 0.2) + "\n")
     monkeypatch.setenv("FAKE_TORCHRUN_OUTPUT", str(cluster.state / "ddp.txt"))
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    (cluster.bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    (cluster.bin / "python3").chmod(0o755)
+    usr_bin = tmp_path / "usr-bin"
+    usr_bin.mkdir()
+    (usr_bin / "python3").write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    (usr_bin / "python3").chmod(0o755)
+    monkeypatch.setattr(accept_remote, "SLURM_BIN", str(cluster.bin))
+    session_env = {**os.environ, "PATH": f"{usr_bin}:{SYSTEMD_PATH}"}
     monkeypatch.setattr(accept_slurm, "FSX_MOUNT", str(cluster.root))
     parser = argparse.ArgumentParser()
     verb.add_arguments(parser)
@@ -419,7 +501,7 @@ def test_a_fresh_node_runs_the_gate_with_nothing_installed(
         cfg, "r1", accept_checks._overrides(ROOT / "pipeline.yaml", "dev"), accept_checks.read_instance_thresholds()
     )
     node = Node("aa11bbbbb222", "login", "i-0ccc")
-    assert run_remote(node, plan, start_script(plan, ns), ns, runner=FakeNode(tmp_path), sleep=lambda s: None) == 0
+    assert run_remote(node, plan, start_script(plan, ns), ns, runner=FakeNode(tmp_path, env=session_env), sleep=lambda s: None) == 0
     out = capsys.readouterr().out
     assert "PASS nccl all_reduce workers" in out and "436.95 GB/s" in out and "PASS ddp workers" in out
     report = json.loads((cluster.root / "fminfra-accept" / "r1" / "accept.json").read_text())
