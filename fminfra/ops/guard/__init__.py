@@ -1,8 +1,8 @@
 """Stateful-change guard: fail when a deploy would delete or replace a resource that holds data,
-lose HyperPod nodes, or replace a custom-named resource.
+lose HyperPod, Auto Scaling or EKS node group nodes, or replace a custom-named resource.
 
 What fails the guard and why is `replacements`' docstring (the engine: guarded types, create-only
-properties, how a replacement spreads, instance groups, custom names); `capacity_blocks` is the
+properties, how a replacement spreads, instance groups, group sizes and subnets, custom names); `capacity_blocks` is the
 Capacity Block window check, `sources` the synth and CloudFormation reads; templates are read by
 `fminfra.core.assembly.read_templates`. This module is `command`, the verb. `--allow LOGICAL_ID`
 lets a deliberate change through (it is still printed).
@@ -34,6 +34,7 @@ from fminfra.ops.guard.replacements import (
     instance_group_findings,
     name_property,
     report,
+    scaling_findings,
     schema_create_only,
 )
 from fminfra.ops.guard.sources import (
@@ -67,6 +68,7 @@ __all__ = [
     "name_property",
     "read_templates",
     "report",
+    "scaling_findings",
     "schema_create_only",
     "synthesize",
     "write_baseline",

@@ -18,6 +18,11 @@ UpdateCluster deletes a group that is gone (removed or renamed), terminates node
 goes down, and, for the properties in `NODE_PROPERTIES`, replaces its nodes (see
 `instance_group_findings`).
 
+An ec2 Auto Scaling group (`AWS::AutoScaling::AutoScalingGroup`) or an EKS managed node group
+(`AWS::EKS::Nodegroup`) also fails when it loses nodes in place: a lowered desired, maximum or
+minimum size, or, for the Auto Scaling group, new subnets (`VPCZoneIdentifier`), which rebalance or
+roll its instances (see `scaling_findings`). A raised size and the groups' scheduled actions pass.
+
 A resource of any type whose custom name (`name_property`) stays the same while a create-only
 change replaces it fails too: CloudFormation cannot replace a custom-named resource, so the deploy
 fails and rolls back (see `custom_name_findings`).
@@ -61,6 +66,9 @@ GUARDED_TYPES: dict[str, str] = {
     # Deleting a group terminates its instances (DeleteAutoScalingGroup: docs/facts/capacity.md#asg-delete-terminates-instances):
     # an ec2 training group renamed or removed loses its nodes and the jobs on them.
     "AWS::AutoScaling::AutoScalingGroup": "capacity and running work: the group's instances and the jobs on them",
+    # Deleting or replacing a managed node group (a removal, a new NodegroupName or another create-only
+    # property: docs/facts/eks.md#eks-nodegroup-create-only-properties) terminates all its nodes.
+    "AWS::EKS::Nodegroup": "capacity and running work: the node group's nodes and the pods on them",
     "AWS::EC2::VPC": "identity: everything in the VPC must be recreated",
     "AWS::EC2::Subnet": "identity: everything in the subnet must be recreated",
 }
@@ -203,8 +211,9 @@ class Finding:
     stack: str
     logical_id: str
     resource_type: str
-    # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod: "shrunk" (a group removed or
-    # its count lowered) | "reprovisioned" (a group's nodes replaced); "unreplaceable" (a custom name),
+    # "deleted" | "replaced" | "unprotected" | "truncated"; HyperPod, Auto Scaling and EKS node
+    # groups: "shrunk" (a group removed or a size lowered) | "reprovisioned" (a group's nodes
+    # replaced, or an Auto Scaling group's subnets changed); "unreplaceable" (a custom name),
     # "refused" (an in-place update the service refuses): both fail the deploy
     action: str
     property: str  # the property path, or "(logical id)" / "(type)" / "(stack)" / "DeletionPolicy" ...
@@ -449,6 +458,84 @@ def instance_group_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     return findings
 
 
+# Size properties of a group of running nodes that CloudFormation updates in place, where each sits
+# (a JSON pointer under /properties), and what lowering it does. A lower desired size terminates nodes
+# at once; a lower maximum caps a larger group; a lower minimum lets a later scale-in go that far.
+# Auto Scaling: docs/facts/capacity.md#asg-size-lowered-terminates-instances; EKS:
+# docs/facts/eks.md#eks-nodegroup-scaling-config-lowered. A raised size terminates nothing and passes.
+SIZE_PROPERTIES: dict[str, dict[str, str]] = {
+    "AWS::AutoScaling::AutoScalingGroup": {
+        "/properties/DesiredCapacity": "Auto Scaling terminates instances down to {now} (its termination policy picks which)",
+        "/properties/MaxSize": "a group running more than {now} instances has its desired capacity set to {now}, "
+        "and Auto Scaling terminates the rest",
+        "/properties/MinSize": "the group may scale in to {now}: a scaling policy, a scheduled action or a later "
+        "DesiredCapacity can terminate instances down to it",
+    },
+    "AWS::EKS::Nodegroup": {
+        "/properties/ScalingConfig/DesiredSize": "EKS terminates nodes down to {now}",
+        "/properties/ScalingConfig/MaxSize": "the node group may hold no more than {now} nodes (what EKS does with more "
+        "running is not documented: treated as terminating them)",
+        "/properties/ScalingConfig/MinSize": "the node group may scale in to {now}: the Cluster Autoscaler, a scheduled "
+        "scale-down or a later DesiredSize can terminate nodes down to it",
+    },
+}
+# Properties whose in-place change replaces a group's running instances, with why.
+REPROVISIONING_PROPERTIES: dict[str, dict[str, str]] = {
+    # docs/facts/capacity.md#asg-subnet-change-rebalances
+    "AWS::AutoScaling::AutoScalingGroup": {
+        "/properties/VPCZoneIdentifier": "new subnets can move the group to other Availability Zones: Auto Scaling rebalances "
+        "the group, launching instances in the new subnets and terminating those in the old ones (a GPU group's capacity "
+        "reservation is in one zone), and an AutoScalingRollingUpdate or AutoScalingReplacingUpdate policy replaces its "
+        "instances or the whole group",
+    },
+}
+
+
+def _size(value: Any) -> int | None:
+    """A size as CloudFormation takes it: an integer, or a string of digits (CDK writes "4")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def scaling_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(action, property path, detail) for each in-place change of one Auto Scaling group or EKS
+    managed node group that terminates running nodes: a size lowered ("shrunk"; a value the guard
+    cannot compare, such as a reference, "may terminate"), or the group's subnets changed
+    ("reprovisioned"). A node group size that leaves the template is not reported: EKS takes no
+    action then (docs/facts/eks.md#cfn-nodegroup-scaling-config-update). Scheduled actions are
+    separate resources and not looked at here."""
+    rtype = old.get("Type", "")
+    if new.get("Type") != rtype:
+        return []
+    node_group = rtype == "AWS::EKS::Nodegroup"
+    old_props, new_props = old.get("Properties") or {}, new.get("Properties") or {}
+    findings: list[tuple[str, str, str]] = []
+    for pointer, effect in SIZE_PROPERTIES.get(rtype, {}).items():
+        olds, news = _values_at(old_props, pointer), _values_at(new_props, pointer)
+        for path in sorted(set(olds) | set(news)):
+            was, now = olds.get(path, _MISSING), news.get(path, _MISSING)
+            if was == now or (now is _MISSING and node_group):
+                continue
+            was_n, now_n = _size(was), _size(now)
+            changed = f"changed from {_show(was)} to {_show(now)}"
+            if was_n is None or now_n is None:
+                findings.append(("shrunk", path, f"{changed}: may terminate {'nodes' if node_group else 'instances'}"))
+            elif now_n < was_n:
+                findings.append(("shrunk", path, f"{changed}: {effect.format(now=now_n)}"))
+    for pointer, why in REPROVISIONING_PROPERTIES.get(rtype, {}).items():
+        olds, news = _values_at(old_props, pointer), _values_at(new_props, pointer)
+        for path in sorted(set(olds) | set(news)):
+            was, now = olds.get(path, _MISSING), news.get(path, _MISSING)
+            if was != now:
+                findings.append(("reprovisioned", path, f"changed from {_show(was)} to {_show(now)}: {why}"))
+    return findings
+
+
 def custom_name_findings(
     before: Templates, after: Templates, replaced: Mapping[tuple[str, str], tuple[str, str]], region: str
 ) -> list[tuple[str, str, str, str, str]]:
@@ -490,7 +577,8 @@ def custom_name_detail(cause: str, prop: str, name: Any) -> str:
 def compare_templates(before: Templates, after: Templates, *, allow: Iterable[str] = (), region: str = DEFAULT_REGION) -> list[Finding]:
     """Findings for every guarded resource in BEFORE that AFTER deletes, replaces (directly or through
     a reference), leaves unprotected (Retain -> Delete) or truncates (log retention shortened), every
-    HyperPod instance group it shrinks or reprovisions, every in-place update its service refuses,
+    HyperPod instance group, Auto Scaling group and EKS node group it shrinks or reprovisions in
+    place, every in-place update its service refuses,
     and every resource of any type it would replace under the same custom name."""
     allowed = set(allow)
     after_index: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -529,6 +617,9 @@ def compare_templates(before: Templates, after: Templates, *, allow: Iterable[st
                 add("replaced", prop, f"references {detail}")
             if rtype == "AWS::SageMaker::Cluster" and (stack, lid) not in replaced:
                 for action, prop, detail in instance_group_findings(res, new):
+                    add(action, prop, detail)
+            if rtype in SIZE_PROPERTIES and (stack, lid) not in replaced:
+                for action, prop, detail in scaling_findings(res, new):
                     add(action, prop, detail)
             if not direct and (stack, lid) not in replaced:
                 for prop, detail in refused_update_findings(res, new):

@@ -782,7 +782,7 @@ def test_replacing_the_custom_named_inference_node_group_fails_and_a_new_name_pa
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """config/staging.yaml's serve group g6e.12xlarge -> g6e.24xlarge: InstanceTypes is create-only,
-    and NodegroupName is set: the update would fail and roll back."""
+    so the group and its nodes are replaced, and NodegroupName is set: the update would fail and roll back."""
     before = _baseline("staging")
     after = copy.deepcopy(before)
     _serve(after)["InstanceTypes"] = ["g6e.24xlarge"]
@@ -790,19 +790,28 @@ def test_replacing_the_custom_named_inference_node_group_fails_and_a_new_name_pa
     base, new = _write(tmp_path / "before", before), _write(tmp_path / "after", after)
     assert main(["guard", "--baseline", str(base), "--templates", str(new)]) == 1
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == (
+    assert out.splitlines()[:2] == [
+        f"staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would be replaced: InstanceTypes: changed from "
+        '["g6e.12xlarge"] to ["g6e.24xlarge"] (create-only in the CloudFormation schema); '
+        "loses capacity and running work: the node group's nodes and the pods on them",
         f"staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy: InstanceTypes: changed from "
         '["g6e.12xlarge"] to ["g6e.24xlarge"] (create-only in the CloudFormation schema) replaces it, and its NodegroupName '
         '"fminfra-staging-serve" stays: CloudFormation cannot replace a custom-named resource, so the update fails and rolls back; '
-        "give it a new NodegroupName, or delete it (remove it and deploy) before adding it back"
-    )
-    assert "guard: FAIL: 1 stateful resource change(s)" in out
-    # a new name lets CloudFormation create the replacement before it deletes the old one
+        "give it a new NodegroupName, or delete it (remove it and deploy) before adding it back",
+    ]
+    assert "guard: FAIL: 2 stateful resource change(s)" in out
+    # a new name lets CloudFormation create the replacement before it deletes the old one: the deploy
+    # succeeds, and the replacement of the group's nodes is what is left to allow
     _serve(after)["NodegroupName"] = "fminfra-staging-serve-g6e24"
-    assert guard.compare_templates(before, after, region="us-west-2") == []
+    assert [(f.action, f.property) for f in guard.compare_templates(before, after, region="us-west-2")] == [
+        ("replaced", "InstanceTypes"),
+        ("replaced", "NodegroupName"),
+    ]
     # and --allow lets it through, still printed
     assert main(["guard", "--baseline", str(base), "--templates", str(new), "--allow", SERVE_ID]) == 0
-    assert capsys.readouterr().out.startswith(f"ALLOWED staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy")
+    out = capsys.readouterr().out
+    assert out.startswith(f"ALLOWED staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would be replaced: InstanceTypes"), out
+    assert f"\nALLOWED staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy: InstanceTypes" in out
 
 
 def test_name_property_is_the_schemas_own_name_of_the_type() -> None:
@@ -903,12 +912,241 @@ def test_change_set_mode_names_a_replacement_under_a_kept_custom_name() -> None:
                 findings = guard.change_set_findings(client, {stack: after[stack]}, poll_seconds=0, store=store)
         return [str(f) for f in findings]
 
+    replaced = f"{stack}: {SERVE_ID} (AWS::EKS::Nodegroup) would be replaced: %s: CloudFormation change set: Replacement True"
     assert verdict("InstanceTypes") == [
         f"{stack}: {SERVE_ID} (AWS::EKS::Nodegroup) would fail the deploy: InstanceTypes: CloudFormation change set: Replacement True "
         'replaces it, and its NodegroupName "fminfra-staging-serve" stays: CloudFormation cannot replace a custom-named resource, '
-        "so the update fails and rolls back; give it a new NodegroupName, or delete it (remove it and deploy) before adding it back"
+        "so the update fails and rolls back; give it a new NodegroupName, or delete it (remove it and deploy) before adding it back",
+        replaced % "InstanceTypes",
     ]
-    assert verdict("InstanceTypes", "NodegroupName") == []
+    # renamed, the deploy succeeds; the node group (a guarded type) is still replaced with its nodes
+    assert verdict("InstanceTypes", "NodegroupName") == [replaced % "InstanceTypes, NodegroupName"]
+
+
+# --------------------------------------------------------------------------------------------
+# running capacity updated in place: an ec2 Auto Scaling group's sizes and subnets, an EKS managed
+# node group's sizes, and the node group's removal or create-only change
+# (docs/facts/capacity.md#asg-size-lowered-terminates-instances, docs/facts/capacity.md#asg-subnet-change-rebalances,
+# docs/facts/eks.md#eks-nodegroup-scaling-config-lowered, docs/facts/eks.md#eks-nodegroup-create-only-properties)
+
+ASG_ID = "TrainingworkersGroup1A2B3C4D"
+
+# What GpuAutoScalingGroup synthesizes for an ec2 group on a Capacity Block with a known window.
+EC2_GROUPS: dict[str, Any] = {
+    "Resources": {
+        ASG_ID: {
+            "Type": "AWS::AutoScaling::AutoScalingGroup",
+            "Properties": {
+                "AutoScalingGroupName": "fminfra-dev-workers",
+                "MinSize": "4",
+                "MaxSize": "4",
+                "DesiredCapacity": "4",
+                "VPCZoneIdentifier": [{"Fn::ImportValue": "dev-Network:ExportsOutputRefComputeSubnetA"}],
+                "LaunchTemplate": {"LaunchTemplateId": {"Ref": "Lt"}, "Version": {"Fn::GetAtt": ["Lt", "LatestVersionNumber"]}},
+            },
+            "UpdatePolicy": {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}},
+        },
+        "TrainingworkersBlockStart": {
+            "Type": "AWS::AutoScaling::ScheduledAction",
+            "Properties": {
+                "AutoScalingGroupName": {"Ref": ASG_ID},
+                "StartTime": "2026-12-10T11:30:00Z",
+                "MinSize": 4,
+                "MaxSize": 4,
+                "DesiredCapacity": 4,
+            },
+        },
+        "TrainingworkersBlockEnd": {
+            "Type": "AWS::AutoScaling::ScheduledAction",
+            "Properties": {
+                "AutoScalingGroupName": {"Ref": ASG_ID},
+                "StartTime": "2026-12-17T10:50:00Z",
+                "MinSize": 0,
+                "MaxSize": 4,
+                "DesiredCapacity": 0,
+            },
+        },
+    }
+}
+
+
+def _asg(template: dict[str, Any]) -> dict[str, Any]:
+    return template["Resources"][ASG_ID]["Properties"]
+
+
+ASG_CHANGES = {
+    "desired-down": (
+        lambda p: p.update(DesiredCapacity="2"),
+        "shrunk",
+        "DesiredCapacity",
+        'changed from "4" to "2": Auto Scaling terminates instances down to 2',
+    ),
+    "max-down": (
+        lambda p: p.update(MaxSize="3", DesiredCapacity="3"),
+        "shrunk",
+        "DesiredCapacity",
+        "terminates instances down to 3",
+    ),
+    "max-only-down": (
+        lambda p: p.update(MaxSize="2"),
+        "shrunk",
+        "MaxSize",
+        "a group running more than 2 instances has its desired capacity set to 2",
+    ),
+    "min-down": (lambda p: p.update(MinSize="0"), "shrunk", "MinSize", "the group may scale in to 0"),
+    "subnets": (
+        lambda p: p.update(VPCZoneIdentifier=["subnet-0123456789abcdef0"]),
+        "reprovisioned",
+        "VPCZoneIdentifier",
+        "Auto Scaling rebalances the group",
+    ),
+    "desired-a-token": (
+        lambda p: p.update(DesiredCapacity={"Ref": "Size"}),
+        "shrunk",
+        "DesiredCapacity",
+        'changed from "4" to {"Ref":"Size"}: may terminate instances',
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(ASG_CHANGES))
+def test_an_auto_scaling_group_shrunk_or_moved_in_place_fails(change: str) -> None:
+    """CloudFormation updates these in place (no replacement shows), and Auto Scaling terminates
+    the group's running instances: a lower DesiredCapacity or MaxSize at once, a lower MinSize
+    lets a scale-in reach them, new subnets rebalance (or roll) the group."""
+    mutate, action, prop, detail = ASG_CHANGES[change]
+    after = copy.deepcopy(EC2_GROUPS)
+    mutate(_asg(after))
+    findings = guard.compare_templates({"dev-Compute": EC2_GROUPS}, {"dev-Compute": after}, region="us-west-2")
+    found = [(f.logical_id, f.action, f.property) for f in findings]
+    assert (ASG_ID, action, prop) in found, [str(f) for f in findings]
+    line = next(str(f) for f in findings if f.property == prop)
+    assert line.startswith(f"dev-Compute: {ASG_ID} (AWS::AutoScaling::AutoScalingGroup) would be {action}: {prop}: "), line
+    assert detail in line, line
+    assert line.endswith("; loses capacity and running work: the group's instances and the jobs on them"), line
+
+
+def test_a_shrunk_auto_scaling_group_is_reported_and_allowed_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    after = copy.deepcopy(EC2_GROUPS)
+    _asg(after).update(MinSize="2", MaxSize="2", DesiredCapacity="2")
+    base, new = _write(tmp_path / "before", {"dev-Compute": EC2_GROUPS}), _write(tmp_path / "after", {"dev-Compute": after})
+    assert main(["guard", "--baseline", str(base), "--templates", str(new)]) == 1
+    out = capsys.readouterr().out
+    assert [line.split(": ")[2] for line in out.splitlines()[:-1]] == ["DesiredCapacity", "MaxSize", "MinSize"], out
+    assert "guard: FAIL: 3 stateful resource change(s)" in out
+    assert main(["guard", "--baseline", str(base), "--templates", str(new), "--allow", ASG_ID]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"ALLOWED dev-Compute: {ASG_ID} (AWS::AutoScaling::AutoScalingGroup) would be shrunk: DesiredCapacity")
+    assert out.endswith(", 3 allowed\n")
+
+
+def _nodegroup(templates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return templates["staging-Compute"]["Resources"][SERVE_ID]
+
+
+def _scaling(**sizes: int) -> Any:
+    return lambda res: res["Properties"]["ScalingConfig"].update(sizes)
+
+
+NODEGROUP_CHANGES = {
+    "desired-down": (_scaling(DesiredSize=0), "shrunk", "ScalingConfig.DesiredSize", "changed from 1 to 0: EKS terminates nodes down to 0"),
+    "max-down": (_scaling(MaxSize=1), "shrunk", "ScalingConfig.MaxSize", "changed from 4 to 1: the node group may hold no more than 1"),
+    "capacity-type": (
+        lambda res: res["Properties"].update(CapacityType="SPOT"),
+        "replaced",
+        "CapacityType",
+        "(create-only in the CloudFormation schema)",
+    ),
+    "disk-size": (lambda res: res["Properties"].update(DiskSize=400), "replaced", "DiskSize", "changed from 200 to 400"),
+    "renamed": (
+        lambda res: res["Properties"].update(NodegroupName="fminfra-staging-serve2"),
+        "replaced",
+        "NodegroupName",
+        'changed from "fminfra-staging-serve" to "fminfra-staging-serve2"',
+    ),
+}
+
+
+@pytest.mark.parametrize("change", sorted(NODEGROUP_CHANGES))
+def test_an_eks_node_group_shrunk_or_replaced_fails(change: str) -> None:
+    """config/staging.yaml's inference node group (its baseline): a lower size terminates nodes in
+    place; a create-only change (a new name included) replaces the group and all its nodes."""
+    mutate, action, prop, detail = NODEGROUP_CHANGES[change]
+    before = _baseline("staging")
+    after = copy.deepcopy(before)
+    mutate(_nodegroup(after))
+    findings = guard.compare_templates(before, after, region="us-west-2")
+    lines = [str(f) for f in findings if (f.logical_id, f.action, f.property) == (SERVE_ID, action, prop)]
+    assert len(lines) == 1, [str(f) for f in findings]
+    assert lines[0].startswith(f"staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would be {action}: {prop}: "), lines[0]
+    assert detail in lines[0], lines[0]
+    assert lines[0].endswith("; loses capacity and running work: the node group's nodes and the pods on them"), lines[0]
+
+
+def test_a_lower_node_group_min_size_fails() -> None:
+    before = _baseline("staging")
+    _nodegroup(before)["Properties"]["ScalingConfig"]["MinSize"] = 1
+    after = copy.deepcopy(before)
+    _nodegroup(after)["Properties"]["ScalingConfig"]["MinSize"] = 0
+    assert _guarded_lines(before, after, region="us-west-2") == [
+        f"staging-Compute: {SERVE_ID} (AWS::EKS::Nodegroup) would be shrunk: ScalingConfig.MinSize: changed from 1 to 0: "
+        "the node group may scale in to 0: the Cluster Autoscaler, a scheduled scale-down or a later DesiredSize can terminate "
+        "nodes down to it; loses capacity and running work: the node group's nodes and the pods on them"
+    ]
+
+
+@pytest.mark.parametrize("how", ["removed", "logical-id-renamed"])
+def test_a_removed_eks_node_group_fails(how: str) -> None:
+    """CloudFormation deletes a node group no longer in the template (DeleteNodegroup): its nodes go with it."""
+    before = _baseline("staging")
+    after = copy.deepcopy(before)
+    group = after["staging-Compute"]["Resources"].pop(SERVE_ID)
+    if how == "logical-id-renamed":
+        after["staging-Compute"]["Resources"]["InferenceserveNodegroup2"] = group
+    findings = guard.compare_templates(before, after, region="us-west-2")
+    assert [(f.logical_id, f.action, f.property) for f in findings if f.logical_id == SERVE_ID] == [(SERVE_ID, "deleted", "(logical id)")]
+
+
+def test_raised_sizes_and_a_scheduled_action_change_pass() -> None:
+    """A higher size launches nodes and terminates none; a Capacity Block's scheduled actions change
+    when the block moves (the Capacity Block window check, not this one, looks at a running window)."""
+    after = copy.deepcopy(EC2_GROUPS)
+    _asg(after).update(MinSize="6", MaxSize="8", DesiredCapacity="6")
+    after["Resources"]["TrainingworkersBlockStart"]["Properties"].update(StartTime="2027-01-07T11:30:00Z", MinSize=8, DesiredCapacity=8)
+    after["Resources"]["TrainingworkersBlockEnd"]["Properties"].update(StartTime="2027-01-14T10:50:00Z", MaxSize=8)
+    assert guard.compare_templates({"dev-Compute": EC2_GROUPS}, {"dev-Compute": after}, region="us-west-2") == []
+    del after["Resources"]["TrainingworkersBlockEnd"]  # a scheduled action removed: not guarded
+    assert guard.compare_templates({"dev-Compute": EC2_GROUPS}, {"dev-Compute": after}, region="us-west-2") == []
+    before = _baseline("staging")
+    grown = copy.deepcopy(before)
+    _nodegroup(grown)["Properties"]["ScalingConfig"].update(MinSize=1, MaxSize=8, DesiredSize=2)
+    _nodegroup(grown)["Properties"]["Labels"]["team"] = "serving"  # labels update in place (UpdateNodegroupConfig)
+    assert guard.compare_templates(before, grown, region="us-west-2") == []
+    # EKS takes no action when DesiredSize leaves the template
+    del _nodegroup(grown)["Properties"]["ScalingConfig"]["DesiredSize"]
+    assert guard.compare_templates(before, grown, region="us-west-2") == []
+
+
+def test_node_group_create_only_properties_come_from_the_schema() -> None:
+    """docs/facts/eks.md#eks-nodegroup-create-only-properties: the list cfn-lint's schema carries."""
+    assert set(guard.schema_create_only("AWS::EKS::Nodegroup", "us-west-2")) == {
+        f"/properties/{p}"
+        for p in (
+            "CapacityType",
+            "NodegroupName",
+            "RemoteAccess",
+            "NodeRole",
+            "ClusterName",
+            "InstanceTypes",
+            "DiskSize",
+            "AmiType",
+            "Subnets",
+        )
+    }
+    assert set(guard.schema_create_only("AWS::AutoScaling::AutoScalingGroup", "us-west-2")) == {
+        "/properties/InstanceId",
+        "/properties/AutoScalingGroupName",
+    }
 
 
 WORKSPACE: dict[str, Any] = {
