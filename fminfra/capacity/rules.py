@@ -77,7 +77,8 @@ def hook_heartbeat_seconds(drain: timedelta) -> int:
 
 def drain_budget_seconds(drain: timedelta) -> int:
     """How long the node waits for its jobs before it completes the hook: the drain less a
-    shutdown margin (a minute, or half a drain shorter than two minutes)."""
+    shutdown margin (a minute, or half a drain shorter than two minutes, rounded down).
+    scripts/node/drain_lib.sh's drain_budget_seconds is the same (tests/scripts/test_drain.py compares them)."""
     seconds = int(drain.total_seconds())
     return seconds - min(DRAIN_SHUTDOWN_MARGIN_S, seconds // 2)
 

@@ -13,13 +13,18 @@
 # begins terminating the instances of each 30 minutes before that capacity's end
 # (docs/facts/hyperpod.md#training-plan-reserved-capacity-termination). The end drained for is the
 # earliest not yet passed of the capacities of the group's instance type (FMINFRA_INSTANCE_TYPE),
-# not Failed; the plan's EndTime where it lists none. The plan is read again on every poll, so
+# not Failed; the plan's EndTime where it lists none. A capacity without an EndTime (the member is
+# optional: a Pending one) has no end to drain for and is skipped, as the HyperPod EKS handler
+# (plan_drain_handler/index.py's plan_end) does. The plan is read again on every poll, so
 # a plan whose end moves is followed, and each later capacity's end gets its own drain. The drain
 # starts FMINFRA_PLAN_DRAIN_SECONDS before the terminations and ends, jobs or not,
 # FMINFRA_DRAIN_MARGIN_SECONDS before them. The drain is drain_lib.sh's Slurm drain: the node DRAIN,
 # FMINFRA_DRAIN_SIGNAL (USR1) to its jobs, then DOWN for jobs still running at the deadline. A node
-# is drained once per end (a marker under FMINFRA_ROOT/var/lib/fminfra); a node without scontrol
-# records no drain and tries again at the next poll. A node drained for an end that then passes
+# is drained once per end (a marker under FMINFRA_ROOT/var/lib/fminfra); a node without scontrol,
+# or whose state sinfo cannot read, records no drain and tries again at the next poll. A node
+# already out of service for a reason not fminfra's (DRAIN, DOWN, FAIL set by an operator or by
+# Slurm: drain_lib.sh's slurm_held_by_another) is left as it is, its jobs not signalled and no
+# drain recorded, and checked again at the next poll. A node drained for an end that then passes
 # with the node still there (the plan was extended, or its next capacity goes on), or for an end
 # that moved later, is resumed (`scontrol update State=RESUME`), but only while its Slurm Reason is
 # still the one this script set ("fminfra: training plan ends ..."): a node an operator drained
@@ -51,9 +56,9 @@ PLAN_TERMINATES_BEFORE_END_S=1800
 UNIT=fminfra-plan-drain.service
 SCRIPT=$NODE_DIR/$(basename "${BASH_SOURCE[0]}")
 STATE_DIR=$FMINFRA_ROOT/var/lib/fminfra
-# The Slurm Reason this script's drain sets (drain_lib.sh prefixes "fminfra: "); a node whose
-# Reason starts with it was drained here, and only such a node is resumed.
-PLAN_DRAIN_REASON="fminfra: training plan ends"
+# The Slurm Reason this script's drain sets (drain_lib.sh prefixes FMINFRA_REASON_PREFIX); a node
+# whose Reason starts with it was drained here, and only such a node is resumed.
+PLAN_DRAIN_REASON="${FMINFRA_REASON_PREFIX}training plan ends"
 # When `check` last found the drain still ahead: the epoch second it starts.
 DRAIN_AT=
 
@@ -86,7 +91,8 @@ describe_plan() {
 
 # The end to drain for, in epoch seconds: the earliest end not yet passed of the plan's reserved
 # capacities of FMINFRA_INSTANCE_TYPE (not Failed), or the plan's EndTime where it lists none
-# of that type. Nothing printed: every end has passed.
+# of that type. Nothing printed: every end has passed, or none is known. A missing EndTime is
+# "None" in the CLI's text output (docs/facts/hyperpod.md#describe-training-plan-missing-end-time).
 plan_end() {
     local rows type status end epoch found=0 next=
     rows=$(describe_plan 'ReservedCapacitySummaries[].[InstanceType,Status,EndTime]') || return 1
@@ -95,6 +101,7 @@ plan_end() {
         [[ -z $FMINFRA_INSTANCE_TYPE || $type == "$FMINFRA_INSTANCE_TYPE" ]] || continue
         [[ $status != Failed ]] || continue
         found=1
+        [[ -n $end && $end != None ]] || continue
         epoch=$(epoch_of "$end") || {
             log ERROR "DescribeTrainingPlan gave a $type capacity of $FMINFRA_PLAN_ARN no end time (EndTime '$end')"
             return 1
@@ -105,6 +112,7 @@ plan_end() {
     done <<<"$rows"
     if ((!found)); then
         end=$(describe_plan EndTime) || return 1
+        [[ -n $end && $end != None ]] || return 0
         epoch=$(epoch_of "$end") || {
             log ERROR "DescribeTrainingPlan gave no end time for $FMINFRA_PLAN_ARN (EndTime '$end')"
             return 1
@@ -112,11 +120,6 @@ plan_end() {
         ((epoch > $(now))) && next=$epoch
     fi
     printf '%s\n' "$next"
-}
-
-# This node's Slurm Reason (sinfo %E; docs/facts/jobs.md#slurm-sinfo-reason); one line per partition: the first.
-slurm_reason() {
-    sinfo --noheader --nodes="$1" --format=%E | head -n 1
 }
 
 # resume_if_continued END: for each end this node drained for (its marker) that is not END and has
@@ -133,10 +136,11 @@ resume_if_continued() {
         fi
         command -v scontrol >/dev/null || return 0
         node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
-        reason=$(slurm_reason "$node") || {
+        slurm_node "$node" || {
             log WARN "slurm: could not read the reason of $node; trying again at the next poll"
             return 0
         }
+        reason=$SLURM_REASON
         if [[ $reason == "$PLAN_DRAIN_REASON"* ]]; then
             log INFO "slurm: $node is still here after the plan's end $(date -u -d "@$drained" +%Y-%m-%dT%H:%M:%SZ) passed or moved: resuming it"
             scontrol update NodeName="$node" State=RESUME || {
@@ -151,7 +155,7 @@ resume_if_continued() {
 }
 
 cmd_check() {
-    local end reclaim drain_at until marker
+    local end reclaim drain_at until marker node
     require_settings
     DRAIN_AT=
     end=$(plan_end) || {
@@ -181,8 +185,17 @@ cmd_check() {
         log ERROR "no scontrol on PATH ($PATH): cannot drain for the plan's end $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ); trying again at the next poll"
         return 1
     fi
+    node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
+    if ! slurm_node "$node"; then
+        log ERROR "slurm: could not read the state of $node (sinfo): not drained for the plan's end $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ); trying again at the next poll"
+        return 1
+    fi
+    if slurm_held_by_another; then
+        log WARN "slurm: $node is $SLURM_STATE for a reason not fminfra's ('$SLURM_REASON'): left as it is, not drained for the plan's end $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ); checked again at the next poll"
+        return 0
+    fi
     log INFO "plan $FMINFRA_PLAN_ARN ends $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ): draining until $(date -u -d "@$until" +%Y-%m-%dT%H:%M:%SZ)"
-    drain_slurm "$until" "${PLAN_DRAIN_REASON#fminfra: } $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
+    drain_slurm "$until" "${PLAN_DRAIN_REASON#"$FMINFRA_REASON_PREFIX"} $(date -u -d "@$end" +%Y-%m-%dT%H:%M:%SZ)"
     mkdir -p "$STATE_DIR"
     : >"$marker"
 }

@@ -4,7 +4,14 @@
 #   drain_slurm UNTIL REASON   the node DRAIN (no new jobs), FMINFRA_DRAIN_SIGNAL to every job on it
 #                              (batch script and steps), wait for them until UNTIL (epoch seconds);
 #                              jobs still running then are ended by setting the node DOWN
-#                              (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal)
+#                              (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal). A node
+#                              already out of service for a reason not fminfra's (slurm_held_by_another)
+#                              keeps its state: its jobs get the signal and the wait, no DRAIN, no DOWN
+#   slurm_node NODE            read NODE's state and Reason into SLURM_STATE and SLURM_REASON
+#   slurm_held_by_another      whether that node is drained, draining, down or failing for a Reason
+#                              that is not fminfra's (an operator's, or Slurm's own)
+#   drain_budget_seconds S     the time jobs get of a drain of S seconds (the default of
+#                              drain_on_terminate.sh's FMINFRA_DRAIN_BUDGET_SECONDS)
 #   drain_kubernetes UNTIL     kubectl drain of this node with FMINFRA_DRAIN_KUBECONFIG, within the time
 #                              left (docs/facts/eks.md#kubectl-drain)
 #   install_service UNIT ENV_NAME DESCRIPTION RESTART_S SETTING...   copy $SCRIPT and what it sources
@@ -28,7 +35,39 @@ SERVICE_PATH=/opt/slurm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 # What a unit's script sources from beside itself (lib.sh, its manifest and tables, this file).
 SERVICE_FILES="lib.sh manifest.sh versions.env instance_types.tsv drain_lib.sh"
 
+# Every Slurm Reason these scripts set starts with it: a node whose Reason does was drained by fminfra.
+FMINFRA_REASON_PREFIX="fminfra: "
+# What slurm_node last read.
+SLURM_STATE=
+SLURM_REASON=
+
 now() { date -u +%s; }
+
+# The drain less a shutdown margin of a minute, or of half a drain shorter than two minutes
+# (rounded down, so the jobs get the odd second): fminfra.capacity.rules.drain_budget_seconds,
+# which the launch template's FMINFRA_DRAIN_BUDGET_SECONDS comes from.
+drain_budget_seconds() {
+    local half=$(($1 / 2))
+    printf '%s\n' $(($1 - (half < 60 ? half : 60)))
+}
+
+# sinfo prints the node once per partition: its compact state in lower case (drain, drng, down,
+# idle, alloc, ...) with a flag suffix (* not responding, $ maintenance, ...), then its Reason in
+# full, "none" where it has none (docs/facts/jobs.md#slurm-sinfo-state-reason). SLURM_STATE is the
+# state without the suffix.
+slurm_node() {
+    local line
+    line=$(sinfo --noheader --nodes="$1" --format='%t %E') || return 1
+    line=${line%%$'\n'*}
+    [[ $line == *' '* ]] || return 1
+    SLURM_STATE=${line%% *}
+    SLURM_STATE=${SLURM_STATE%%[!a-z_]*}
+    SLURM_REASON=${line#* }
+}
+
+slurm_held_by_another() {
+    [[ $SLURM_STATE =~ ^(drain|drng|down|fail|failg)$ && $SLURM_REASON != "$FMINFRA_REASON_PREFIX"* ]]
+}
 
 declare -F drain_tick >/dev/null || drain_tick() { :; }
 
@@ -37,11 +76,20 @@ slurm_jobs_on() {
 }
 
 drain_slurm() {
-    local until=$1 reason=$2 node jobs="" listed
+    local until=$1 reason=$2 node jobs="" listed keep=0
     node=${FMINFRA_SLURM_NODE_NAME:-$(hostname -s)}
-    log INFO "slurm: draining $node (no new jobs), signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
-    scontrol update NodeName="$node" State=DRAIN Reason="fminfra: $reason" ||
-        log WARN "slurm: could not set $node DRAIN"
+    if ! slurm_node "$node"; then
+        log WARN "slurm: could not read the state of $node (sinfo); draining it"
+    elif slurm_held_by_another; then
+        keep=1
+    fi
+    if ((keep)); then
+        log WARN "slurm: $node is $SLURM_STATE for a reason not fminfra's ('$SLURM_REASON'): left as it is (no DRAIN, no DOWN); signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
+    else
+        log INFO "slurm: draining $node (no new jobs), signalling its jobs with $FMINFRA_DRAIN_SIGNAL"
+        scontrol update NodeName="$node" State=DRAIN Reason="$FMINFRA_REASON_PREFIX$reason" ||
+            log WARN "slurm: could not set $node DRAIN"
+    fi
     scancel --signal="$FMINFRA_DRAIN_SIGNAL" --full --nodelist="$node" || log WARN "slurm: scancel --signal failed"
     # Only an empty list from a squeue that answered means no jobs: a failed squeue (exit 1, e.g.
     # slurmctld not answering: docs/facts/jobs.md#slurm-squeue-exit-status) says nothing about
@@ -58,9 +106,11 @@ drain_slurm() {
         drain_tick
         sleep "$FMINFRA_DRAIN_POLL_SECONDS"
     done
-    if [[ -n ${jobs:-} ]]; then
+    if [[ -n ${jobs:-} ]] && ((keep)); then
+        log WARN "slurm: jobs $(tr '\n' ' ' <<<"$jobs")still on $node at the deadline: left running ($node is not fminfra's to set DOWN)"
+    elif [[ -n ${jobs:-} ]]; then
         log WARN "slurm: jobs $(tr '\n' ' ' <<<"$jobs")still on $node at the deadline: setting it DOWN"
-        scontrol update NodeName="$node" State=DOWN Reason="fminfra: $reason, drain deadline reached" ||
+        scontrol update NodeName="$node" State=DOWN Reason="$FMINFRA_REASON_PREFIX$reason, drain deadline reached" ||
             log WARN "slurm: could not set $node DOWN"
     else
         log INFO "slurm: $node has no jobs left"

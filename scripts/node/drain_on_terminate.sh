@@ -14,7 +14,9 @@
 #   Slurm (scontrol on PATH): the node is set DRAIN (no new jobs), every job on it gets
 #     FMINFRA_DRAIN_SIGNAL (USR1; batch script and steps, scancel --full) to checkpoint, the node
 #     waits for them; jobs still running at the deadline are ended by setting the node DOWN
-#     (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal).
+#     (docs/facts/jobs.md#slurm-drain-node, #slurm-scancel-signal). A node an operator (or Slurm)
+#     already set DRAIN, DOWN or FAIL for a reason of their own keeps its state and Reason (no
+#     DRAIN, no DOWN); its jobs still get the signal and the wait, since the instance goes either way.
 #   Kubernetes (FMINFRA_DRAIN_KUBECONFIG set): kubectl drain cordons the node and evicts its pods
 #     within the time left (docs/facts/eks.md#kubectl-drain).
 # The deadline is FMINFRA_DRAIN_BUDGET_SECONDS after the drain starts, and never later than
@@ -23,7 +25,7 @@
 # Settings (environment; the launch template's user data sets the FMINFRA_DRAIN_* ones):
 #   FMINFRA_DRAIN_GROUP, FMINFRA_DRAIN_HOOK   the Auto Scaling group and its hook (required)
 #   FMINFRA_DRAIN_SECONDS                     the hook's wait (default 600); heartbeats extend it past 7200
-#   FMINFRA_DRAIN_BUDGET_SECONDS              time jobs get (default FMINFRA_DRAIN_SECONDS - 60)
+#   FMINFRA_DRAIN_BUDGET_SECONDS              time jobs get (default FMINFRA_DRAIN_SECONDS - 60; half of one under 2 minutes)
 #   FMINFRA_DRAIN_NOT_AFTER                   UTC timestamp the drain never passes (optional)
 #   FMINFRA_DRAIN_MARGIN_SECONDS              kept before FMINFRA_DRAIN_NOT_AFTER (default 60)
 #   FMINFRA_DRAIN_SIGNAL                      signal the jobs get (default USR1)
@@ -57,10 +59,9 @@ require_settings() {
     for name in FMINFRA_DRAIN_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS FMINFRA_DRAIN_POLL_SECONDS; do
         [[ ${!name} =~ ^[0-9]+$ ]] || usage_error "$name must be a whole number of seconds, got '${!name}'"
     done
-    # The default budget is the drain less a minute (half of a drain under two minutes), as
-    # fminfra.capacity.rules.drain_budget_seconds computes it for the launch template.
+    # The default budget is the one the launch template gets (drain_lib.sh's drain_budget_seconds).
     if [[ -z $FMINFRA_DRAIN_BUDGET_SECONDS ]]; then
-        FMINFRA_DRAIN_BUDGET_SECONDS=$((FMINFRA_DRAIN_SECONDS > 120 ? FMINFRA_DRAIN_SECONDS - 60 : FMINFRA_DRAIN_SECONDS / 2))
+        FMINFRA_DRAIN_BUDGET_SECONDS=$(drain_budget_seconds "$FMINFRA_DRAIN_SECONDS")
     fi
     [[ $FMINFRA_DRAIN_BUDGET_SECONDS =~ ^[0-9]+$ ]] ||
         usage_error "FMINFRA_DRAIN_BUDGET_SECONDS must be a whole number of seconds, got '$FMINFRA_DRAIN_BUDGET_SECONDS'"

@@ -40,9 +40,11 @@ What they model, and where that comes from:
   picks the jobs on those nodes. `squeue --noheader --nodelist=N --format=%i` lists the running
   jobs' ids. `scontrol update NodeName=N State=RESUME` returns a DRAIN or DOWN node to service
   and clears its Reason (docs/facts/jobs.md#slurm-resume-node); `sinfo --noheader --nodes=N
-  --format=%E` prints the node's Reason (docs/facts/jobs.md#slurm-sinfo-reason; "none" for a node
-  without one, which nothing here relies on). Each job is a real process whose pid the state
-  holds; a job is running while it lives.
+  --format='%t %E'` prints, once per partition of the node, its compact state in lower case
+  (drain: drained, drng: draining, down, idle, alloc, mix) with its flag suffix (`*` not
+  responding, `$` maintenance, ...), a space, and its Reason in full, "none" for a node without
+  one (docs/facts/jobs.md#slurm-sinfo-state-reason). Each job is a real process whose pid the
+  state holds; a job is running while it lives.
 - kubectl drain (docs/facts/eks.md#kubectl-drain): the node is cordoned (unschedulable) first;
   daemon set pods stop the drain without --ignore-daemonsets and are never evicted; pods no
   controller manages stop it without --force; pods with emptyDir stop it without
@@ -347,7 +349,7 @@ if new not in ("DRAIN", "DOWN", "RESUME"):
 if new in ("DRAIN", "DOWN") and not opts.get("reason"):
     print("You must specify a reason when DOWNING or DRAINING a node. Request denied", file=sys.stderr); sys.exit(1)
 # RESUME returns a DRAIN or DOWN node to service and clears its Reason.
-state["nodes"][node] = {"state": "IDLE", "reason": ""} if new == "RESUME" else {"state": new, "reason": opts.get("reason", "")}
+state["nodes"][node] |= {"state": "IDLE", "reason": ""} if new == "RESUME" else {"state": new, "reason": opts.get("reason", "")}
 record(state, f"node {node} {new}")
 if new == "DOWN":
     for j in running(state, node):
@@ -410,12 +412,20 @@ _SINFO = (
     + r"""
 args = sys.argv[1:]
 opts = dict(a.split("=", 1) for a in args if "=" in a)
-if "--noheader" not in args or opts.get("--format") != "%E" or "--nodes" not in opts:
-    sys.exit(f"sinfo: fake supports --noheader --nodes=N --format=%E, got {args}")
+if "--noheader" not in args or opts.get("--format") != "%t %E" or "--nodes" not in opts:
+    sys.exit(f"sinfo: fake supports --noheader --nodes=N --format='%t %E', got {args}")
 state = load()
-node = state["nodes"].get(opts["--nodes"])
+name = opts["--nodes"]
+node = state["nodes"].get(name)
 if node is not None:
-    print(node["reason"] or "none")
+    # %t: the compact state, lower case; a DRAIN node still running jobs is drng, one without is
+    # drain; then the node's flag suffix (* not responding, $ maintenance, ...).
+    base = node["state"]
+    busy = bool(running(state, name))
+    compact = {"DRAIN": "drng" if busy else "drain", "DOWN": "down", "IDLE": "idle", "ALLOCATED": "alloc", "MIXED": "mix"}[base]
+    # %E: the reason, in full (no field size given), "none" for a node without one; one line per partition.
+    for _ in range(node.get("partitions", 1)):
+        print(f"{compact}{node.get('suffix', '')} {node['reason'] or 'none'}")
 """
 )
 
@@ -506,13 +516,12 @@ def training_plans(path: Path, plans: list[dict[str, Any]]) -> None:
     path.write_text(json.dumps(plans, default=lambda v: v.isoformat()))
 
 
-def slurm_state(path: Path, node: str, jobs: dict[str, int]) -> None:
-    """A Slurm state with one node running the given jobs (id -> pid of the job's batch script)."""
-    path.write_text(
-        json.dumps(
-            {"nodes": {node: {"state": "ALLOCATED", "reason": ""}}, "jobs": {j: {"node": node, "pid": pid} for j, pid in jobs.items()}}
-        )
-    )
+def slurm_state(path: Path, node: str, jobs: dict[str, int], *, state: str = "ALLOCATED", reason: str = "", **flags: object) -> None:
+    """A Slurm state with one node running the given jobs (id -> pid of the job's batch script);
+    `state` and `reason` as an operator or Slurm left them, `flags` the sinfo fake's `suffix`
+    and `partitions`."""
+    record = {"state": state, "reason": reason, **flags}
+    path.write_text(json.dumps({"nodes": {node: record}, "jobs": {j: {"node": node, "pid": pid} for j, pid in jobs.items()}}))
 
 
 def stop(pid: int) -> None:

@@ -12,10 +12,11 @@ import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fminfra.capacity.rules import DRAIN_HOOK_NAME, DRAIN_HOOK_TRANSITION, hook_heartbeat_seconds
+from fminfra.capacity.rules import DRAIN_HOOK_NAME, DRAIN_HOOK_TRANSITION, drain_budget_seconds, hook_heartbeat_seconds
 from tests.conftest import ROOT
 from tests.fakes.drain_fakes import CHECKPOINTING_JOB, STUBBORN_JOB, AutoScalingGroupModel, MetadataServer, install_fakes, slurm_state
 
@@ -108,22 +109,67 @@ def test_slurm_jobs_checkpoint_and_the_hook_completes_before_the_block_is_reclai
     assert completed - model.times("scale-in")[0] < drain_s
 
 
-def test_a_job_that_ignores_the_signal_is_ended_at_the_deadline_before_ec2_reclaims(
-    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
-) -> None:
+def _drain_a_stubborn_job(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]], **node: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], float, datetime]:
+    """A node (in the state `node` gives) runs a job that ignores the signal; the block's reclaim
+    comes before the budget runs out. Returns the handler's result, Slurm's state, when the hook
+    completed and the reclaim time."""
     _slurm_node_running(tmp_path, env_base, jobs, "202", STUBBORN_JOB)
-    # The block's reclaim comes before the budget runs out: the drain stops a margin before it.
+    if node:
+        slurm_state(Path(env_base["FAKE_SLURM_STATE"]), NODE, {"202": jobs[-1].pid}, **node)
     reclaim_at = datetime.now(UTC) + timedelta(seconds=9)
     env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_MARGIN_SECONDS="3")}
     model = _group(600)
     with MetadataServer(model, INSTANCE, K8S_NODE) as server:
         result = _watch(env, model, server)
     assert result.returncode == 0, result.stderr
-    slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
+    (completed,) = model.times("completed")
+    return result, json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text()), completed, reclaim_at
+
+
+def test_a_job_that_ignores_the_signal_is_ended_at_the_deadline_before_ec2_reclaims(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    # The drain stops a margin before the reclaim.
+    result, slurm, completed, reclaim_at = _drain_a_stubborn_job(tmp_path, env_base, jobs)
     assert slurm["log"] == [f"node {NODE} DRAIN", "job 202 signalled USR1", f"node {NODE} DOWN", "job 202 ended (node DOWN)"]
     assert "still on" in result.stderr
-    (completed,) = model.times("completed")
     assert completed < reclaim_at.timestamp()
+
+
+def test_a_node_an_operator_drained_keeps_its_state_and_its_jobs_still_get_the_signal(
+    tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The instance goes either way: its jobs are told to checkpoint, but the operator's DRAIN and
+    Reason stay (no DRAIN over it, no DOWN at the deadline)."""
+    result, slurm, completed, reclaim_at = _drain_a_stubborn_job(tmp_path, env_base, jobs, state="DRAIN", reason="disk replacement")
+    assert slurm["log"] == ["job 202 signalled USR1"]
+    assert slurm["nodes"][NODE] == {"state": "DRAIN", "reason": "disk replacement"}
+    assert "left as it is" in result.stderr
+    assert completed < reclaim_at.timestamp()
+
+
+def test_the_default_budget_is_the_one_the_launch_template_gets() -> None:
+    """drain_lib.sh's drain_budget_seconds (the default where the launch template sets none) and
+    fminfra.capacity.rules.drain_budget_seconds agree for every drain up to 3 hours."""
+    drains = list(range(1, 10801))
+    lib = ROOT / "scripts" / "node"
+    script = f'source "{lib}/lib.sh"; source "{lib}/drain_lib.sh"; for s in "$@"; do drain_budget_seconds "$s"; done'
+    result = subprocess.run(["bash", "-c", script, "budget", *map(str, drains)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    shell = [int(line) for line in result.stdout.split()]
+    python = [drain_budget_seconds(timedelta(seconds=s)) for s in drains]
+    assert [(s, sh, py) for s, sh, py in zip(drains, shell, python, strict=True) if sh != py] == []
+
+
+def test_the_budget_comparison_sees_a_difference() -> None:
+    """Test of the test: a shell budget off by one second for odd drains (the old rounding) differs."""
+    lib = ROOT / "scripts" / "node"
+    floor = "drain_budget_seconds() { echo $(($1 > 120 ? $1 - 60 : $1 / 2)); }"
+    script = f'source "{lib}/lib.sh"; source "{lib}/drain_lib.sh"; {floor}; drain_budget_seconds 7'
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    assert int(result.stdout) != drain_budget_seconds(timedelta(seconds=7))
 
 
 def test_a_failed_squeue_does_not_end_the_drain(tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fminfra.hyperpod.constructs.plan_drain_handler.index import plan_end as handler_plan_end
 from tests.conftest import ROOT
 from tests.fakes.drain_fakes import CHECKPOINTING_JOB, STUBBORN_JOB, install_fakes, slurm_state, training_plans
 
@@ -394,8 +396,209 @@ def test_a_node_an_operator_drained_is_not_resumed(tmp_path: Path, env: dict[str
     assert "not this script's" in result.stderr
 
 
+def _sinfo(env: dict[str, str], fmt: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sinfo", "--noheader", f"--nodes={NODE}", f"--format={fmt}"], env=env, capture_output=True, text=True, check=False
+    )
+
+
 def test_the_fake_sinfo_refuses_another_format(env: dict[str, str]) -> None:
     """Test of the test: the fake answers only the query the script makes."""
     slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {})
-    result = subprocess.run(["sinfo", "--noheader", f"--nodes={NODE}", "--format=%T"], env=env, capture_output=True, text=True, check=False)
-    assert result.returncode != 0
+    for fmt in ("%T", "%E", "%t|%E"):
+        assert _sinfo(env, fmt).returncode != 0, fmt
+
+
+@pytest.mark.parametrize(
+    ("state", "flags", "busy", "printed"),
+    [
+        ("DRAIN", {}, True, "drng disk replacement"),
+        ("DRAIN", {}, False, "drain disk replacement"),
+        ("DOWN", {"suffix": "*"}, False, "down* disk replacement"),
+        ("DRAIN", {"suffix": "$", "partitions": 2}, False, "drain$ disk replacement\ndrain$ disk replacement"),
+        ("IDLE", {}, False, "idle none"),
+    ],
+)
+def test_the_fake_sinfo_prints_state_and_reason_as_sinfo_does(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]], state: str, flags: dict[str, object], busy: bool, printed: str
+) -> None:
+    """Test of the test: %t is the compact state (drng while jobs run, drain once none do) with
+    its flag suffix, %E the whole reason or "none", a line per partition (docs/facts/jobs.md#slurm-sinfo-state-reason)."""
+    reason = "" if state == "IDLE" else "disk replacement"
+    if busy:
+        _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    pids = {"201": jobs[-1].pid} if busy else {}
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, pids, state=state, reason=reason, **flags)
+    result = _sinfo(env, "%t %E")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == printed + "\n"
+
+
+# A node an operator (or Slurm) took out of service: its state, reason and sinfo flags.
+OTHERS_HOLD = {
+    "draining": ("DRAIN", "disk replacement", {}),
+    "drained-in-maintenance": ("DRAIN", "disk replacement", {"suffix": "$", "partitions": 2}),
+    "down-not-responding": ("DOWN", "Not responding", {"suffix": "*"}),
+    "down": ("DOWN", "GPU 3 fell off the bus", {}),
+}
+
+
+@pytest.mark.parametrize("hold", OTHERS_HOLD.values(), ids=OTHERS_HOLD.keys())
+def test_a_node_already_out_of_service_for_another_reason_is_left_alone_until_it_returns(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]], hold: tuple[str, str, dict[str, object]]
+) -> None:
+    """Not drained, not signalled, no drain recorded: once the operator resumes the node, the
+    next check drains it for the plan's end."""
+    state, reason, flags = hold
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {"201": jobs[-1].pid}, state=state, reason=reason, **flags)
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert "log" not in _slurm(env)
+    assert _slurm(env)["nodes"][NODE] == {"state": state, "reason": reason, **flags}  # type: ignore[index]
+    assert f"'{reason}'" in result.stderr and "left as it is" in result.stderr
+    assert not list((Path(env["FMINFRA_ROOT"]) / "var/lib/fminfra").glob("plan-drained-*"))
+    assert not (tmp_path / "job.ckpt").exists()
+    # The operator resumes it: the next check drains it.
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    again = _run(env)
+    assert again.returncode == 0, again.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+
+
+def test_a_node_fminfra_drained_before_is_drained_again(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:
+    """A node whose Reason is fminfra's (a drain whose marker was lost) is this script's to drain."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    slurm_state(
+        Path(env["FAKE_SLURM_STATE"]), NODE, {"201": jobs[-1].pid}, state="DRAIN", reason="fminfra: training plan ends 2027-01-17T11:30:00Z"
+    )
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+
+
+def test_a_node_whose_state_cannot_be_read_is_not_drained_nor_recorded(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    (tmp_path / "bin" / "sinfo").write_text("#!/usr/bin/env bash\necho 'sinfo: error: slurm_load_node: Socket timed out' >&2\nexit 1\n")
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540))
+    result = _run(env)
+    assert result.returncode == 1 and "could not read the state" in result.stderr
+    assert "log" not in _slurm(env)
+    assert not list((Path(env["FMINFRA_ROOT"]) / "var/lib/fminfra").glob("plan-drained-*"))
+
+
+def test_a_node_drained_for_another_reason_after_the_drain_is_not_resumed_even_when_still_drained(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """The Reason decides, read in full: an operator's reason that merely contains ours is not ours."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    passed = datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5)
+    _drained_before(env, passed, f"RMA, was fminfra: training plan ends {passed:%Y-%m-%dT%H:%M:%SZ}")
+    _plan(env, datetime.now(UTC) + timedelta(days=7))
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert "log" not in _slurm(env)
+
+
+def _capacity_without_end(n: int, instance_type: str) -> dict[str, object]:
+    """A ReservedCapacitySummary without its optional StartTime and EndTime (botocore's shape)."""
+    capacity = _capacity(n, instance_type, datetime.now(UTC), datetime.now(UTC), "Pending")
+    del capacity["StartTime"], capacity["EndTime"]
+    return capacity
+
+
+def test_a_capacity_without_an_end_time_is_skipped_and_the_others_still_drain(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    now = datetime.now(UTC).replace(microsecond=0)
+    ending = now + TERMINATIONS_BEFORE_END + timedelta(seconds=540)
+    _plan(
+        env,
+        now + timedelta(days=9),
+        [_capacity_without_end(1, "ml.p5en.48xlarge"), _capacity(2, "ml.p5en.48xlarge", now - timedelta(days=1), ending)],
+    )
+    result = _run({**env, "FMINFRA_INSTANCE_TYPE": "ml.p5en.48xlarge"})
+    assert result.returncode == 0, result.stderr
+    assert _slurm(env)["log"] == [f"node {NODE} DRAIN", "job 201 signalled USR1"]
+    assert f"training plan ends {ending:%Y-%m-%dT%H:%M:%SZ}" in _slurm(env)["nodes"][NODE]["reason"]  # type: ignore[index]
+
+
+def test_capacities_without_end_times_give_nothing_to_drain_for(
+    tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
+) -> None:
+    """Not an error read again every poll, and not the plan's EndTime: as the EKS handler does."""
+    _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
+    _plan(env, datetime.now(UTC) + TERMINATIONS_BEFORE_END + timedelta(seconds=540), [_capacity_without_end(1, "ml.p5en.48xlarge")])
+    result = _run(env)
+    assert result.returncode == 0, result.stderr
+    assert "nothing to drain for" in result.stderr and "could not read" not in result.stderr
+    assert "log" not in _slurm(env)
+
+
+def _shell_end(result: subprocess.CompletedProcess[str]) -> int | None:
+    """The end `check` acted on, from its log: None where it found nothing to drain for."""
+    out = result.stderr + result.stdout
+    if "nothing to drain for" in out:
+        return None
+    found = re.search(r"ends (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ): (?:drain at|draining until)", out)
+    assert found, out
+    return int(datetime.strptime(found.group(1), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp())
+
+
+def _plan_shapes(now: datetime) -> dict[str, tuple[datetime | None, list[dict[str, object]] | None]]:
+    later, much_later, passed = now + timedelta(days=2), now + timedelta(days=5), now - timedelta(hours=1)
+    return {
+        "plan-end-only": (later, None),
+        "plan-without-end": (None, None),
+        "capacity-without-end": (later, [_capacity_without_end(1, "ml.p5en.48xlarge")]),
+        "one-without-end-one-with": (
+            much_later,
+            [_capacity_without_end(1, "ml.p5en.48xlarge"), _capacity(2, "ml.p5en.48xlarge", now, later)],
+        ),
+        "passed-and-ahead": (
+            much_later,
+            [_capacity(1, "ml.p5en.48xlarge", passed - timedelta(days=1), passed), _capacity(2, "ml.p5en.48xlarge", now, much_later)],
+        ),
+        "all-passed": (passed, [_capacity(1, "ml.p5en.48xlarge", passed - timedelta(days=1), passed)]),
+        "failed-and-other-type": (
+            much_later,
+            [_capacity(1, "ml.p5en.48xlarge", now, later, "Failed"), _capacity(2, "ml.p5.48xlarge", now, later)],
+        ),
+    }
+
+
+@pytest.mark.parametrize("shape", list(_plan_shapes(datetime.now(UTC))))
+def test_the_end_is_the_one_the_eks_handler_finds(env: dict[str, str], shape: str) -> None:
+    """The Slurm path and the HyperPod EKS handler (plan_drain_handler/index.py's plan_end) pick
+    the same end from the same DescribeTrainingPlan answer."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    end, capacities = _plan_shapes(now)[shape]
+    plan: dict[str, object] = {"TrainingPlanArn": PLAN, "TrainingPlanName": PLAN.rsplit("/", 1)[1], "Status": "Active"}
+    if end is not None:
+        plan["EndTime"] = end
+    if capacities is not None:
+        plan["ReservedCapacitySummaries"] = capacities
+    training_plans(Path(env["FAKE_TRAINING_PLANS"]), [plan])
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {})
+    result = _run({**env, "FMINFRA_INSTANCE_TYPE": "ml.p5en.48xlarge"})
+    assert result.returncode == 0, result.stderr
+    assert _shell_end(result) == handler_plan_end(plan, "ml.p5en.48xlarge", int(now.timestamp()))
+
+
+def test_the_end_comparison_sees_a_difference(env: dict[str, str]) -> None:
+    """Test of the test: the shell's end of one plan is not the handler's end of another (an
+    earlier capacity the shell was not shown)."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    end, capacities = _plan_shapes(now)["passed-and-ahead"]
+    plan: dict[str, object] = {"TrainingPlanArn": PLAN, "TrainingPlanName": PLAN.rsplit("/", 1)[1], "Status": "Active", "EndTime": end}
+    plan["ReservedCapacitySummaries"] = capacities
+    training_plans(Path(env["FAKE_TRAINING_PLANS"]), [plan])
+    slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {})
+    result = _run({**env, "FMINFRA_INSTANCE_TYPE": "ml.p5en.48xlarge"})
+    other = {**plan, "ReservedCapacitySummaries": [*capacities, _capacity(3, "ml.p5en.48xlarge", now, now + timedelta(days=1))]}  # type: ignore[misc]
+    assert _shell_end(result) != handler_plan_end(other, "ml.p5en.48xlarge", int(now.timestamp()))
