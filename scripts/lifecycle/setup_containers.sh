@@ -182,11 +182,12 @@ configure_enroot() {
 }
 
 # Whether plugstack.conf, or a file it includes (globs expanded), loads spank_pyxis.so; fminfra's
-# own include line is not counted. Prints the file and line that load it.
+# own include line is not counted. Prints the file and line that load it. A last line without its
+# newline is read too (HyperPod's plugstack.conf may lack one: docs/facts/hyperpod.md#hyperpod-plugstack-no-final-newline).
 pyxis_loaded() {
     local file=$1 depth=${2:-0} kind rest line included
     [[ -f $ROOT$file ]] && ((depth < 4)) || return 1
-    while read -r kind rest; do
+    while read -r kind rest || [[ -n $kind ]]; do
         case $kind in
         required | optional)
             line=${rest%% *}
@@ -242,6 +243,8 @@ install_pyxis() {
     cp "$ROOT/usr/local/share/pyxis/pyxis.conf" "$ROOT$conf_dir/pyxis.conf"
     touch "$plugstack"
     if ! grep -qxF "include $conf_dir/pyxis.conf" "$plugstack"; then
+        # the include on a line of its own, also after a last line without its newline
+        [[ ! -s $plugstack || -z $(tail -c 1 "$plugstack") ]] || echo >>"$plugstack"
         echo "include $conf_dir/pyxis.conf" >>"$plugstack"
         log "pyxis enabled in $SLURM_DIR/etc/plugstack.conf"
     fi

@@ -145,7 +145,7 @@ source "$NODE_DIR/manifest.sh"
 os_release_value() {
     local key=$1 file=$FMINFRA_ROOT/etc/os-release line
     [[ -r $file ]] || return 0
-    while IFS= read -r line; do
+    while IFS= read -r line || [[ -n $line ]]; do
         if [[ $line == "$key="* ]]; then
             line=${line#"$key="}
             line=${line#\"}
@@ -185,7 +185,7 @@ imds_instance_type() {
 # Manager and the NVLink Subnet Manager), imex (nvidia-imex, no local NVSwitch) or - (nothing).
 lookup_instance_type() {
     local name=$1 n gpus efa nvswitch fabric arch fail warn known=""
-    while read -r n gpus efa nvswitch fabric arch fail warn; do
+    while read -r n gpus efa nvswitch fabric arch fail warn || [[ -n $n ]]; do
         [[ -z $n || $n == \#* ]] && continue
         known+="$n "
         if [[ $n == "$name" ]]; then

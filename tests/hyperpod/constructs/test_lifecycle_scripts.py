@@ -490,6 +490,27 @@ def test_pyxis_the_ami_loads_is_not_loaded_twice(s3_published: Any, tmp_path: Pa
     assert (node.root / "opt/slurm/etc/plugstack.conf").read_text() == plugstack["opt/slurm/etc/plugstack.conf"]
 
 
+def test_a_plugstack_without_its_last_newline(s3_published: Any, tmp_path: Path) -> None:
+    """Node read B1: HyperPod's plugstack.conf may lack its final newline
+    (docs/facts/hyperpod.md#hyperpod-plugstack-no-final-newline). A last line that loads pyxis is
+    still seen; fminfra's include goes on a line of its own, never glued onto the image's last line
+    (a `required` plugin path that does not exist would fail every job step)."""
+    cluster = Cluster(tmp_path, [("controller", "ml.m5.12xlarge", 1), ("p5", "ml.p5.48xlarge", 1)])
+    loaded, other = cluster.node("p5"), cluster.node("controller")
+    loads, other_line = "required /usr/local/lib/slurm/spank_pyxis.so", "optional /usr/lib/x86_64-linux-gnu/slurm/spank_other.so"
+    for node, text in ((loaded, loads), (other, other_line)):
+        (node.root / "opt/slurm/etc").mkdir(parents=True, exist_ok=True)
+        (node.root / "opt/slurm/etc/plugstack.conf").write_text(text)
+    _run(cluster, s3_published)
+    assert "pyxis already loaded by the image" in _ok(loaded)
+    assert (loaded.root / "opt/slurm/etc/plugstack.conf").read_text() == loads
+    _ok(other)
+    assert (other.root / "opt/slurm/etc/plugstack.conf").read_text().splitlines() == [
+        other_line,
+        "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf",
+    ]
+
+
 def test_fsx_mount_waits_for_the_name_to_resolve(s3_published: Any, tmp_path: Path) -> None:
     """Risk 6: while HyperPod's agent restarts systemd-resolved the FSx name does not resolve; the
     mount waits for it, and gives up with one clear line when it never resolves."""
