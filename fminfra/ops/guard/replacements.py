@@ -368,29 +368,57 @@ def _retention_finding(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[
 
 def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(property path, detail) for each in-place change of one resource that its service refuses, so
-    that CloudFormation's update fails and rolls back: `PerUnitStorageThroughput` of an FSx for Lustre
-    file system that is EFA-enabled before and after (enabling or disabling EFA replaces it instead):
-    FSx cannot change the throughput tier of an EFA-enabled file system
-    (docs/facts/storage.md#fsx-lustre-efa-requirements)."""
+    that CloudFormation's update fails and rolls back. FSx for Lustre file systems: a lower
+    `StorageCapacity` (FSx only grows a Lustre file system, docs/facts/storage.md#fsx-lustre-update-only-grows),
+    a lower metadata `Iops` (the same fact), and `PerUnitStorageThroughput` of a file system that is
+    EFA-enabled before and after (enabling or disabling EFA replaces it instead): FSx cannot change
+    the throughput tier of an EFA-enabled file system (docs/facts/storage.md#fsx-lustre-efa-requirements)."""
     if old.get("Type") != "AWS::FSx::FileSystem" or new.get("Type") != "AWS::FSx::FileSystem":
         return []
-    was_lustre = (old.get("Properties") or {}).get("LustreConfiguration") or {}
-    now_lustre = (new.get("Properties") or {}).get("LustreConfiguration") or {}
+    findings: list[tuple[str, str]] = []
+    was_props, now_props = old.get("Properties") or {}, new.get("Properties") or {}
+    was_lustre = was_props.get("LustreConfiguration") or {}
+    now_lustre = now_props.get("LustreConfiguration") or {}
     if not isinstance(was_lustre, dict) or not isinstance(now_lustre, dict):
         return []
+    was_size, now_size = was_props.get("StorageCapacity"), now_props.get("StorageCapacity")
+    if _lowered(was_size, now_size):
+        findings.append(
+            (
+                "StorageCapacity",
+                f"lowered from {was_size} to {now_size} GiB: FSx for Lustre only grows a file system's storage, "
+                "so the update fails and rolls back; keep the capacity, or create a new file system and move the data",
+            )
+        )
+    was_meta, now_meta = was_lustre.get("MetadataConfiguration") or {}, now_lustre.get("MetadataConfiguration") or {}
+    if isinstance(was_meta, dict) and isinstance(now_meta, dict) and _lowered(was_meta.get("Iops"), now_meta.get("Iops")):
+        findings.append(
+            (
+                "LustreConfiguration.MetadataConfiguration.Iops",
+                f"lowered from {was_meta['Iops']} to {now_meta['Iops']}: FSx for Lustre does not lower a file system's "
+                "metadata IOPS, so the update fails and rolls back; keep the IOPS, or create a new file system",
+            )
+        )
     if was_lustre.get("EfaEnabled") is not True or now_lustre.get("EfaEnabled") is not True:
-        return []
+        return findings
     was, now = was_lustre.get("PerUnitStorageThroughput", _MISSING), now_lustre.get("PerUnitStorageThroughput", _MISSING)
     if was == now:
-        return []
+        return findings
     return [
+        *findings,
         (
             "LustreConfiguration.PerUnitStorageThroughput",
             f"changed from {_show(was)} to {_show(now)} on an EFA-enabled file system: FSx cannot change the throughput tier "
             "of an EFA-enabled file system, so the update fails and rolls back; keep the tier (grow the storage capacity "
             "for more throughput), or create a new file system",
-        )
+        ),
     ]
+
+
+def _lowered(was: Any, now: Any) -> bool:
+    """Both sizes (`_size`: an intrinsic cannot be compared here) and `now` below `was`."""
+    before, after = _size(was), _size(now)
+    return before is not None and after is not None and after < before
 
 
 def _group_name(group: Any) -> str:

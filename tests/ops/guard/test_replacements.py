@@ -1243,3 +1243,41 @@ def test_a_template_over_the_limits_is_one_line() -> None:
     store = TemplateStore(s3=_s3(), bucket="b", region="us-west-2")
     with pytest.raises(guard.GuardInputError, match=r"over the 1 MB of a change set's TemplateURL$"):
         guard.change_set_findings(_cfn(), {"dev-Compute": _padded(1_000_100)}, poll_seconds=0, store=store)
+
+
+def _smaller(resources: dict[str, Any]) -> None:
+    resources[FSX_ID]["Properties"]["StorageCapacity"] = 1200
+
+
+def _metadata(iops: int) -> Any:
+    def change(resources: dict[str, Any]) -> None:
+        resources[FSX_ID]["Properties"]["LustreConfiguration"]["MetadataConfiguration"] = {"Mode": "USER_PROVISIONED", "Iops": iops}
+
+    return change
+
+
+def test_guard_fails_a_file_system_shrunk_in_place(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Promotion read C1: FSx for Lustre only grows a file system's storage and metadata IOPS
+    (docs/facts/storage.md#fsx-lustre-update-only-grows); neither property is create-only, so
+    CloudFormation updates in place, FSx refuses and the stack rolls back."""
+    from fminfra.ops.guard.replacements import schema_create_only
+
+    in_place = {"/properties/StorageCapacity", "/properties/LustreConfiguration/MetadataConfiguration/Iops"}
+    assert not in_place & set(schema_create_only("AWS::FSx::FileSystem"))
+    code, out = _run(tmp_path, _smaller, capsys=capsys)
+    assert code == 1, out
+    assert out.splitlines()[0] == (
+        f"dev-Storage: {FSX_ID} (AWS::FSx::FileSystem) would fail the deploy: StorageCapacity: lowered from 2400 to 1200 GiB: "
+        "FSx for Lustre only grows a file system's storage, so the update fails and rolls back; keep the capacity, "
+        "or create a new file system and move the data"
+    )
+    base = _after(_metadata(24000))
+    code, out = _run(tmp_path / "iops", _metadata(12000), capsys=capsys, base=base)
+    assert code == 1 and "LustreConfiguration.MetadataConfiguration.Iops: lowered from 24000 to 12000" in out, out
+    # grown, or the same: in place, passes
+    for name, change in (("grown", lambda r: r[FSX_ID]["Properties"].update(StorageCapacity=4800)), ("more-iops", _metadata(36000))):
+        code, out = _run(tmp_path / name, change, capsys=capsys, base=base)
+        assert code == 0, (name, out)
+    # the test of the test: a value the guard cannot compare (an intrinsic) is not called lowered
+    code, out = _run(tmp_path / "ref", lambda r: r[FSX_ID]["Properties"].update(StorageCapacity={"Ref": "Size"}), capsys=capsys)
+    assert code == 0, out
