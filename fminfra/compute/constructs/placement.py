@@ -34,10 +34,15 @@ class ClusterPlacementGroup(Construct):
         super().__init__(scope, construct_id)
         props = props or ClusterPlacementGroupProps()
         self.placement_group = ec2.PlacementGroup(self, "Group", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-        if props.name_tag:
-            cdk.Tags.of(self.placement_group).add("Name", props.name_tag)
         cfn = self.placement_group.node.default_child
         assert isinstance(cfn, ec2.CfnPlacementGroup)
+        # Tags are create-only on a placement group (docs/facts/capacity.md#placement-group-tags-create-only):
+        # an edited stage or config tag would replace the group under running nodes. So it carries
+        # only its Name, whatever tags reach it from the stage.
+        if props.name_tag:
+            cfn.add_property_override("Tags", [{"Key": "Name", "Value": props.name_tag}])
+        else:
+            cfn.add_property_deletion_override("Tags")
         self.group_name: str = self.placement_group.placement_group_name
         self.group_id: str = cfn.attr_group_id
         self.group_arn: str = cdk.Stack.of(self).format_arn(service="ec2", resource="placement-group", resource_name=self.group_name)
