@@ -245,8 +245,8 @@ def attached_efa_interfaces(name: str) -> int:
 # The node table's header (scripts/node/lib.sh reads the columns after it by position).
 _NODE_TABLE_HEADER = """\
 # Per-instance-type facts the node scripts need, one line per type, whitespace-separated.
-# Columns gpus, efa, nvswitch and arch must equal fminfra/catalog.py (tests/test_node_scripts.py
-# checks it); efa is the number of EFA devices fminfra's launch templates attach.
+# Rendered from fminfra/catalog.py by `make instance-table` (tests/test_catalog.py checks it): do not
+# edit; efa is the number of EFA devices fminfra's launch templates attach.
 # fabric: what the NVLink fabric needs on the node (docs/facts/node-software.md#nvlink-fabric-software):
 #   fm        NVIDIA Fabric Manager at the loaded driver's version (HGX boards with NVSwitch);
 #   fm+nvlsm  Fabric Manager and the NVLink Subnet Manager (Blackwell HGX: p6-b200, p6-b300);
