@@ -159,7 +159,10 @@ configure_enroot() {
     fi
     dropin=$ROOT$conf.d/fminfra-paths.conf
     # shellcheck disable=SC2016 # $(id -u) is expanded by enroot for each user, not here
-    for key in ENROOT_RUNTIME_PATH ENROOT_DATA_PATH ENROOT_CACHE_PATH ENROOT_TEMP_PATH; do
+    # ENROOT_ROOTFS_WRITABLE yes as AWS's reference enroot.conf sets it (docs/facts/hyperpod.md#hyperpod-reference-enroot-config):
+    # enroot's own default is false (docs/facts/node-software.md#enroot-rootfs-writable-default), which an
+    # enroot fminfra builds would keep, and pyxis follows it when a job asks for neither.
+    for key in ENROOT_RUNTIME_PATH ENROOT_DATA_PATH ENROOT_CACHE_PATH ENROOT_TEMP_PATH ENROOT_ROOTFS_WRITABLE; do
         if [[ -f $ROOT$conf ]] && grep -qE "^[[:space:]]*${key}[[:space:]=]" "$ROOT$conf"; then
             log "enroot: $key is set in the image's $conf; kept"
             continue
@@ -169,6 +172,7 @@ configure_enroot() {
         ENROOT_DATA_PATH) value="$base/tmp/enroot/data/user-\$(id -u)" ;;
         ENROOT_CACHE_PATH) value="$base/enroot" ;;
         ENROOT_TEMP_PATH) value="$base/tmp" ;;
+        ENROOT_ROOTFS_WRITABLE) value=yes ;;
         esac
         content+="$key $value"$'\n'
     done

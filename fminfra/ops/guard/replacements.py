@@ -46,6 +46,7 @@ from typing import Any
 
 from fminfra.capacity.rules import CUSTOM_RESERVATION_TYPE, RESERVATION_TYPES
 from fminfra.core.assembly import Templates
+from fminfra.storage.rules import lustre_automatic_metadata_iops
 
 # What each guarded type loses when CloudFormation deletes or replaces it (docs/promotion.md has
 # the same table with the reasons). Types not listed here are recreated from the template with
@@ -370,7 +371,8 @@ def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
     """(property path, detail) for each in-place change of one resource that its service refuses, so
     that CloudFormation's update fails and rolls back. FSx for Lustre file systems: a lower
     `StorageCapacity` (FSx only grows a Lustre file system, docs/facts/storage.md#fsx-lustre-update-only-grows),
-    a lower metadata `Iops` (the same fact), and `PerUnitStorageThroughput` of a file system that is
+    a lower metadata `Iops` or a switch to AUTOMATIC that would lower them (the same fact; what AUTOMATIC
+    gives: docs/facts/storage.md#fsx-lustre-metadata-automatic-iops), and `PerUnitStorageThroughput` of a file system that is
     EFA-enabled before and after (enabling or disabling EFA replaces it instead): FSx cannot change
     the throughput tier of an EFA-enabled file system (docs/facts/storage.md#fsx-lustre-efa-requirements)."""
     if old.get("Type") != "AWS::FSx::FileSystem" or new.get("Type") != "AWS::FSx::FileSystem":
@@ -399,6 +401,20 @@ def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
                 "metadata IOPS, so the update fails and rolls back; keep the IOPS, or create a new file system",
             )
         )
+    was_iops = _size(was_meta.get("Iops")) if isinstance(was_meta, dict) else None
+    now_mode = now_meta.get("Mode") if isinstance(now_meta, dict) else None
+    capacity = _size(now_size)
+    if was_iops is not None and now_mode == "AUTOMATIC" and was_meta.get("Mode") != "AUTOMATIC" and capacity is not None:
+        automatic = lustre_automatic_metadata_iops(capacity)
+        if was_iops > automatic:
+            findings.append(
+                (
+                    "LustreConfiguration.MetadataConfiguration.Mode",
+                    f"switched to AUTOMATIC with {was_iops} metadata IOPS provisioned, more than AUTOMATIC gives at {capacity} GiB "
+                    f"({automatic}): FSx for Lustre rejects the switch (it does not lower metadata IOPS), so the update fails "
+                    "and rolls back; keep USER_PROVISIONED",
+                )
+            )
     if was_lustre.get("EfaEnabled") is not True or now_lustre.get("EfaEnabled") is not True:
         return findings
     was, now = was_lustre.get("PerUnitStorageThroughput", _MISSING), now_lustre.get("PerUnitStorageThroughput", _MISSING)

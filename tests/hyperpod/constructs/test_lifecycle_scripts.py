@@ -454,6 +454,8 @@ def test_enroot_folders_are_on_the_instance_nvme_and_writable_by_every_user(
     assert f"ENROOT_RUNTIME_PATH {base}/tmp/enroot/user-$(id -u)\n" in dropin
     assert f"ENROOT_DATA_PATH {base}/tmp/enroot/data/user-$(id -u)\n" in dropin
     assert f"ENROOT_TEMP_PATH {base}/tmp\n" in dropin
+    # node read C1: containers' root filesystem writable, as AWS's reference sets it (enroot's default is false)
+    assert "ENROOT_ROOTFS_WRITABLE yes\n" in dropin
     assert "ENROOT_CACHE_PATH" not in dropin and "ENROOT_CACHE_PATH is set in the image's /etc/enroot/enroot.conf; kept" in stderr
     for folder in ("tmp", "tmp/enroot", "tmp/enroot/data", "enroot"):
         assert (node.root / base.lstrip("/") / folder).stat().st_mode & 0o7777 == 0o1777, folder

@@ -1278,6 +1278,24 @@ def test_guard_fails_a_file_system_shrunk_in_place(tmp_path: Path, capsys: pytes
     for name, change in (("grown", lambda r: r[FSX_ID]["Properties"].update(StorageCapacity=4800)), ("more-iops", _metadata(36000))):
         code, out = _run(tmp_path / name, change, capsys=capsys, base=base)
         assert code == 0, (name, out)
+    # a switch to AUTOMATIC with more IOPS than AUTOMATIC gives at 2400 GiB (3000) is refused too (promotion read 2, C1)
+    code, out = _run(
+        tmp_path / "auto",
+        lambda r: r[FSX_ID]["Properties"]["LustreConfiguration"].update(MetadataConfiguration={"Mode": "AUTOMATIC"}),
+        capsys=capsys,
+        base=base,
+    )
+    assert (
+        code == 1 and "MetadataConfiguration.Mode: switched to AUTOMATIC with 24000 metadata IOPS provisioned" in out and "(3000)" in out
+    ), out
+    small = _after(_metadata(3000))
+    code, out = _run(
+        tmp_path / "auto-ok",
+        lambda r: r[FSX_ID]["Properties"]["LustreConfiguration"].update(MetadataConfiguration={"Mode": "AUTOMATIC"}),
+        capsys=capsys,
+        base=small,
+    )
+    assert code == 0, out
     # the test of the test: a value the guard cannot compare (an intrinsic) is not called lowered
     code, out = _run(tmp_path / "ref", lambda r: r[FSX_ID]["Properties"].update(StorageCapacity={"Ref": "Size"}), capsys=capsys)
     assert code == 0, out
