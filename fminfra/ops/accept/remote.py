@@ -209,8 +209,7 @@ def session_parameters(script: str, user: str) -> dict[str, list[str]]:
     sudoers) by Session Manager's default, the Run As user when that is on
     (docs/facts/hyperpod.md#hyperpod-node-ssm-session). So: bash directly when the session already
     is `user`, else `sudo -n` (fails at once, never waits for a password the session cannot type)."""
-    if problem := remote_user_problem(user):
-        raise UsageError(f"accept-remote: --remote-user: {problem}")
+    check_remote_user(user)
     shell = f'if [ "$(id -un)" = {user} ]; then bash; else sudo -n -u {user} -H bash; fi' if user else "bash"
     pipeline = f"echo {base64.b64encode(script.encode()).decode()} | base64 -d | {shell}"
     return {"command": [f"bash -c '{pipeline}'"]}
@@ -223,6 +222,12 @@ def remote_user_problem(user: str) -> str:
     if user and shlex.quote(user) != user:
         return f"{user!r} is not a user name: letters, digits and @%+=:,./-_ only"
     return ""
+
+
+def check_remote_user(user: str) -> None:
+    """UsageError naming `--remote-user` when `remote_user_problem` has one."""
+    if problem := remote_user_problem(user):
+        raise UsageError(f"accept-remote: --remote-user: {problem}")
 
 
 def session_argv(region: str, target: str, params_file: str) -> list[str]:
@@ -390,8 +395,7 @@ def command(ns: argparse.Namespace) -> int:
     ns.run_id = ns.run_id or f"{cfg.name}-{datetime.now(UTC):%Y%m%dT%H%M%SZ}"
     if not ns.run_id.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"accept-remote: --run-id: letters, digits, '-' and '_' only, got {ns.run_id!r}")
-    if problem := remote_user_problem(ns.remote_user):
-        raise UsageError(f"accept-remote: --remote-user: {problem}")
+    check_remote_user(ns.remote_user)  # before any AWS call; session_parameters checks it too
     accept.check_shared_folder(cfg, config_file)
     plan = accept.slurm_plan(cfg, ns.run_id, _overrides(ns.pipeline, cfg.name), read_instance_thresholds())
     start = start_script(plan, ns)

@@ -198,6 +198,15 @@ def _values_at(properties: Mapping[str, Any], pointer: str) -> dict[str, Any]:
     return dict(_resolve(properties, parts, "")) if parts else {}
 
 
+def _changes(old_props: Mapping[str, Any], new_props: Mapping[str, Any], pointer: str) -> Iterator[tuple[str, Any, Any]]:
+    """(path, old value, new value) for each path under `pointer` whose value differs (`_MISSING` where unset)."""
+    old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
+    for path in sorted(set(old_values) | set(new_values)):
+        old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
+        if old_v != new_v:
+            yield path, old_v, new_v
+
+
 def _show(value: Any) -> str:
     if value is _MISSING:
         return "(unset)"
@@ -239,11 +248,8 @@ def _direct_replacement(old: Mapping[str, Any], new: Mapping[str, Any], region: 
     old_props, new_props = old.get("Properties") or {}, new.get("Properties") or {}
     changes: list[tuple[str, str]] = []
     for pointer, source in sorted(create_only_properties(rtype, region).items()):
-        old_values, new_values = _values_at(old_props, pointer), _values_at(new_props, pointer)
-        for path in sorted(set(old_values) | set(new_values)):
-            old_v, new_v = old_values.get(path, _MISSING), new_values.get(path, _MISSING)
-            if old_v != new_v:
-                changes.append((path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})"))
+        for path, old_v, new_v in _changes(old_props, new_props, pointer):
+            changes.append((path, f"changed from {_show(old_v)} to {_show(new_v)} ({source})"))
     return changes
 
 
@@ -393,7 +399,9 @@ def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
             )
         )
     was_meta, now_meta = was_lustre.get("MetadataConfiguration") or {}, now_lustre.get("MetadataConfiguration") or {}
-    if isinstance(was_meta, dict) and isinstance(now_meta, dict) and _lowered(was_meta.get("Iops"), now_meta.get("Iops")):
+    if not isinstance(was_meta, dict) or not isinstance(now_meta, dict):
+        was_meta = now_meta = {}
+    if _lowered(was_meta.get("Iops"), now_meta.get("Iops")):
         findings.append(
             (
                 "LustreConfiguration.MetadataConfiguration.Iops",
@@ -401,10 +409,8 @@ def refused_update_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> l
                 "metadata IOPS, so the update fails and rolls back; keep the IOPS, or create a new file system",
             )
         )
-    was_iops = _size(was_meta.get("Iops")) if isinstance(was_meta, dict) else None
-    now_mode = now_meta.get("Mode") if isinstance(now_meta, dict) else None
-    capacity = _size(now_size)
-    if was_iops is not None and now_mode == "AUTOMATIC" and was_meta.get("Mode") != "AUTOMATIC" and capacity is not None:
+    was_iops, capacity = _size(was_meta.get("Iops")), _size(now_size)
+    if was_iops is not None and capacity is not None and now_meta.get("Mode") == "AUTOMATIC" and was_meta.get("Mode") != "AUTOMATIC":
         automatic = lustre_automatic_metadata_iops(capacity)
         if was_iops > automatic:
             findings.append(
@@ -560,10 +566,8 @@ def scaling_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tup
     old_props, new_props = old.get("Properties") or {}, new.get("Properties") or {}
     findings: list[tuple[str, str, str]] = []
     for pointer, effect in SIZE_PROPERTIES.get(rtype, {}).items():
-        olds, news = _values_at(old_props, pointer), _values_at(new_props, pointer)
-        for path in sorted(set(olds) | set(news)):
-            was, now = olds.get(path, _MISSING), news.get(path, _MISSING)
-            if was == now or (now is _MISSING and node_group):
+        for path, was, now in _changes(old_props, new_props, pointer):
+            if now is _MISSING and node_group:
                 continue
             was_n, now_n = _size(was), _size(now)
             changed = f"changed from {_show(was)} to {_show(now)}"
@@ -572,11 +576,8 @@ def scaling_findings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tup
             elif now_n < was_n:
                 findings.append(("shrunk", path, f"{changed}: {effect.format(now=now_n)}"))
     for pointer, why in REPROVISIONING_PROPERTIES.get(rtype, {}).items():
-        olds, news = _values_at(old_props, pointer), _values_at(new_props, pointer)
-        for path in sorted(set(olds) | set(news)):
-            was, now = olds.get(path, _MISSING), news.get(path, _MISSING)
-            if was != now:
-                findings.append(("reprovisioned", path, f"changed from {_show(was)} to {_show(now)}: {why}"))
+        for path, was, now in _changes(old_props, new_props, pointer):
+            findings.append(("reprovisioned", path, f"changed from {_show(was)} to {_show(now)}: {why}"))
     return findings
 
 
