@@ -777,12 +777,29 @@ _NOT_SOURCE = shutil.ignore_patterns(
 )
 
 
+def jsii_package_cache() -> Path:
+    """The folder where this process's jsii runtime keeps the npm packages it extracts (aws-cdk-lib's
+    above all): JSII_RUNTIME_PACKAGE_CACHE_ROOT, else ~/.cache/aws/jsii/package-cache on Linux
+    (docs/facts/pipeline.md#jsii-runtime-package-cache)."""
+    root = os.environ.get("JSII_RUNTIME_PACKAGE_CACHE_ROOT")
+    return Path(root) if root else Path.home() / ".cache" / "aws" / "jsii" / "package-cache"
+
+
 def ci_environment(dest: Path, root: Path) -> tuple[dict[str, str], Path]:
     """The fresh environment a CI step starts with, for a source folder `root` (scratch files in
     `dest`): PATH=/usr/bin:/bin (a stand-in non-root `id`, `sudo` and `apt-get` first when the
-    tests run as root, their calls logged), CodeBuild's and GitHub's variables; and the log."""
+    tests run as root, their calls logged), CodeBuild's and GitHub's variables; and the log.
+
+    HOME is a folder of its own, holding only jsii's package cache, the one this test session's jsii
+    has filled: the steps of one CI job share HOME, and the job's first jsii load (its `make test`)
+    extracts aws-cdk-lib there for the later steps, so that a step that loads jsii again extracts
+    nothing (an extraction costs about 20 CPU-seconds: docs/testing.md)."""
     home = dest / "home"
     home.mkdir()
+    cache = jsii_package_cache()
+    if cache.is_dir():
+        (home / ".cache" / "aws" / "jsii").mkdir(parents=True)
+        (home / ".cache" / "aws" / "jsii" / "package-cache").symlink_to(cache.resolve(), target_is_directory=True)
     log = dest / "privileged-calls.log"
     path = "/usr/bin:/bin"
     if os.geteuid() == 0:
@@ -836,6 +853,26 @@ def ci(tmp_path_factory: pytest.TempPathFactory) -> CiSandbox:
         if not marker.is_file():
             pytest.skip(f"{marker.relative_to(ROOT)} missing: run `make setup` first")
     return make_ci_sandbox(tmp_path_factory.mktemp("ci"))
+
+
+def test_a_sandbox_home_holds_the_sessions_jsii_cache_and_nothing_else(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandboxes' HOME starts with the jsii package cache this session filled (conftest imports
+    aws_cdk before any test) and nothing else; without a cache (jsii's disabled), HOME is empty."""
+    assert jsii_package_cache().is_dir(), "this session's jsii keeps no package cache"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+    env, _ = ci_environment(tmp_path / "a", tmp_path)
+    home = Path(env["HOME"])
+    assert sorted(p.relative_to(home).as_posix() for p in home.rglob("*")) == [
+        ".cache",
+        ".cache/aws",
+        ".cache/aws/jsii",
+        ".cache/aws/jsii/package-cache",
+    ]
+    assert (home / ".cache/aws/jsii/package-cache").resolve() == jsii_package_cache().resolve()
+    monkeypatch.setenv("JSII_RUNTIME_PACKAGE_CACHE_ROOT", str(tmp_path / "none"))
+    env, _ = ci_environment(tmp_path / "b", tmp_path)
+    assert list(Path(env["HOME"]).iterdir()) == []
 
 
 def test_todays_synth_command_fails_in_a_fresh_shell(ci: CiSandbox) -> None:
