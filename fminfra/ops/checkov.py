@@ -196,7 +196,6 @@ def default_executable(root: Path) -> Path:
 def run_checkov(templates: Iterable[Path], executable: Path, skips: tuple[Skip, ...] = SKIPS) -> CheckovResult:
     """checkov's CloudFormation checks over these templates, each failure sorted into skipped
     (a skip covers it) or unexplained."""
-    version = subprocess.run([str(executable), "--version"], capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="fminfra-checkov-") as tmp:
         for i, path in enumerate(sorted(templates)):
             # one flat folder; the index keeps two environments' same-named stacks apart
@@ -210,8 +209,14 @@ def run_checkov(templates: Iterable[Path], executable: Path, skips: tuple[Skip, 
         if proc.returncode not in (0, 1):
             raise RuntimeError(f"checkov exited {proc.returncode}: {proc.stderr.strip()[-2000:]}")
         reports = json.loads(proc.stdout)
-    result = CheckovResult(version=version)
-    for report in reports if isinstance(reports, list) else [reports]:
+    reports = reports if isinstance(reports, list) else [reports]
+    # The version that ran: each report's summary names it; `--version` (a checkov start of its own,
+    # about 4 CPU-seconds) only when no report came back.
+    versions = {str(r.get("summary", {}).get("checkov_version", "")) for r in reports} - {""}
+    if len(versions) != 1:
+        versions = {subprocess.run([str(executable), "--version"], capture_output=True, text=True, check=True).stdout.strip()}
+    result = CheckovResult(version=versions.pop())
+    for report in reports:
         result.passed += int(report.get("summary", {}).get("passed", 0))
         for raw in report.get("results", {}).get("failed_checks", []):
             resource_type, _, logical_id = str(raw.get("resource", "")).partition(".")
