@@ -168,8 +168,12 @@ format: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The synth figures, then `make test` timed in BENCH_TEST_RUNS fresh clones of HEAD after set-up
+# (scripts/bench_test.py: the clones link this checkout's installs, so `make setup` must have run).
+BENCH_TEST_RUNS ?= 1
 bench: $(VENV)/.installed node_modules/.installed
 	$(PY) scripts/bench_synth.py
+	$(PY) scripts/bench_test.py --runs $(BENCH_TEST_RUNS)
 
 # A real cdk bootstrap/deploy/destroy of config/dev.yaml against a local moto server (no Docker,
 # no AWS account); `make test` runs the same script (tests/app/test_deploy_local.py).
