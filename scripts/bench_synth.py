@@ -27,7 +27,7 @@ CASE_SHIPPED = """
 import json, aws_cdk as cdk
 from pathlib import Path
 from fminfra.config import config_files, load_config
-from fminfra.synth import build_app
+from fminfra.app.synth import build_app
 context = json.loads(Path("cdk.json").read_text())["context"]
 app = cdk.App(outdir=OUTDIR, context=context)
 build_app([load_config(p) for p in config_files(Path("config"))], app=app)
@@ -38,7 +38,7 @@ CASE_SCALED = """
 import json, copy, aws_cdk as cdk, yaml
 from pathlib import Path
 from fminfra.config import parse_config
-from fminfra.synth import build_app
+from fminfra.app.synth import build_app
 context = json.loads(Path("cdk.json").read_text())["context"]
 data = yaml.safe_load(Path("examples/ec2-odcr.yaml").read_text())
 data["name"] = "scaled"

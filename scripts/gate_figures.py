@@ -3,7 +3,7 @@
 
 Synthesizes, in-process, every config the tests synthesize (config/, examples/, tests/configs/),
 then prints with each tool's version: checkov checks, passed, failed (unexplained) and skipped by
-check (the skips and their reasons are `fminfra.checks.checkov.SKIPS`); cfn-lint errors and
+check (the skips and their reasons are `fminfra.ops.checkov.SKIPS`); cfn-lint errors and
 warnings; cdk-nag unsuppressed findings and acknowledgments by rule. docs/gates.md records them.
 Exit 1 when a gate fails (a checkov failure no skip explains, a cfn-lint finding, a cdk-nag one).
 """
@@ -25,7 +25,7 @@ def synthesize(outdir: Path) -> list[Path]:
     import aws_cdk as cdk
 
     from fminfra.config import config_files, load_config
-    from fminfra.synth import build_app
+    from fminfra.app.synth import build_app
 
     paths = [p for folder in ("config", "examples", "tests/configs") for p in config_files(ROOT / folder)]
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -45,7 +45,7 @@ def nag_figures(outdir: Path) -> tuple[int, Counter[str]]:
 
 
 def main() -> int:
-    from fminfra.checks.checkov import default_executable, run_checkov
+    from fminfra.ops.checkov import default_executable, run_checkov
     from fminfra.commands.gate import CFN_LINT_CONFIG, cfn_lint
 
     with tempfile.TemporaryDirectory(prefix="fminfra-gates-") as tmp:
