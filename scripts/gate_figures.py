@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 def synthesize(outdir: Path) -> list[Path]:
     import aws_cdk as cdk
 
-    from fminfra.config import config_files, load_config
     from fminfra.app.synth import build_app
+    from fminfra.config import config_files, load_config
 
     paths = [p for folder in ("config", "examples", "tests/configs") for p in config_files(ROOT / folder)]
     context = json.loads((ROOT / "cdk.json").read_text())["context"]
@@ -45,8 +45,8 @@ def nag_figures(outdir: Path) -> tuple[int, Counter[str]]:
 
 
 def main() -> int:
-    from fminfra.ops.checkov import default_executable, run_checkov
     from fminfra.commands.gate import CFN_LINT_CONFIG, cfn_lint
+    from fminfra.ops.checkov import default_executable, run_checkov
 
     with tempfile.TemporaryDirectory(prefix="fminfra-gates-") as tmp:
         outdir = Path(tmp)
