@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.node_fakes import GPU_TYPES, dress
+from tests.fakes.node_fakes import BASH_SHEBANG, GPU_TYPES, dress
 
 # Tag -> commit, per repository: NVIDIA/pyxis v0.20.0 (docs/facts/node-software.md#pin-pyxis-commit),
 # NVIDIA/enroot v4.1.2 (docs/facts/node-software.md#pin-enroot-commit).
@@ -126,7 +126,8 @@ exit 0
 if [[ $1 == clone ]]; then
     tag="" ; dir="" ; url=""
     shift; while (($#)); do case $1 in --branch) tag=$2; shift 2 ;; --depth) shift 2 ;; -*) shift ;; *) [[ -z $url ]] && url=$1 || dir=$1; shift ;; esac; done
-    mkdir -p "$dir"; commit=$(python3 -c "import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2], {}).get(sys.argv[3], 'f'*40))" "$FAKE_TAGS" "$url" "$tag")
+    mkdir -p "$dir"; commit=ffffffffffffffffffffffffffffffffffffffff
+    while read -r u t c; do [[ $u == "$url" && $t == "$tag" ]] && commit=$c; done <<<"$FAKE_TAGS"
     echo "$commit" >"$dir/.fake-head"; echo "$url" >"$dir/.fake-url"; echo "${tag#v}" >"$dir/.fake-tag"
 elif [[ $1 == -C && $3 == rev-parse ]]; then
     cat "$2/.fake-head"
@@ -161,10 +162,11 @@ fi
 """,
     "systemctl": r"""
 root=$FMINFRA_ROOT st=$FMINFRA_ROOT/run/fake-systemd
-mkdir -p "$st/loaded" "$st/enabled" "$st/active"
+[[ -d $st/active ]] || mkdir -p "$st/loaded" "$st/enabled" "$st/active"
 norm() { if [[ $1 == *.* ]]; then echo "$1"; else echo "$1.service"; fi; }
 unit_file() { local d; for d in etc/systemd/system lib/systemd/system; do [[ -f $root/$d/$1 ]] && { echo "$root/$d/$1"; return 0; }; done; return 1; }
-load_all() { local f; rm -f "$st"/loaded/*; for f in "$root"/lib/systemd/system/* "$root"/etc/systemd/system/*; do [[ -f $f ]] && cp "$f" "$st/loaded/$(basename "$f")"; done; return 0; }
+# load_all: the unit files as systemd loads them, /etc/systemd/system's over /lib/systemd/system's.
+load_all() { local d f files; rm -f "$st"/loaded/*; for d in lib etc; do files=(); for f in "$root/$d"/systemd/system/*; do [[ -f $f ]] && files+=("$f"); done; ((${#files[@]} == 0)) || cp "${files[@]}" "$st/loaded/"; done; return 0; }
 [[ -e $st/booted ]] || { load_all; touch "$st/booted"; }
 start() {
     local u=$1 file
@@ -297,7 +299,7 @@ def download(s3: Any, bucket: str, prefix: str, dest: Path) -> Path:
     return dest
 
 
-RECORDER = 'printf "%s\\n" "$(basename "$0") $* kind=${FMINFRA_NODE_KIND:-} url=${FMINFRA_REMOTE_WRITE_URL:-}" >>"$FAKE_CALLS"\n'
+RECORDER = 'printf "%s\\n" "${0##*/} $* kind=${FMINFRA_NODE_KIND:-} url=${FMINFRA_REMOTE_WRITE_URL:-}" >>"$FAKE_CALLS"\n'
 
 
 @dataclass
@@ -385,7 +387,7 @@ class Cluster:
         (root / "run/hyperpod/resource_config.json").write_text(json.dumps(self.resource_config))
         for name, body in _FAKES.items():
             path = root / "bin" / name
-            path.write_text(f'#!/usr/bin/env bash\necho "{name} $*" >>"$FAKE_CALLS"\n{body}')
+            path.write_text(f'{BASH_SHEBANG}echo "{name} $*" >>"$FAKE_CALLS"\n{body}')
             path.chmod(0o755)
         if node.enroot:  # the AMI's enroot (a package: configuration in /etc/enroot)
             (root / "bin/enroot").write_text(f"#!/usr/bin/env bash\n[[ $1 == version ]] && echo {node.enroot}\nexit 0\n")
@@ -405,7 +407,8 @@ class Cluster:
             "FAKE_BIN": str(root / "bin"),
             "FAKE_CLUSTER": str(self.cluster_dir),
             "FAKE_DAEMONS": str(self.daemons),
-            "FAKE_TAGS": json.dumps(TAG_COMMITS),
+            # "URL TAG COMMIT" lines, for the fake git
+            "FAKE_TAGS": "\n".join(f"{url} {tag} {commit}" for url, tags in TAG_COMMITS.items() for tag, commit in tags.items()),
             "NVME_WAIT_S": "0",
             "POLL_INTERVAL": "0.2",
             "SLURM_CONF_TIMEOUT": "20",

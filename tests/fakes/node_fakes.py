@@ -20,6 +20,7 @@ What the fakes model, and from where:
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import tarfile
 from dataclasses import dataclass, field
@@ -34,10 +35,14 @@ MANIFEST = parse_manifest((NODE / "versions.env").read_text())
 NCCL_PKG = f"{MANIFEST['NCCL_VERSION']}+cuda{MANIFEST['NCCL_PACKAGE_CUDA']}"
 KERNEL = "6.8.0-1066-aws"
 
+# The fakes' interpreter: the bash that `#!/usr/bin/env bash` finds on the fakes' PATH (the fake
+# folders, then /usr/bin:/bin), named by its path, which spares an exec of env on every fake call.
+BASH_SHEBANG = f"#!{shutil.which('bash', path='/usr/bin:/bin') or '/bin/bash'}\n"
+
 # Each fake logs "name args..." to $FAKE_LOG, then does its part. cuda_dirs: the toolkit package
 # cuda-toolkit-X-Y installs /usr/local/cuda-X.Y.
 _PRELUDE = (
-    '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$FAKE_LOG"\n'
+    BASH_SHEBANG + 'printf "%s\\n" "${0##*/} $*" >>"$FAKE_LOG"\n'
     # nccl_lib PACKAGE VERSION: NVIDIA's libnccl2 (deb) / libnccl (rpm) install libnccl.so.X.Y.Z and the
     # libnccl.so.2 link in the loader's directory; the library holds "NCCL version X.Y.Z+cudaA.B".
     "nccl_lib() { [[ $1 == libnccl2 || $1 == libnccl ]] || return 0; local dir=/usr/lib64 v=${2%%-*} c=${2##*+cuda}; "
@@ -119,7 +124,7 @@ for a in "$@"; do
   [[ $install == 1 && $a != -* && $a != *'('* ]] || continue
   name=$a; version=""; versioned=0
   for r in "$FAKE_STATE"/repo/*; do
-    n=$(basename "$r")
+    n=${r##*/}
     [[ $a == "$n"-[0-9]* ]] && versioned=1
     if [[ $a == "$n"-* ]] && grep -qxF -- "${a#"$n"-}" "$r"; then name=$n; version=${a#"$n"-}; fi
   done
@@ -146,7 +151,7 @@ while (($#)); do
   shift
 done
 [[ $url == *169.254.169.254* ]] && exit 7
-name=$(basename "$url")
+name=${url##*/}
 if [[ -n ${FAKE_CURL_FAIL_ONCE:-} && $name == "$FAKE_CURL_FAIL_ONCE" && ! -f $FAKE_STATE/curl-failed-$name ]]; then
   touch "$FAKE_STATE/curl-failed-$name"; echo "curl: (56) Recv failure: Connection reset by peer" >&2; exit 56
 fi
@@ -247,7 +252,7 @@ for conf in "$FMINFRA_ROOT"/etc/ld.so.conf.d/*.conf; do
   while read -r d; do [[ -z $d || $d == \#* ]] || dirs+=("$d"); done <"$conf"
 done
 for d in "${dirs[@]}"; do
-  for f in "$FMINFRA_ROOT$d"/lib*.so*; do [[ -e $f ]] && printf '\t%s (libc6,x86-64) => %s\n' "$(basename "$f")" "$d/$(basename "$f")"; done
+  for f in "$FMINFRA_ROOT$d"/lib*.so*; do [[ -e $f ]] && printf '\t%s (libc6,x86-64) => %s\n' "${f##*/}" "$d/${f##*/}"; done
 done
 exit 0
 """,

@@ -28,6 +28,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,25 +119,41 @@ def test_cluster_info_plan(tmp_path: Path) -> None:
 # the simulation
 
 
+@dataclass(frozen=True)
+class Published:
+    """moto S3 with the published lifecycle prefixes (env -> bucket, prefix), and one download of
+    each (HyperPod's copy of SourceS3Uri): the bucket does not change within this module, so each
+    node gets a copy of that download, the same files with the same (0644) modes."""
+
+    s3: Any
+    prefixes: dict[str, tuple[str, str]]
+    downloads: dict[str, Path]
+
+
 @pytest.fixture(scope="module")
-def s3_published(synth: Synth) -> Iterator[tuple[Any, dict[str, tuple[str, str]]]]:
+def s3_published(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Published]:
     """moto S3 holding the lifecycle prefix of the two-group Slurm env and of staging (EKS)."""
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-west-2")
-        published = {env: publish(synth.outdir, synth.template(env, "Compute"), s3, IMPORTS) for env in ("hp-two-groups", "staging")}
-        yield s3, published
+        envs = ("hp-two-groups", "staging")
+        prefixes = {env: publish(synth.outdir, synth.template(env, "Compute"), s3, IMPORTS) for env in envs}
+        base = tmp_path_factory.mktemp("lifecycle-downloads")
+        yield Published(s3, prefixes, {env: download(s3, *prefixes[env], base / env) for env in envs})
 
 
-def _copy_for(node: Node, s3_published: tuple[Any, dict[str, tuple[str, str]]], env: str) -> Path:
-    s3, published = s3_published
-    scripts = download(s3, *published[env], node.root / "opt/ml/lifecycle")
+def _copy_for(node: Node, s3_published: Published, env: str, *, fresh: bool = False) -> Path:
+    """The scripts on the node as HyperPod leaves them: the module's download copied there, or
+    (fresh) a download from the bucket of its own."""
+    dest = node.root / "opt/ml/lifecycle"
+    if fresh:
+        scripts = download(s3_published.s3, *s3_published.prefixes[env], dest)
+    else:
+        scripts = Path(shutil.copytree(s3_published.downloads[env], dest))
     prepare_download(scripts)
     return scripts
 
 
-def _run(
-    cluster: Cluster, s3_published: tuple[Any, dict[str, tuple[str, str]]], env: str = "hp-two-groups", **extra: str
-) -> dict[str, Path]:
+def _run(cluster: Cluster, s3_published: Published, env: str = "hp-two-groups", **extra: str) -> dict[str, Path]:
     copies = {n.ip: _copy_for(n, s3_published, env) for n in cluster.nodes}
     cluster.run_each(copies, extra)
     return copies
@@ -162,7 +179,7 @@ def _ok(node: Node) -> str:
 
 def test_downloaded_scripts_have_no_mode_bits(s3_published: Any, tmp_path: Path) -> None:
     (node,) = Cluster(tmp_path, [("p5", "ml.p5.48xlarge", 1)]).nodes
-    scripts = _copy_for(node, s3_published, "hp-two-groups")
+    scripts = _copy_for(node, s3_published, "hp-two-groups", fresh=True)
     files = [p for p in scripts.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {
         "on_create.sh",
@@ -173,6 +190,11 @@ def test_downloaded_scripts_have_no_mode_bits(s3_published: Any, tmp_path: Path)
         "provisioning_parameters.json",
     }
     assert all(p.stat().st_mode & 0o111 == 0 for p in files)
+    # What the other tests run: a copy of the module's one download, file for file the same.
+    (other,) = Cluster(tmp_path / "copy", [("p5", "ml.p5.48xlarge", 1)]).nodes
+    copy = _copy_for(other, s3_published, "hp-two-groups")
+    copied = {p.relative_to(copy): (p.read_bytes(), p.stat().st_mode) for p in copy.rglob("*") if p.is_file()}
+    assert copied == {p.relative_to(scripts): (p.read_bytes(), p.stat().st_mode) for p in files}
 
 
 def test_simulated_slurm_cluster(s3_published: Any, tmp_path: Path) -> None:
