@@ -9,7 +9,7 @@
    (`ACCEPTED_NOT_MATERIALIZED`), and every stack it depends on is picked too. The templates
    are deployed as synthesized, never altered;
 3. starts `moto_server` on a free localhost port with the config's account (`MOTO_ACCOUNT_ID`),
-   with one fix for a moto 5.2.5 bug (tagged KMS keys, see `patch_moto`) and one emulated custom
+   forked from this process, which has imported moto's models for step 2 (no second import), with one fix for a moto 5.2.5 bug (tagged KMS keys, see `patch_moto`) and one emulated custom
    resource type, `Custom::VpcRestrictDefaultSG` (`EMULATED_CUSTOM_TYPES`), carried out on moto's
    EC2 state because moto runs custom-resource Lambda functions only with Docker;
 4. runs the real `cdk bootstrap` and `cdk deploy` with fake credentials and
@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -151,7 +152,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def stop_group(proc: subprocess.Popen[Any], grace_seconds: float = 10.0) -> None:
+def stop_group(proc: subprocess.Popen[Any] | Forked, grace_seconds: float = 10.0) -> None:
     """Stop a process started with start_new_session=True and everything it started."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -255,27 +256,71 @@ def _emulate_restrict_default_sg() -> None:
     parsing.resource_class_from_type = resource_class_from_type
 
 
-def serve_moto(argv: Sequence[str]) -> int:
-    """`deploy_local.py --serve-moto ARGS...`: moto_server's main with `patch_moto` applied."""
+class Forked:
+    """A child of this process, forked (`fork_moto_server`), with the part of `subprocess.Popen` that
+    `stop_group` and `moto_server` use: pid, returncode, poll(), wait(timeout)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def fork_moto_server(account: str, port: int, log: Path) -> Forked:
+    """moto_server's main with `patch_moto` applied, in a child forked from this process: it has
+    imported moto's models already (`moto_supported_types`), so the server starts without importing
+    them again (about 2 s). The child leads a process group of its own (as `start_new_session=True`
+    gives), writes to the log, takes the default signal handlers back, and never returns here."""
     from moto.server import main as moto_main
 
-    patch_moto()
-    moto_main(list(argv))
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return Forked(pid)
+    code = 1
+    try:
+        os.setsid()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_DFL)
+        out = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.environ["MOTO_ACCOUNT_ID"] = account  # read per request: docs/facts/pipeline.md#moto-server-account-and-sigterm
+        patch_moto()
+        moto_main(["-H", "localhost", "-p", str(port)])
+        code = 0
+    except SystemExit as exc:  # moto's SIGTERM handler: sys.exit(0) (docs/facts/pipeline.md#moto-server-account-and-sigterm)
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 @contextlib.contextmanager
-def moto_server(account: str, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def moto_server(account: str, port: int, log: Path) -> Iterator[Forked]:
     """moto_server on localhost:PORT for one account; stopped (its process group) on exit."""
-    env = {**os.environ, "MOTO_ACCOUNT_ID": account}
-    with log.open("a") as out:
-        proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), "--serve-moto", "-H", "localhost", "-p", str(port)],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = fork_moto_server(account, port, log)
     try:
         print(f"moto_server pid {proc.pid} on http://localhost:{port}", flush=True)
         deadline = time.monotonic() + 60
@@ -625,8 +670,6 @@ def deploy_local(config: Path, *, cdk: Sequence[str], timeout_per_step: float, w
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["--serve-moto"]:
-        return serve_moto(args[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0] if __doc__ else None)
     parser.add_argument("--config", default="config/dev.yaml", help="environment config (default config/dev.yaml)")
     parser.add_argument("--cdk", default="npx --no-install cdk", help="CDK CLI command (default: the pinned one, npx --no-install cdk)")

