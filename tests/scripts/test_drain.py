@@ -43,7 +43,8 @@ def env_base(tmp_path: Path) -> dict[str, str]:
         "FMINFRA_ROOT": str(tmp_path / "root"),
         "FMINFRA_DRAIN_GROUP": GROUP,
         "FMINFRA_DRAIN_HOOK": DRAIN_HOOK_NAME,
-        "FMINFRA_DRAIN_POLL_SECONDS": "1",
+        # A fifth of a second: the poll takes a decimal (GNU sleep's NUMBER, docs/facts/node-software.md#gnu-sleep-fraction).
+        "FMINFRA_DRAIN_POLL_SECONDS": "0.2",
         "FMINFRA_SLURM_NODE_NAME": NODE,
         "FAKE_AWS_LOG": str(tmp_path / "aws.log"),
         "FAKE_SLURM_STATE": str(tmp_path / "slurm.json"),
@@ -304,7 +305,14 @@ def test_the_fake_refuses_a_drain_without_a_reason_and_imds_without_a_token(tmp_
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("FMINFRA_DRAIN_GROUP", ""), ("FMINFRA_DRAIN_SECONDS", "ten"), ("FMINFRA_DRAIN_NOT_AFTER", "2027-13-45")],
+    [
+        ("FMINFRA_DRAIN_GROUP", ""),
+        ("FMINFRA_DRAIN_SECONDS", "ten"),
+        ("FMINFRA_DRAIN_NOT_AFTER", "2027-13-45"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "0.5s"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "1,5"),
+    ],
 )
 def test_bad_settings_exit_2_with_one_line(env_base: dict[str, str], name: str, value: str) -> None:
     result = subprocess.run(["bash", str(SCRIPT), "drain"], env={**env_base, name: value}, capture_output=True, text=True, check=False)

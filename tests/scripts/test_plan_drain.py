@@ -39,7 +39,8 @@ def env(tmp_path: Path) -> dict[str, str]:
         "FMINFRA_ROOT": str(tmp_path / "root"),
         "FMINFRA_PLAN_ARN": PLAN,
         "FMINFRA_PLAN_DRAIN_SECONDS": "600",
-        "FMINFRA_DRAIN_POLL_SECONDS": "1",
+        # A fifth of a second: the poll takes a decimal (GNU sleep's NUMBER, docs/facts/node-software.md#gnu-sleep-fraction).
+        "FMINFRA_DRAIN_POLL_SECONDS": "0.2",
         "FMINFRA_DRAIN_MARGIN_SECONDS": "5",
         "FMINFRA_SLURM_NODE_NAME": NODE,
         "FMINFRA_RETRIES": "1",
@@ -172,6 +173,8 @@ def test_the_end_is_read_again_and_an_unknown_plan_drains_nothing(
         ("FMINFRA_PLAN_ARN", ""),
         ("FMINFRA_PLAN_ARN", "arn:aws:sagemaker:us-east-1:333333333333:cluster/abc"),
         ("FMINFRA_PLAN_DRAIN_SECONDS", "ten"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
+        ("FMINFRA_PLAN_POLL_SECONDS", "0.5"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(env: dict[str, str], name: str, value: str) -> None:
@@ -262,7 +265,7 @@ def _unit(root: Path, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
                     name, _, value = setting.partition("=")
                     env[name] = value
     env["PATH"] = ":".join(f"{root}{d}:{d}" for d in env["PATH"].split(":"))
-    env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "1"}
+    env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "0.2"}
     env |= {
         k: str(tmp_path / v)
         for k, v in (("FAKE_AWS_LOG", "aws.log"), ("FAKE_SLURM_STATE", "slurm.json"), ("FAKE_TRAINING_PLANS", "plans.json"))
