@@ -39,6 +39,7 @@
 #   FMINFRA_PLAN_POLL_SECONDS        how often the plan's end is read (default 300)
 #   FMINFRA_DRAIN_MARGIN_SECONDS     kept before the terminations (default 60)
 #   FMINFRA_DRAIN_SIGNAL, FMINFRA_DRAIN_POLL_SECONDS, FMINFRA_SLURM_NODE_NAME   as in drain_lib.sh
+#                                    (FMINFRA_DRAIN_POLL_SECONDS, the drain's poll, may be a decimal: 0.5)
 #   FMINFRA_AWS_REGION; lib.sh's FMINFRA_ROOT, FMINFRA_LOG_DIR, FMINFRA_RETRIES
 # shellcheck source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -68,9 +69,10 @@ require_settings() {
     [[ -z $FMINFRA_INSTANCE_TYPE || $FMINFRA_INSTANCE_TYPE =~ ^ml\.[a-z0-9-]+\.[a-z0-9]+$ ]] ||
         usage_error "FMINFRA_INSTANCE_TYPE must be a SageMaker instance type (ml.p5.48xlarge) or empty, got '$FMINFRA_INSTANCE_TYPE'"
     local name
-    for name in FMINFRA_PLAN_DRAIN_SECONDS FMINFRA_PLAN_POLL_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS FMINFRA_DRAIN_POLL_SECONDS; do
+    for name in FMINFRA_PLAN_DRAIN_SECONDS FMINFRA_PLAN_POLL_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS; do
         [[ ${!name} =~ ^[0-9]+$ ]] || usage_error "$name must be a whole number of seconds, got '${!name}'"
     done
+    require_drain_poll
     ((FMINFRA_PLAN_POLL_SECONDS > 0)) || usage_error "FMINFRA_PLAN_POLL_SECONDS must be 1 or more, got 0"
 }
 

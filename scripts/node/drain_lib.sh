@@ -10,6 +10,8 @@
 #   slurm_node NODE            read NODE's state and Reason into SLURM_STATE and SLURM_REASON
 #   slurm_held_by_another      whether that node is drained, draining, down or failing for a Reason
 #                              that is not fminfra's (an operator's, or Slurm's own)
+#   require_drain_poll         exit 2 unless FMINFRA_DRAIN_POLL_SECONDS is whole or decimal seconds
+#                              (5, 0.5: sleep takes a fraction, docs/facts/node-software.md#gnu-sleep-fraction)
 #   drain_budget_seconds S     the time jobs get of a drain of S seconds (the default of
 #                              drain_on_terminate.sh's FMINFRA_DRAIN_BUDGET_SECONDS)
 #   drain_kubernetes UNTIL     kubectl drain of this node with FMINFRA_DRAIN_KUBECONFIG, within the time
@@ -42,6 +44,13 @@ SLURM_STATE=
 SLURM_REASON=
 
 now() { date -u +%s; }
+
+# The poll is only ever slept (GNU sleep takes a decimal NUMBER: docs/facts/node-software.md#gnu-sleep-fraction),
+# so it may be a fraction of a second; deadlines and budgets stay whole seconds.
+require_drain_poll() {
+    [[ $FMINFRA_DRAIN_POLL_SECONDS =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
+        usage_error "FMINFRA_DRAIN_POLL_SECONDS must be a number of seconds (5, or a decimal such as 0.5), got '$FMINFRA_DRAIN_POLL_SECONDS'"
+}
 
 # The drain less a shutdown margin of a minute, or of half a drain shorter than two minutes
 # (rounded down, so the jobs get the odd second): fminfra.capacity.rules.drain_budget_seconds,

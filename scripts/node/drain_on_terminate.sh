@@ -29,7 +29,7 @@
 #   FMINFRA_DRAIN_NOT_AFTER                   UTC timestamp the drain never passes (optional)
 #   FMINFRA_DRAIN_MARGIN_SECONDS              kept before FMINFRA_DRAIN_NOT_AFTER (default 60)
 #   FMINFRA_DRAIN_SIGNAL                      signal the jobs get (default USR1)
-#   FMINFRA_DRAIN_POLL_SECONDS                poll interval (default 5)
+#   FMINFRA_DRAIN_POLL_SECONDS                poll interval (default 5; a decimal such as 0.5 is taken)
 #   FMINFRA_DRAIN_KUBECONFIG                  kubeconfig allowed to cordon this node and evict its pods
 #   FMINFRA_SLURM_NODE_NAME, FMINFRA_K8S_NODE_NAME   default: short hostname; the instance's local-hostname
 #   FMINFRA_AWS_REGION; lib.sh's FMINFRA_IMDS_URL, FMINFRA_ROOT, FMINFRA_LOG_DIR, FMINFRA_RETRIES
@@ -56,9 +56,10 @@ require_settings() {
     [[ -n $FMINFRA_DRAIN_GROUP && -n $FMINFRA_DRAIN_HOOK ]] ||
         usage_error "FMINFRA_DRAIN_GROUP and FMINFRA_DRAIN_HOOK must be set (the Auto Scaling group and its termination hook)"
     local name
-    for name in FMINFRA_DRAIN_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS FMINFRA_DRAIN_POLL_SECONDS; do
+    for name in FMINFRA_DRAIN_SECONDS FMINFRA_DRAIN_MARGIN_SECONDS; do
         [[ ${!name} =~ ^[0-9]+$ ]] || usage_error "$name must be a whole number of seconds, got '${!name}'"
     done
+    require_drain_poll
     # The default budget is the one the launch template gets (drain_lib.sh's drain_budget_seconds).
     if [[ -z $FMINFRA_DRAIN_BUDGET_SECONDS ]]; then
         FMINFRA_DRAIN_BUDGET_SECONDS=$(drain_budget_seconds "$FMINFRA_DRAIN_SECONDS")

@@ -55,6 +55,7 @@ What they model, and where that comes from:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -62,6 +63,7 @@ import signal
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -189,6 +191,9 @@ class MetadataServer:
     def __init__(self, model: AutoScalingGroupModel, instance_id: str, local_hostname: str) -> None:
         self.model, self.instance_id, self.local_hostname = model, instance_id, local_hostname
         self.tokens: set[str] = set()
+        # How often each metadata item was read with a valid token (what a test waits on).
+        self.reads: Counter[str] = Counter()
+        self.reads_lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -215,6 +220,8 @@ class MetadataServer:
                 if self.headers.get("X-aws-ec2-metadata-token") not in server.tokens:
                     self._send(401, "")
                     return
+                with server.reads_lock:
+                    server.reads[self.path.removeprefix("/latest/meta-data/")] += 1
                 server.model.tick()
                 inst = server.model.instances[server.instance_id]
                 items = {
@@ -235,11 +242,17 @@ class MetadataServer:
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # serve_forever looks for a shutdown every poll_interval (0.5 s by default): a short one ends the server at once.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def __enter__(self) -> MetadataServer:
         self.thread.start()
         return self
+
+    def read_count(self, item: str) -> int:
+        """How often the item (autoscaling/target-lifecycle-state) has been read so far."""
+        with self.reads_lock:
+            return self.reads[item]
 
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
@@ -247,7 +260,7 @@ class MetadataServer:
 
 
 _AWS = r"""
-import json, os, sys, urllib.request
+import json, os, sys
 args = sys.argv[1:]
 if args[:2] == ["sagemaker", "describe-training-plan"]:
     opts, rest = {}, args[2:]
@@ -299,8 +312,18 @@ while rest:
         params[OPTS[name]] = value
 with open(os.environ["FAKE_AWS_LOG"], "a") as log:
     log.write(json.dumps([args[1], params]) + "\n")
-req = urllib.request.Request(os.environ["FAKE_AWS_ENDPOINT"], data=json.dumps({"operation": OPS[args[1]], "params": params}).encode(), method="POST")
-error = json.load(urllib.request.urlopen(req))["error"]
+# The call goes to the test's model over a plain HTTP/1.0 POST (a socket: urllib.request takes longer to import than the call takes).
+import socket
+from urllib.parse import urlsplit
+endpoint = urlsplit(os.environ["FAKE_AWS_ENDPOINT"])
+body = json.dumps({"operation": OPS[args[1]], "params": params}).encode()
+with socket.create_connection((endpoint.hostname, endpoint.port)) as sock:
+    sock.sendall(f"POST / HTTP/1.0\r\nHost: {endpoint.netloc}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    reply = b"".join(iter(lambda: sock.recv(65536), b""))
+head, _, rest = reply.partition(b"\r\n\r\n")
+if head.split()[1:2] != [b"200"]:
+    sys.exit(f"aws: fake: the model answered {head.splitlines()[:1]}")
+error = json.loads(rest)["error"]
 if error:
     print(f"\nAn error occurred ({error[0]}) when calling the {OPS[args[1]]} operation: {error[1]}", file=sys.stderr)
     sys.exit(254)
@@ -313,8 +336,10 @@ def load():
     with open(STATE) as f:
         return json.load(f)
 def save(state):
-    with open(STATE, "w") as f:
+    # Whole or not at all: a test polling the state never reads a half-written file.
+    with open(STATE + ".tmp", "w") as f:
         json.dump(state, f)
+    os.replace(STATE + ".tmp", STATE)
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -502,13 +527,20 @@ def install_fakes(bin_dir: Path, *, slurm: bool = True, kubectl: bool = False) -
         path.chmod(0o755)
 
 
+@functools.cache
+def _describe_training_plan_response() -> Any:
+    """botocore's DescribeTrainingPlanResponse shape (loaded once: the sagemaker model is large)."""
+    import botocore.session
+
+    return botocore.session.get_session().get_service_model("sagemaker").operation_model("DescribeTrainingPlan").output_shape
+
+
 def training_plans(path: Path, plans: list[dict[str, Any]]) -> None:
     """Writes the plans DescribeTrainingPlan returns (timestamps as datetimes, stored as the CLI
     prints them, ISO 8601), each first checked against botocore's DescribeTrainingPlanResponse."""
-    import botocore.session
     from botocore.validate import ParamValidator
 
-    shape = botocore.session.get_session().get_service_model("sagemaker").operation_model("DescribeTrainingPlan").output_shape
+    shape = _describe_training_plan_response()
     for plan in plans:
         report = ParamValidator().validate(plan, shape)
         if report.has_errors():

@@ -6,6 +6,7 @@ models each party and cites its source)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ GROUP = "fminfra-dev-train"
 INSTANCE = "i-0123456789abcdef0"
 NODE = "train-1"
 K8S_NODE = "ip-10-0-1-23.us-west-2.compute.internal"
+TARGET_STATE = "autoscaling/target-lifecycle-state"
 
 
 def _group(drain_s: int, hooks: bool = True) -> AutoScalingGroupModel:
@@ -43,7 +45,8 @@ def env_base(tmp_path: Path) -> dict[str, str]:
         "FMINFRA_ROOT": str(tmp_path / "root"),
         "FMINFRA_DRAIN_GROUP": GROUP,
         "FMINFRA_DRAIN_HOOK": DRAIN_HOOK_NAME,
-        "FMINFRA_DRAIN_POLL_SECONDS": "1",
+        # A fifth of a second: the poll takes a decimal (GNU sleep's NUMBER, docs/facts/node-software.md#gnu-sleep-fraction).
+        "FMINFRA_DRAIN_POLL_SECONDS": "0.2",
         "FMINFRA_SLURM_NODE_NAME": NODE,
         "FAKE_AWS_LOG": str(tmp_path / "aws.log"),
         "FAKE_SLURM_STATE": str(tmp_path / "slurm.json"),
@@ -58,9 +61,10 @@ def _job(tmp_path: Path, body: str, name: str) -> subprocess.Popen[bytes]:
 
 
 def _watch(
-    env: dict[str, str], model: AutoScalingGroupModel, server: MetadataServer, scale_in_after_s: float = 1.5
+    env: dict[str, str], model: AutoScalingGroupModel, server: MetadataServer, in_service_reads: int = 3
 ) -> subprocess.CompletedProcess[str]:
-    """Starts the handler's watch loop, scales the instance in, and waits for the handler to end."""
+    """Starts the handler's watch loop, lets it read InService `in_service_reads` times, scales the
+    instance in, and waits for the handler to end."""
     proc = subprocess.Popen(
         ["bash", str(SCRIPT), "watch"],
         env={**env, "FMINFRA_IMDS_URL": server.url, "FAKE_AWS_ENDPOINT": server.url},
@@ -68,7 +72,10 @@ def _watch(
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(scale_in_after_s)
+    deadline = time.time() + 30
+    while server.read_count(TARGET_STATE) < in_service_reads and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.02)
+    assert server.read_count(TARGET_STATE) >= in_service_reads, "the handler must poll the target lifecycle state"
     assert proc.poll() is None, "the handler must wait while the instance is InService"
     model.scale_in(INSTANCE)
     out, err = proc.communicate(timeout=60)
@@ -81,6 +88,13 @@ def _slurm_node_running(tmp_path: Path, env: dict[str, str], jobs: list[subproce
     install_fakes(tmp_path / "bin")
     jobs.append(_job(tmp_path, body, f"job{job_id}"))
     slurm_state(Path(env["FAKE_SLURM_STATE"]), NODE, {job_id: jobs[-1].pid})
+
+
+def _whole_seconds_from_now(seconds: int) -> datetime:
+    """`seconds` after the next whole second. The handler reads FMINFRA_DRAIN_NOT_AFTER and the
+    clock to the second (`date +%s`), so a deadline derived from this time is exactly where the
+    test puts it, never up to a second earlier."""
+    return datetime.fromtimestamp(math.ceil(time.time()) + seconds, UTC)
 
 
 def _until(reclaim_at: datetime, **settings: str) -> dict[str, str]:
@@ -113,12 +127,13 @@ def _drain_a_stubborn_job(
     tmp_path: Path, env_base: dict[str, str], jobs: list[subprocess.Popen[bytes]], **node: str
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], float, datetime]:
     """A node (in the state `node` gives) runs a job that ignores the signal; the block's reclaim
-    comes before the budget runs out. Returns the handler's result, Slurm's state, when the hook
+    comes before the budget runs out: the deadline (the reclaim less the margin of 3 s) is 2-3 s
+    away, after the drain has started. Returns the handler's result, Slurm's state, when the hook
     completed and the reclaim time."""
     _slurm_node_running(tmp_path, env_base, jobs, "202", STUBBORN_JOB)
     if node:
         slurm_state(Path(env_base["FAKE_SLURM_STATE"]), NODE, {"202": jobs[-1].pid}, **node)
-    reclaim_at = datetime.now(UTC) + timedelta(seconds=9)
+    reclaim_at = _whole_seconds_from_now(6)
     env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_MARGIN_SECONDS="3")}
     model = _group(600)
     with MetadataServer(model, INSTANCE, K8S_NODE) as server:
@@ -176,7 +191,8 @@ def test_a_failed_squeue_does_not_end_the_drain(tmp_path: Path, env_base: dict[s
     """squeue exits 1 when slurmctld does not answer (docs/facts/jobs.md#slurm-squeue-exit-status): that
     says nothing about the jobs, so the drain keeps asking; a job still there at the deadline is ended."""
     _slurm_node_running(tmp_path, env_base, jobs, "303", STUBBORN_JOB)
-    reclaim_at = datetime.now(UTC) + timedelta(seconds=9)
+    # The deadline (the reclaim less the margin of 3 s) is 3-4 s away: over 2 s after the scale-in.
+    reclaim_at = _whole_seconds_from_now(7)
     env = {**env_base, **_until(reclaim_at, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_MARGIN_SECONDS="3"), "FAKE_SQUEUE_FAILS": "2"}
     model = _group(600)
     with MetadataServer(model, INSTANCE, K8S_NODE) as server:
@@ -197,7 +213,8 @@ def test_a_passed_reclaim_time_of_an_extended_block_leaves_the_jobs_their_budget
     the jobs get the drain's budget, not an immediate DOWN."""
     _slurm_node_running(tmp_path, env_base, jobs, "404", STUBBORN_JOB)
     old_reclaim = datetime.now(UTC) - timedelta(days=6)
-    env = {**env_base, **_until(old_reclaim, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_BUDGET_SECONDS="5")}
+    budget = 3
+    env = {**env_base, **_until(old_reclaim, FMINFRA_DRAIN_SECONDS="600", FMINFRA_DRAIN_BUDGET_SECONDS=str(budget))}
     model = _group(600)
     with MetadataServer(model, INSTANCE, K8S_NODE) as server:
         result = _watch(env, model, server)
@@ -206,7 +223,8 @@ def test_a_passed_reclaim_time_of_an_extended_block_leaves_the_jobs_their_budget
     slurm = json.loads(Path(env_base["FAKE_SLURM_STATE"]).read_text())
     assert slurm["log"] == [f"node {NODE} DRAIN", "job 404 signalled USR1", f"node {NODE} DOWN", "job 404 ended (node DOWN)"]
     (completed,) = model.times("completed")
-    assert completed - model.times("scale-in")[0] >= 4
+    # The budget, less at most the second `date +%s` drops when the drain starts.
+    assert completed - model.times("scale-in")[0] >= budget - 1
 
 
 def test_the_squeue_fake_fails_as_squeue_does(tmp_path: Path, env_base: dict[str, str]) -> None:
@@ -248,7 +266,7 @@ def test_a_drain_longer_than_the_hook_timeout_records_heartbeats(
 ) -> None:
     """Auto Scaling caps HeartbeatTimeout at 7200 s: a longer drain keeps the instance with heartbeats."""
     _slurm_node_running(tmp_path, env_base, jobs, "303", STUBBORN_JOB)
-    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "9000", "FMINFRA_DRAIN_BUDGET_SECONDS": "3"}
+    env = {**env_base, "FMINFRA_DRAIN_SECONDS": "9000", "FMINFRA_DRAIN_BUDGET_SECONDS": "2"}
     model = _group(9000)
     assert model.hooks[DRAIN_HOOK_NAME].heartbeat_timeout_s == 7200
     with MetadataServer(model, INSTANCE, K8S_NODE) as server:
@@ -304,7 +322,14 @@ def test_the_fake_refuses_a_drain_without_a_reason_and_imds_without_a_token(tmp_
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("FMINFRA_DRAIN_GROUP", ""), ("FMINFRA_DRAIN_SECONDS", "ten"), ("FMINFRA_DRAIN_NOT_AFTER", "2027-13-45")],
+    [
+        ("FMINFRA_DRAIN_GROUP", ""),
+        ("FMINFRA_DRAIN_SECONDS", "ten"),
+        ("FMINFRA_DRAIN_NOT_AFTER", "2027-13-45"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "0.5s"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "1,5"),
+    ],
 )
 def test_bad_settings_exit_2_with_one_line(env_base: dict[str, str], name: str, value: str) -> None:
     result = subprocess.run(["bash", str(SCRIPT), "drain"], env={**env_base, name: value}, capture_output=True, text=True, check=False)

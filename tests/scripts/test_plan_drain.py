@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shlex
@@ -39,7 +40,8 @@ def env(tmp_path: Path) -> dict[str, str]:
         "FMINFRA_ROOT": str(tmp_path / "root"),
         "FMINFRA_PLAN_ARN": PLAN,
         "FMINFRA_PLAN_DRAIN_SECONDS": "600",
-        "FMINFRA_DRAIN_POLL_SECONDS": "1",
+        # A fifth of a second: the poll takes a decimal (GNU sleep's NUMBER, docs/facts/node-software.md#gnu-sleep-fraction).
+        "FMINFRA_DRAIN_POLL_SECONDS": "0.2",
         "FMINFRA_DRAIN_MARGIN_SECONDS": "5",
         "FMINFRA_SLURM_NODE_NAME": NODE,
         "FMINFRA_RETRIES": "1",
@@ -121,7 +123,9 @@ def test_a_job_that_ignores_the_signal_ends_before_sagemaker_terminates(
     tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]
 ) -> None:
     _node_running(tmp_path, env, jobs, STUBBORN_JOB)
-    terminations = datetime.now(UTC) + timedelta(seconds=9)
+    # On a whole second (the script reads the end to the second): the deadline, the margin (5 s)
+    # before the terminations, is exactly 3 s after the next whole second.
+    terminations = datetime.fromtimestamp(math.ceil(time.time()) + 8, UTC)
     _plan(env, terminations + TERMINATIONS_BEFORE_END)
     result = _run(env)
     finished = time.time()
@@ -134,7 +138,9 @@ def test_a_job_that_ignores_the_signal_ends_before_sagemaker_terminates(
 
 def test_watch_wakes_for_the_drain_not_a_poll_late(tmp_path: Path, env: dict[str, str], jobs: list[subprocess.Popen[bytes]]) -> None:
     _node_running(tmp_path, env, jobs, CHECKPOINTING_JOB)
-    drain_at = datetime.now(UTC) + timedelta(seconds=3)
+    # 1-2 s ahead, on a whole second (the script reads the end to the second): the first check
+    # (a fraction of a second) finds the drain still ahead and the loop sleeps until it.
+    drain_at = datetime.fromtimestamp(math.ceil(time.time()) + 2, UTC)
     _plan(env, drain_at + timedelta(seconds=600) + TERMINATIONS_BEFORE_END)
     proc = subprocess.Popen(
         ["bash", str(SCRIPT), "watch"],
@@ -147,7 +153,7 @@ def test_watch_wakes_for_the_drain_not_a_poll_late(tmp_path: Path, env: dict[str
     try:
         deadline = time.time() + 30
         while time.time() < deadline and "log" not in _slurm(env):
-            time.sleep(0.5)
+            time.sleep(0.1)
         assert _slurm(env).get("log", [])[:1] == [f"node {NODE} DRAIN"]
         assert time.time() < drain_at.timestamp() + 15
     finally:
@@ -172,6 +178,8 @@ def test_the_end_is_read_again_and_an_unknown_plan_drains_nothing(
         ("FMINFRA_PLAN_ARN", ""),
         ("FMINFRA_PLAN_ARN", "arn:aws:sagemaker:us-east-1:333333333333:cluster/abc"),
         ("FMINFRA_PLAN_DRAIN_SECONDS", "ten"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
+        ("FMINFRA_PLAN_POLL_SECONDS", "0.5"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(env: dict[str, str], name: str, value: str) -> None:
@@ -262,7 +270,7 @@ def _unit(root: Path, tmp_path: Path) -> tuple[list[str], dict[str, str]]:
                     name, _, value = setting.partition("=")
                     env[name] = value
     env["PATH"] = ":".join(f"{root}{d}:{d}" for d in env["PATH"].split(":"))
-    env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "1"}
+    env |= {"FMINFRA_ROOT": str(root), "FMINFRA_RETRIES": "1", "FMINFRA_DRAIN_POLL_SECONDS": "0.2"}
     env |= {
         k: str(tmp_path / v)
         for k, v in (("FAKE_AWS_LOG", "aws.log"), ("FAKE_SLURM_STATE", "slurm.json"), ("FAKE_TRAINING_PLANS", "plans.json"))
@@ -298,7 +306,7 @@ def _run_unit(argv: list[str], env: dict[str, str]) -> str:
     try:
         deadline = time.time() + 30
         while time.time() < deadline and len(_slurm(env).get("log", [])) < 2 and proc.poll() is None:  # type: ignore[arg-type]
-            time.sleep(0.5)
+            time.sleep(0.1)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
