@@ -223,6 +223,9 @@ def _archive(dest: Path) -> None:
     def git(*args: str) -> bytes:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
 
+    # `stash create` exits 1, printing nothing, when the index holds a file whose stat changed and whose
+    # content did not (touched): a refresh first (its own exit is non-zero when files did change).
+    subprocess.run(["git", "update-index", "-q", "--refresh"], cwd=ROOT, capture_output=True, check=False)
     ref = git("stash", "create").decode().strip() or "HEAD"
     tar = dest.parent / "source.tar"
     tar.write_bytes(git("archive", "--format=tar", ref))
@@ -265,6 +268,23 @@ def _setup_folders(src: Path) -> None:
         ".ci/mypy_third_party.py",
     ):
         os.utime(src / name, (946684800, 946684800))
+
+
+def test_the_archive_of_a_touched_but_unchanged_file_is_heads(tmp_path: Path) -> None:
+    """A tracked file whose mtime changed and whose content did not (an editor's save, `make setup`'s
+    markers): `git stash create` exits 1 and prints nothing unless the index is refreshed first."""
+    if git_files(ROOT) is None:
+        pytest.skip("no .git here")
+    path = ROOT / "tests" / "ci" / "__init__.py"
+    before = path.stat()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+    try:
+        dest = tmp_path / "src"
+        dest.mkdir()
+        _archive(dest)
+    finally:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (dest / "tests" / "ci" / "__init__.py").read_bytes() == path.read_bytes()
 
 
 def test_make_test_runs_in_codebuilds_shape(tmp_path: Path) -> None:
