@@ -16,7 +16,8 @@ RETRIES=${RETRIES:-5}
 DELAY=${RETRY_DELAY:-5}
 DNS_TIMEOUT=${DNS_TIMEOUT:-120}
 
-log() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) mount_fsx: $*" >&2; }
+# bash's own clock in UTC, no `date` process per line (docs/facts/node-software.md#bash-printf-time-format)
+log() { TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T mount_fsx: %s\n' -1 "$*" >&2; }
 
 if (($# != 3)) || [[ -z $1 || -z $2 || -z $3 ]]; then
     log "usage: mount_fsx.sh DNS_NAME MOUNT_NAME MOUNT_PATH"

@@ -33,7 +33,8 @@ RETRIES=${RETRIES:-5}
 NVME_WAIT_S=${NVME_WAIT_S:-120}
 POLL_INTERVAL=${POLL_INTERVAL:-5}
 
-log() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) setup_containers: $*" >&2; }
+# bash's own clock in UTC, no `date` process per line (docs/facts/node-software.md#bash-printf-time-format)
+log() { TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T setup_containers: %s\n' -1 "$*" >&2; }
 die() {
     log "$*"
     exit 1

@@ -21,7 +21,8 @@ UNIT_DIR=$ROOT/etc/systemd/system
 SLURM_CONF_TIMEOUT=${SLURM_CONF_TIMEOUT:-300}
 POLL_INTERVAL=${POLL_INTERVAL:-5}
 
-log() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) start_slurm: $*" >&2; }
+# bash's own clock in UTC, no `date` process per line (docs/facts/node-software.md#bash-printf-time-format)
+log() { TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T start_slurm: %s\n' -1 "$*" >&2; }
 
 if (($# != 2)) || [[ ! $1 =~ ^(controller|compute|login)$ || -z $2 ]]; then
     log "usage: start_slurm.sh controller|compute|login CONTROLLER_ADDRESSES (got: $*)"

@@ -56,7 +56,9 @@ log() {
     local level=$1
     shift
     local line
-    line="$(date -u +%Y-%m-%dT%H:%M:%SZ) ${SCRIPT_NAME} ${level}: $*"
+    # bash's own clock, in UTC for this printf alone: no `date` process per line
+    # (docs/facts/node-software.md#bash-printf-time-format)
+    TZ=UTC0 printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T %s %s: %s' -1 "$SCRIPT_NAME" "$level" "$*"
     printf '%s\n' "$line" >&2
     if [[ -n $LOG_FILE ]]; then
         printf '%s\n' "$line" >>"$LOG_FILE" || true

@@ -65,7 +65,7 @@ json_string() {
 report() {
     local status=$1 name=$2 detail=$3
     printf '%s %s: %s\n' "$status" "$name" "$detail"
-    [[ -n $LOG_FILE ]] && printf '%s %s %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$status" "$name" "$detail" >>"$LOG_FILE"
+    [[ -n $LOG_FILE ]] && TZ=UTC0 printf '%(%Y-%m-%dT%H:%M:%SZ)T %s %s: %s\n' -1 "$status" "$name" "$detail" >>"$LOG_FILE"
     [[ $status == FAIL ]] && FAILED=1
     RESULTS+=("{\"check\":$(json_string "$name"),\"status\":\"$status\",\"detail\":$(json_string "$detail")}")
 }
