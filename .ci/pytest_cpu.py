@@ -4,7 +4,7 @@ server), read from /proc (Linux). Where the suite's time goes, for issue 35 (doc
 
     PYTHONPATH=.ci .venv/bin/python -m pytest -n 2 -q -p no:cacheprovider -p pytest_cpu
 
-Each worker (or the single process) writes `$PYTEST_CPU_DIR/cpu-<worker>.json` (default /tmp):
+Each worker (or the single process) writes `$PYTEST_CPU_DIR/cpu-<worker>.json` (default: the temporary folder):
 {"tests": [[nodeid, cpu_s, wall_s], ...], "session_cpu": s}. A figure is a measurement of one run on
 one machine, never a limit a test asserts.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,5 +62,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_sessionfinish(session: Any) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    folder = Path(os.environ.get("PYTEST_CPU_DIR", "/tmp"))
+    folder = Path(os.environ.get("PYTEST_CPU_DIR") or tempfile.gettempdir())
     (folder / f"cpu-{worker}.json").write_text(json.dumps({"tests": _ROWS, "session_cpu": _cpu()}))
