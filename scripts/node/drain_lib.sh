@@ -46,10 +46,11 @@ SLURM_REASON=
 now() { date -u +%s; }
 
 # The poll is only ever slept (GNU sleep takes a decimal NUMBER: docs/facts/node-software.md#gnu-sleep-fraction),
-# so it may be a fraction of a second; deadlines and budgets stay whole seconds.
+# so it may be a fraction of a second; deadlines and budgets stay whole seconds. Zero is refused: the
+# loops would never pause (instance metadata and squeue asked in a tight loop).
 require_drain_poll() {
-    [[ $FMINFRA_DRAIN_POLL_SECONDS =~ ^[0-9]+(\.[0-9]+)?$ ]] ||
-        usage_error "FMINFRA_DRAIN_POLL_SECONDS must be a number of seconds (5, or a decimal such as 0.5), got '$FMINFRA_DRAIN_POLL_SECONDS'"
+    [[ $FMINFRA_DRAIN_POLL_SECONDS =~ ^[0-9]+(\.[0-9]+)?$ && $FMINFRA_DRAIN_POLL_SECONDS =~ [1-9] ]] ||
+        usage_error "FMINFRA_DRAIN_POLL_SECONDS must be a number of seconds above 0 (5, or a decimal such as 0.5), got '$FMINFRA_DRAIN_POLL_SECONDS'"
 }
 
 # The drain less a shutdown margin of a minute, or of half a drain shorter than two minutes

@@ -329,6 +329,9 @@ def test_the_fake_refuses_a_drain_without_a_reason_and_imds_without_a_token(tmp_
         ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
         ("FMINFRA_DRAIN_POLL_SECONDS", "0.5s"),
         ("FMINFRA_DRAIN_POLL_SECONDS", "1,5"),
+        # zero: the watch and drain loops would never pause (metadata and squeue in a tight loop)
+        ("FMINFRA_DRAIN_POLL_SECONDS", "0"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "0.0"),
     ],
 )
 def test_bad_settings_exit_2_with_one_line(env_base: dict[str, str], name: str, value: str) -> None:

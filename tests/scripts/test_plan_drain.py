@@ -179,6 +179,7 @@ def test_the_end_is_read_again_and_an_unknown_plan_drains_nothing(
         ("FMINFRA_PLAN_ARN", "arn:aws:sagemaker:us-east-1:333333333333:cluster/abc"),
         ("FMINFRA_PLAN_DRAIN_SECONDS", "ten"),
         ("FMINFRA_DRAIN_POLL_SECONDS", ".5"),
+        ("FMINFRA_DRAIN_POLL_SECONDS", "0.00"),
         ("FMINFRA_PLAN_POLL_SECONDS", "0.5"),
     ],
 )
