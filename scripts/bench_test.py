@@ -28,7 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 INSTALLED = (".venv", ".venv-checkov", "node_modules")
 # The files the install markers depend on (Makefile: .venv/.installed, .venv-checkov/.installed,
-# node_modules/.installed, .venv/mypy/.cached).
+# node_modules/.installed, .venv/mypy/.cached); tests/ci/test_codebuild_source.py's model of a source
+# folder after `make setup` reads this list too.
 MARKER_INPUTS = (
     "requirements.txt",
     "requirements-dev.txt",

@@ -3,17 +3,14 @@ refuses bad arguments (the figures themselves are in docs/testing.md, never asse
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
+from tests.ci import load_script
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "bench_test.py"
-_spec = importlib.util.spec_from_file_location("bench_test", SCRIPT)
-assert _spec and _spec.loader
-bench_test = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_test)
+bench_test = load_script(SCRIPT)
 
 
 def test_the_summary_line_gives_the_count_and_seconds() -> None:

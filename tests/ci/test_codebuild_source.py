@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.app.test_wheel import Built
+from tests.ci import load_script
 from tests.conftest import ROOT, XDIST_GROUPS, missing_group_modules, xdist_group_of
 from tests.source_files import git_files, gitignore_patterns, source_files, walked_files
 
@@ -258,15 +259,7 @@ def _setup_folders(src: Path) -> None:
             shutil.copy2(entry, venv / entry.name, follow_symlinks=False)
     assert list((venv / "share").rglob("*.py")), "the checkov venv has no .py files outside site-packages to model"
     # already installed: the markers stay newer than what they depend on
-    for name in (
-        "requirements.txt",
-        "requirements-dev.txt",
-        "requirements-d2.txt",
-        "requirements-checkov.txt",
-        "package.json",
-        "package-lock.json",
-        ".ci/mypy_third_party.py",
-    ):
+    for name in load_script(ROOT / "scripts" / "bench_test.py").MARKER_INPUTS:
         os.utime(src / name, (946684800, 946684800))
 
 
