@@ -798,8 +798,9 @@ def ci_environment(dest: Path, root: Path) -> tuple[dict[str, str], Path]:
     home.mkdir()
     cache = jsii_package_cache()
     if cache.is_dir():
-        (home / ".cache" / "aws" / "jsii").mkdir(parents=True)
-        (home / ".cache" / "aws" / "jsii" / "package-cache").symlink_to(cache.resolve(), target_is_directory=True)
+        link = home / ".cache" / "aws" / "jsii" / "package-cache"
+        link.parent.mkdir(parents=True)
+        link.symlink_to(cache.resolve(), target_is_directory=True)
     log = dest / "privileged-calls.log"
     path = "/usr/bin:/bin"
     if os.geteuid() == 0:

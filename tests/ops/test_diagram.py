@@ -61,7 +61,7 @@ def parse_mermaid(texts: dict[str, str], folder: Path) -> dict[str, str | None]:
 @pytest.fixture(scope="module")
 def parsed(synth: Synth, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str | None]:
     """Every config's Mermaid picture through mermaid's parser, in one Node process."""
-    pictures = {config.stem: mermaid(build(load_config(config), synth.stacks[load_config(config).name])) for config in CONFIGS}
+    pictures = {config.stem: mermaid(_picture(synth, config)[0]) for config in CONFIGS}
     return parse_mermaid(pictures, tmp_path_factory.mktemp("mermaid"))
 
 

@@ -29,8 +29,10 @@ def _log_function(script: Path) -> str:
     """The script's `log` function, as written (one line, or a block up to its closing brace)."""
     text = script.read_text()
     start = text.index("\nlog() {") + 1
-    end = text.index("\n}\n", start) + 2 if not text[start:].split("\n", 1)[0].rstrip().endswith("}") else text.index("\n", start)
-    return text[start:end]
+    first_line_end = text.index("\n", start)
+    if text[start:first_line_end].rstrip().endswith("}"):
+        return text[start:first_line_end]
+    return text[start : text.index("\n}\n", start) + 2]
 
 
 def _stamp(script: str, tz: str, body: str | None = None) -> datetime.datetime:
