@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -16,21 +15,13 @@ from typing import Any
 
 import pytest
 
+from tests.ci import load_script
 from tests.conftest import ROOT, Synth
 
 SCRIPT = ROOT / "scripts" / "deploy_local.py"
 
 
-def _load_script() -> Any:
-    spec = importlib.util.spec_from_file_location("deploy_local", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["deploy_local"] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-deploy_local = _load_script()
+deploy_local = load_script(SCRIPT)
 
 
 def _stack(artifact_id: str, types: list[str], depends_on: list[str] | None = None) -> Any:
