@@ -45,6 +45,10 @@ class GpuInstanceType:
     # Two-node all_reduce_perf bus bandwidth thresholds (GB/s, 1-2 GiB messages), only for types measured.
     nccl_fail_gbps: int | None = None
     nccl_warn_gbps: int | None = None
+    # Layers of network nodes EC2's topology APIs return for the type (top of the hierarchy first, the
+    # last one attached to the instance); None: the type has no EC2 topology
+    # (docs/facts/instances.md#ec2-topology-network-layers).
+    network_layers: int | None = None
 
     @property
     def hyperpod_name(self) -> str:
@@ -82,6 +86,7 @@ def _p(
     verified: bool = True,
     fabric: Fabric = "fm",
     nccl_gbps: tuple[int, int] | None = None,
+    layers: int = 3,
 ) -> GpuInstanceType:
     return GpuInstanceType(
         name=name,
@@ -101,6 +106,7 @@ def _p(
         fabric=fabric,
         nccl_fail_gbps=nccl_gbps[0] if nccl_gbps else None,
         nccl_warn_gbps=nccl_gbps[1] if nccl_gbps else None,
+        network_layers=layers,
     )
 
 
@@ -123,6 +129,8 @@ def _g(
         efa_generation=None,
         nvswitch=False,
         training=False,
+        # of the G families only g6e has an EC2 topology (docs/facts/instances.md#ec2-topology-network-layers)
+        network_layers=3 if name.startswith("g6e.") else None,
     )
 
 
@@ -134,8 +142,8 @@ _TYPES: tuple[GpuInstanceType, ...] = (
     _p("p5.48xlarge", "H100", 80, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2, nccl_gbps=(250, 400)),
     _p("p5e.48xlarge", "H200", 141, cards=32, efa=32, gbps=3200, card0_efa=True, generation=2),
     _p("p5en.48xlarge", "H200", 141, cards=16, efa=16, gbps=3200, card0_efa=True, generation=3),
-    _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4, fabric="fm+nvlsm"),
-    _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4, fabric="fm+nvlsm"),
+    _p("p6-b200.48xlarge", "B200", 179, cards=8, efa=8, gbps=3200, card0_efa=True, generation=4, fabric="fm+nvlsm", layers=4),
+    _p("p6-b300.48xlarge", "B300", 269, cards=17, efa=16, gbps=6400, card0_efa=False, generation=4, fabric="fm+nvlsm", layers=4),
     # UltraServer node: network figures are unverified (docs/facts/instances.md#gpu-p6e-gb200-36xlarge); plan and synth say so.
     _p(
         "p6e-gb200.36xlarge",
