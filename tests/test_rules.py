@@ -29,6 +29,7 @@ NOT_RULES = {
 SETTINGS = {
     "compute/constructs/node_bootstrap.py": ("_MAX_BACKOFF_S",),  # the node scripts' retry backoff
     "ops/accept/remote.py": ("MAX_SILENT_POLLS",),  # how long `accept` waits on a silent job
+    "ops/plan_topology.py": ("THROTTLE_MAX_BACKOFF_S",),  # plan's retry backoff (botocore's, mirrored)
 }
 # A message is a string of at least this many characters with a space in it.
 MESSAGE_MIN = 40

@@ -1,4 +1,6 @@
-"""`plan CONFIG...`: what an environment will run, computed from the config alone (no synth, no AWS calls)."""
+"""`plan CONFIG...`: what an environment will run, computed from the config alone (no synth, no AWS calls).
+With `--topology` it also reads, from EC2, how each reserved group's reservations spread over the
+network (`fminfra.ops.plan_topology`; read-only calls, docs/compute.md#before-deploy-plan)."""
 
 from __future__ import annotations
 
@@ -370,12 +372,18 @@ def storage_lines(cfg: EnvironmentConfig, gpus: int) -> list[str]:
 
 
 def command(ns: argparse.Namespace) -> int:
-    from fminfra.ops.common import EXIT_OK, load_configs
+    from fminfra.ops.common import EXIT_OK, UsageError, load_configs
 
+    if getattr(ns, "profile", None) and not getattr(ns, "topology", False):
+        raise UsageError("plan: --profile applies to --topology only (plan alone makes no AWS calls)")
     for i, (_, cfg) in enumerate(load_configs(ns.configs)):
         if i:
             print()
         print(render_plan(cfg))
         for line in plan_warnings(cfg):  # once, on stderr (as `validate` prints them): stdout is the plan
             print(line, file=sys.stderr)
+        if getattr(ns, "topology", False):
+            from fminfra.ops.plan_topology import reader_for, render_topology
+
+            print(render_topology(cfg, reader_for(cfg, ns.profile)))
     return EXIT_OK
