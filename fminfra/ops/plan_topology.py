@@ -236,7 +236,7 @@ def _call_error(exc: ClientError) -> AwsAccessError:
 
 
 def _instances(r: Reservation) -> str:
-    return "unknown" if r.instances is None else str(r.instances)
+    return "unknown" if r.instances is None else f"{r.instances} instance{'' if r.instances == 1 else 's'}"
 
 
 def group_lines(g: GroupTopology) -> list[str]:
@@ -244,7 +244,7 @@ def group_lines(g: GroupTopology) -> list[str]:
     its reservations and instances, the notes, and whether a job of the group's size fits one domain."""
     lines = [
         f"group {g.name} ({g.instance_type}, {g.count} nodes, {g.type_layers} network layers): "
-        + ", ".join(f"{r.rid} ({_instances(r)} instances)" for r in g.reservations)
+        + ", ".join(f"{r.rid} ({_instances(r)})" for r in g.reservations)
     ]
     rows = []
     paths = sorted({r.nodes[:layer] for r in g.reservations for layer in range(1, len(r.nodes) + 1)})  # each node after its parent

@@ -19,6 +19,7 @@ from fminfra.config import EnvironmentConfig, parse_config
 from fminfra.ops import plan_topology
 from fminfra.ops.plan import render_plan
 from fminfra.ops.plan_topology import TopologyCallError, TopologyReader, read_topology, render_topology
+from tests.conftest import ROOT
 from tests.ops.test_preflight import ACCOUNT
 from tests.ops.test_preflight import BASE as PREFLIGHT_BASE
 
@@ -360,3 +361,20 @@ def test_the_client_leaves_throttling_retries_to_the_reader() -> None:
     config = plan_topology.TOPOLOGY_CLIENT_CONFIG
     assert config.retries == {"mode": "standard", "total_max_attempts": 1}
     assert (config.connect_timeout, config.read_timeout) == (5, 30)
+
+
+def test_the_example_in_docs_compute_is_what_plan_prints(ec2: Ec2) -> None:
+    """docs/compute.md (Before deploy: `plan`) shows this run's output verbatim."""
+    a, b = "cr-0a1b2c3d4e5f60001", "cr-0a1b2c3d4e5f60002"
+    top, middle = "nn-1a2b3c4d5e6f70001", "nn-2a2b3c4d5e6f70001"
+    ec2.counts(_reservation(a, 2), _reservation(b, 2))
+    ec2.topology([a, b], _topology(a, [top, middle, "nn-3a2b3c4d5e6f70001"]), _topology(b, [top, middle, "nn-3a2b3c4d5e6f70002"]))
+    text = render_topology(_cfg(_group("train", "p5.48xlarge", 4, [a, b])), ec2.reader)
+    section = (ROOT / "docs" / "compute.md").read_text().split("### Before deploy: `plan`", 1)[1].split("\n### ", 1)[0]
+    assert f"```\n{text}\n```" in section
+
+
+def test_a_denied_instance_count_call_names_its_own_action(ec2: Ec2) -> None:
+    ec2.error("describe_capacity_reservations", "UnauthorizedOperation", "You are not authorized to perform this operation.")
+    with pytest.raises(TopologyCallError, match=r"need the IAM action ec2:DescribeCapacityReservations \("):
+        read_topology(_cfg(_group("train", "p5.48xlarge", 1, [rid(1)])), ec2.reader)
