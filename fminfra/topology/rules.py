@@ -12,6 +12,8 @@ and asks for a domain with a pod template annotation (docs/facts/eks.md#kueue-to
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable, Mapping
+
 from fminfra import catalog
 from fminfra.eks.rules import ADDON_BUILD
 
@@ -65,7 +67,31 @@ def kueue_topology_levels(layers: int) -> tuple[str, ...]:
     """The levels of fminfra's Kueue Topology over `layers` network layers: each layer's label, coarsest
     first, then `kubernetes.io/hostname` (Kueue: only as the last level; node taints are respected only
     with it last, docs/facts/eks.md#kueue-topology-aware-scheduling)."""
+    if not 1 <= layers < KUEUE_TOPOLOGY_LEVELS_MAX:
+        raise ValueError(
+            f"a Kueue Topology holds 1 to {KUEUE_TOPOLOGY_LEVELS_MAX} levels, the hostname one of them: layers must be 1 to {KUEUE_TOPOLOGY_LEVELS_MAX - 1}, got {layers}"
+        )
     return (*(network_node_label(n) for n in range(1, layers + 1)), HOSTNAME_LABEL)
+
+
+def kueue_topology_types(layers: Mapping[str, int], teams: Iterable[Collection[str]]) -> dict[str, int]:
+    """Of `layers` (instance type -> network layers: the types that may be topology-aware), those whose
+    Kueue flavor names a Topology, given the types each team holds: none that a team holds beside a
+    type outside the result. A ClusterQueue mixing both would refuse jobs without a topology
+    annotation on the topology-aware flavors (docs/facts/eks.md#kueue-tas-cluster-queue-mixing), so
+    such a type stays plain; repeated until no team mixes, since one type kept plain may make
+    another team's queue mixed."""
+    kept = dict(layers)
+    held = [set(team) for team in teams]
+    changed = True
+    while changed:
+        changed = False
+        for types in held:
+            if types - kept.keys() and types & kept.keys():
+                for instance_type in types & kept.keys():
+                    del kept[instance_type]
+                changed = True
+    return kept
 
 
 def kueue_topology_name(layers: int) -> str:

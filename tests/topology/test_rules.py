@@ -55,6 +55,14 @@ def test_kueue_topology_levels_end_with_the_hostname_and_fit_kueue() -> None:
         assert levels[-1] == rules.HOSTNAME_LABEL and levels[:-1] == tuple(rules.network_node_label(n) for n in range(1, layers + 1))
         assert len(levels) <= rules.KUEUE_TOPOLOGY_LEVELS_MAX
     assert rules.kueue_topology_name(3) == "fminfra-network-3-layers"
+    assert len(rules.kueue_topology_levels(15)) == rules.KUEUE_TOPOLOGY_LEVELS_MAX
+
+
+@pytest.mark.parametrize("layers", [0, 16])
+def test_a_topology_kueue_would_refuse_is_refused(layers: int) -> None:
+    with pytest.raises(ValueError) as info:
+        rules.kueue_topology_levels(layers)
+    assert str(info.value) == f"a Kueue Topology holds 1 to 16 levels, the hostname one of them: layers must be 1 to 15, got {layers}"
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.eks.rules import DNS_LABEL, INSTANCE_TYPE_LABEL, LABEL_VALUE_MAX, RESERVED_NAMESPACES, TEAMS_REQUIRED, team_queue
-from fminfra.topology.rules import kueue_topology_levels, kueue_topology_name, network_layers
+from fminfra.topology.rules import kueue_topology_levels, kueue_topology_name, kueue_topology_types, network_layers
 
 CHART = "kueue"
 REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
@@ -97,21 +97,10 @@ def kueue_configuration(props: KueueProps) -> dict[str, Any]:
 
 def topology_layers(props: KueueProps) -> dict[str, int]:
     """Instance type -> network layers, for the flavors that name a Topology: a type with an EC2
-    topology, marked topology-aware, and not held by a team that also holds a plain type (that team's
-    ClusterQueue would mix them, and Kueue would refuse its jobs without a topology annotation on the
-    topology-aware flavor). Repeated until no team mixes, since keeping one type plain may make
-    another team's queue mixed."""
+    topology, marked topology-aware, and not held by a team that also holds a plain type
+    (`fminfra.topology.rules.kueue_topology_types`)."""
     layers = {f.instance_type: n for f in props.flavors if f.topology_aware and (n := network_layers(f.instance_type))}
-    changed = True
-    while changed:
-        changed = False
-        for gpus in props.teams.values():
-            held = _held(gpus)
-            if held - set(layers) and held & set(layers):
-                for instance_type in held & set(layers):
-                    del layers[instance_type]
-                changed = True
-    return layers
+    return kueue_topology_types(layers, [_held(gpus) for gpus in props.teams.values()])
 
 
 def _held(gpus: Mapping[str, int]) -> set[str]:

@@ -531,3 +531,21 @@ def test_the_node_wait_check_finds_a_chart_that_waits_for_no_node(synth: Synth) 
     chart = template["Resources"][lid]
     chart["DependsOn"] = [d for d in chart["DependsOn"] if template["Resources"][d]["Type"] != "AWS::EKS::Nodegroup"]
     assert (_kueue_chart_without_a_node(template) or "").startswith(f"{lid} waits for no node group")
+
+
+def test_validate_warns_where_a_type_with_a_topology_stays_plain() -> None:
+    """hp-slurm-inf: `serving` holds p5 and g6, so p5's flavor stays plain; with the teams split so none
+    mixes, no warning (the test of the test)."""
+    cfg = parse_config(read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml"), "f.yaml")
+    found = [w for w in cfg.compute.warnings() if "Kueue flavor stays plain" in w.message]
+    assert [(w.path, w.message.split(":")[0]) for w in found] == [("eks.scheduling.teams", "p5.48xlarge")]
+    assert "team(s) serving also hold" in found[0].message
+    data = read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml")
+    data["compute"]["eks"]["scheduling"]["teams"] = [
+        {"name": "serving", "instances": {"serve-g6": 3}},
+        {"name": "batch", "instances": {"serve-p5": 2}},
+    ]
+    split = parse_config(data, "f.yaml")
+    assert not [w for w in split.compute.warnings() if "Kueue flavor stays plain" in w.message]
+    objects = kueue_objects(KueueProps(cluster=None, version="0.19.2", flavors=kueue_flavors(split), teams=split.compute.kueue_quotas()))  # type: ignore[arg-type]
+    assert _by_kind(objects, "ResourceFlavor")["p5.48xlarge"]["topologyName"] == "fminfra-network-3-layers"
