@@ -84,3 +84,12 @@ def test_an_addon_version_of_another_form_is_refused(version: str) -> None:
     with pytest.raises(ValueError) as info:
         rules.addon_version(version)
     assert str(info.value) == f"add-on version must be an add-on build such as v1.2.3-eksbuild.1 (pinned; never 'latest'), got {version!r}"
+
+
+def test_no_team_mixes_topology_aware_and_plain_types() -> None:
+    """p5 is held beside g6 (no topology): plain; then p4d, held beside p5: plain; p5e alone keeps its layers."""
+    layers = {"p5.48xlarge": 3, "p4d.24xlarge": 3, "p5e.48xlarge": 3, "p6-b200.48xlarge": 4}
+    teams = [{"p5.48xlarge", "g6.xlarge"}, {"p5.48xlarge", "p4d.24xlarge"}, {"p5e.48xlarge", "p6-b200.48xlarge"}]
+    assert rules.kueue_topology_types(layers, teams) == {"p5e.48xlarge": 3, "p6-b200.48xlarge": 4}
+    assert rules.kueue_topology_types(layers, [{"p5.48xlarge"}, {"p4d.24xlarge", "p5e.48xlarge"}]) == layers
+    assert rules.kueue_topology_types(layers, [{"g6.xlarge"}]) == layers  # a plain-only team mixes nothing
