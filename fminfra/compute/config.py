@@ -83,6 +83,7 @@ from fminfra.hyperpod.rules import (
     not_a_group_problem,
 )
 from fminfra.hyperpod.rules import NAME as HYPERPOD_NAME
+from fminfra.topology.rules import kueue_topology_types, network_layers
 
 GROUP_NAME_RULE = HYPERPOD_NAME.regex  # the public name of earlier releases
 CONTROLLER_GROUP_NAME = "controller"
@@ -769,7 +770,7 @@ class ComputeConfig(Model):
         ]
         if self.eks is None:
             return out
-        out += self._acceptance_team_warnings()
+        out += self._acceptance_team_warnings() + self._kueue_topology_warnings()
         if (
             self.orchestrator == "eks"
             and self.eks.load_balancer_controller
@@ -854,6 +855,27 @@ class ComputeConfig(Model):
                 else []
             )
         )
+
+    def _kueue_topology_warnings(self) -> list[Finding]:
+        """fminfra's Kueue (EKS without HyperPod): a type with an EC2 topology whose flavor stays plain
+        because a team holds it beside a type without one (docs/compute.md#kubernetes-kueue-and-task-governance)."""
+        quotas = self.kueue_quotas()
+        if not quotas or self.karpenter:
+            return []
+        held = {team: {t for t, gpus in q.items() if gpus > 0} for team, q in quotas.items()}
+        layers = {t: n for types in held.values() for t in types if (n := network_layers(t))}
+        kept = kueue_topology_types(layers, held.values())
+        return [
+            warning(
+                "eks.scheduling.teams",
+                f"{instance_type}: its Kueue flavor stays plain (no topology-aware placement): team(s) "
+                f"{', '.join(sorted(team for team, types in held.items() if instance_type in types and types - {instance_type} - kept.keys()))} "
+                "also hold a type whose flavor is plain, and Kueue would refuse their jobs without a topology annotation in a queue "
+                "mixing both; "
+                "give it to teams holding only types with an EC2 topology",
+            )
+            for instance_type in sorted(layers.keys() - kept.keys())
+        ]
 
     def _acceptance_team_warnings(self) -> list[Finding]:
         """`fminfra accept` runs each group's DDP and FSx jobs on all its nodes (NCCL on two) in one

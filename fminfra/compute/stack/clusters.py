@@ -587,7 +587,9 @@ def accept_access(cfg: EnvironmentConfig) -> AcceptAccessSpec | None:
 
 
 def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
-    """A Kueue flavor per inference GPU type, tolerating its groups' taints."""
+    """A Kueue flavor per inference GPU type, tolerating its groups' taints; topology-aware unless
+    Karpenter starts the nodes (Kueue places topology-aware only on nodes that exist, and a workload it
+    has not admitted has no pods for Karpenter to start nodes for: docs/facts/eks.md#kueue-tas-cluster-queue-mixing)."""
     flavors: dict[str, list[dict[str, str]]] = {}
     for g in cfg.compute.inference_node_groups:
         taints = [(t.key, t.value, t.effect) for t in g.taints]
@@ -596,7 +598,7 @@ def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
             toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
             if toleration not in tolerations:
                 tolerations.append(toleration)
-    return [GpuFlavor(instance_type=t, tolerations=tol) for t, tol in sorted(flavors.items())]
+    return [GpuFlavor(instance_type=t, tolerations=tol, topology_aware=not cfg.compute.karpenter) for t, tol in sorted(flavors.items())]
 
 
 def inference_group(

@@ -6,6 +6,18 @@ Never on HyperPod EKS, where HyperPod task governance is the cluster's Kueue
 (docs/facts/hyperpod.md#hyperpod-task-governance-addon). Chart values and Kueue objects follow the
 chart and CRDs at the pinned version (docs/facts/eks.md#chart-kueue, #kueue-all-or-nothing); the
 queue names are `fminfra.eks.rules.team_queue("eks", team)`'s.
+
+Topology-aware: a flavor of a type with an EC2 topology (`fminfra.topology.rules.network_layers`) names
+the Topology `fminfra-network-<N>-layers` over the node labels AWS gives it (network-node-layer-1..N,
+then kubernetes.io/hostname), one Topology per layer depth among the flavors, since Kueue counts a node
+in a topology-aware flavor only if it has every level's label (docs/facts/eks.md#kueue-topology-aware-scheduling).
+Kueue v0.19.2 refuses a pod set without a topology annotation on a topology-aware flavor of a
+ClusterQueue that also has plain flavors, and gives it implied topology-aware placement (any node
+with room) in a ClusterQueue of topology-aware flavors only (docs/facts/eks.md#kueue-tas-cluster-queue-mixing):
+so a team's ClusterQueue lists only the types it holds, and a type stays plain where a team holding it
+also holds a plain type (its jobs stay admitted, without topology). Flavors marked not topology-aware
+(nodes Karpenter starts for pending pods: Kueue's topology-aware admission needs the nodes to exist)
+stay plain too.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from constructs import Construct
 
 from fminfra.core.errors import ValidationError
 from fminfra.eks.rules import DNS_LABEL, INSTANCE_TYPE_LABEL, LABEL_VALUE_MAX, RESERVED_NAMESPACES, TEAMS_REQUIRED, team_queue
+from fminfra.topology.rules import kueue_topology_levels, kueue_topology_name, kueue_topology_types, network_layers
 
 CHART = "kueue"
 REPOSITORY = "oci://registry.k8s.io/kueue/charts/kueue"
@@ -37,10 +50,12 @@ VALUE_KEYS = ("managerConfig",)
 @dataclass(frozen=True, kw_only=True)
 class GpuFlavor:
     """A ResourceFlavor: the nodes of one EC2 instance type, and the tolerations of their taints
-    (Kueue adds them to the pods it admits on this flavor)."""
+    (Kueue adds them to the pods it admits on this flavor). topology_aware: name a Topology when the
+    type has an EC2 topology (false for nodes that exist only once pods are pending). Default: true."""
 
     instance_type: str
     tolerations: Sequence[Mapping[str, str]] = ()
+    topology_aware: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,20 +95,48 @@ def kueue_configuration(props: KueueProps) -> dict[str, Any]:
     }
 
 
+def topology_layers(props: KueueProps) -> dict[str, int]:
+    """Instance type -> network layers, for the flavors that name a Topology: a type with an EC2
+    topology, marked topology-aware, and not held by a team that also holds a plain type
+    (`fminfra.topology.rules.kueue_topology_types`)."""
+    layers = {f.instance_type: n for f in props.flavors if f.topology_aware and (n := network_layers(f.instance_type))}
+    return kueue_topology_types(layers, [_held(gpus) for gpus in props.teams.values()])
+
+
+def _held(gpus: Mapping[str, int]) -> set[str]:
+    """The instance types a team holds at least one GPU of."""
+    return {t for t, count in gpus.items() if count > 0}
+
+
 def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
-    """The ResourceFlavors, and per team its Namespace, ClusterQueue and LocalQueue."""
-    objects: list[dict[str, Any]] = []
+    """The Topologies (one per layer depth among the topology-aware flavors), the ResourceFlavors, and
+    per team its Namespace, ClusterQueue (the flavors of the types the team holds) and LocalQueue."""
+    layers = topology_layers(props)
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": API_VERSION,
+            "kind": "Topology",
+            "metadata": {"name": kueue_topology_name(depth)},
+            "spec": {"levels": [{"nodeLabel": label} for label in kueue_topology_levels(depth)]},
+        }
+        for depth in sorted(set(layers.values()))
+    ]
     for flavor in props.flavors:
         spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: flavor.instance_type}}
         if flavor.tolerations:
             spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+        if flavor.instance_type in layers:
+            spec["topologyName"] = kueue_topology_name(layers[flavor.instance_type])
         objects.append({"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.instance_type}, "spec": spec})
     for team, gpus in props.teams.items():
         queue = team_queue("eks", team)
         cluster_queue = f"{team}-clusterqueue"
+        # The types the team holds GPUs of (a team holding none: every flavor, at 0).
+        held = _held(gpus) or {f.instance_type for f in props.flavors}
         flavors = [
             {"name": f.instance_type, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus.get(f.instance_type, 0)}]}
             for f in props.flavors
+            if f.instance_type in held
         ]
         objects += [
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": queue.namespace}},

@@ -9,6 +9,11 @@ LocalQueue (`fminfra.eks.rules.team_queue` spells them:
 docs/facts/hyperpod.md#hyperpod-task-governance-names). Properties follow the CloudFormation schemas
 (docs/facts/hyperpod.md#hyperpod-compute-quota-schema); the pinned aws-cdk-lib (2.275) has no L1 class for ComputeQuota (2.276 adds one), so
 it is a `CfnResource`.
+
+Topology-aware scheduling is task governance's own (from add-on v1.2.2; jobs ask with pod template
+annotations over `fminfra.topology.rules.HYPERPOD_LEVELS`): neither the quotas nor the cluster policy
+has a field for it (docs/facts/hyperpod.md#task-governance-tas-not-configurable), and fminfra writes
+no Kueue object on this cluster (task governance may overwrite them).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ hp-slurm-inf (Slurm + an inference-only EKS cluster) opts in with two teams; eks
 only) keeps the default, no Kueue. Checked against Kueue's own sources at the pinned version
 (kubernetes-sigs/kueue @ v0.19.2; docs/facts/eks.md#chart-kueue): the values keys the chart's
 templates read, the fields of Kueue's Configuration type, and the v1beta2 CRD schemas of
-ResourceFlavor, ClusterQueue and LocalQueue (recorded in tests/data/kueue/, see SOURCES.md).
+ResourceFlavor, ClusterQueue, LocalQueue and Topology (recorded in tests/data/kueue/, see SOURCES.md),
+with the CEL rules of Topology and ResourceFlavor checked in Python (jsonschema runs no CEL).
 Each check is shown to fail on a deliberately broken input.
 """
 
@@ -21,11 +22,13 @@ import pytest
 import yaml
 from aws_cdk import Stack
 
+from fminfra.compute.stack.clusters import kueue_flavors
 from fminfra.config import parse_config, read_yaml
 from fminfra.core.errors import ConfigError, ValidationError
 from fminfra.core.versions import version
-from fminfra.eks.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps
+from fminfra.eks.constructs.kueue import API_VERSION, GPU_RESOURCE, REPOSITORY, VALUE_KEYS, GpuFlavor, Kueue, KueueProps, kueue_objects
 from fminfra.eks.rules import team_queue
+from fminfra.topology import rules as topology
 from tests.conftest import Synth
 from tests.hyperpod.constructs.test_eks import created_before, dependency_graph
 
@@ -146,11 +149,218 @@ def object_problems(obj: dict[str, Any]) -> list[str]:
     return found + [f"{obj['kind']}: unknown field {f}" for f in unknown_fields(schema, body)]
 
 
+# The CEL rules (`x-kubernetes-validations`) of the recorded schemas that bind what fminfra writes,
+# as Python: (kind, path of the value the rule is on, rule as recorded) -> check(value, old value).
+# A transition rule (oldSelf) holds on create (old None: the API server skips it then).
+CelCheck = Any
+CEL_RULES: dict[tuple[str, str, str], CelCheck] = {
+    ("Topology", "spec.levels", "self == oldSelf"): lambda new, old: old is None or new == old,
+    ("Topology", "spec.levels", "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0"): (
+        lambda new, old: len({json.dumps(level, sort_keys=True) for level in new}) == len(new)
+    ),
+    (
+        "Topology",
+        "spec.levels",
+        "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || self[size(self) - 1].nodeLabel == 'kubernetes.io/hostname'",
+    ): lambda new, old: topology.HOSTNAME_LABEL not in [lv["nodeLabel"] for lv in new] or new[-1]["nodeLabel"] == topology.HOSTNAME_LABEL,
+    ("ResourceFlavor", "spec", "!has(self.topologyName) || self.nodeLabels.size() >= 1"): (
+        lambda new, old: "topologyName" not in new or len(new.get("nodeLabels") or {}) >= 1
+    ),
+    (
+        "ResourceFlavor",
+        "spec",
+        "!has(oldSelf.topologyName) || (has(self.nodeLabels) == has(oldSelf.nodeLabels) && (!has(self.nodeLabels) || self.nodeLabels == oldSelf.nodeLabels))",
+    ): lambda new, old: old is None or "topologyName" not in old or new.get("nodeLabels") == old.get("nodeLabels"),
+    (
+        "ResourceFlavor",
+        "spec",
+        "!has(oldSelf.topologyName) || (has(self.tolerations) == has(oldSelf.tolerations) && (!has(self.tolerations) || self.tolerations == oldSelf.tolerations))",
+    ): lambda new, old: old is None or "topologyName" not in old or new.get("tolerations") == old.get("tolerations"),
+    ("ResourceFlavor", "spec", "!has(oldSelf.topologyName) || (has(self.topologyName) && self.topologyName == oldSelf.topologyName)"): (
+        lambda new, old: old is None or "topologyName" not in old or new.get("topologyName") == old["topologyName"]
+    ),
+}  # fmt: skip
+
+
+def _at(value: Any, path: str) -> Any:
+    for key in path.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _schema_at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    for key in path.split("."):
+        schema = schema["properties"][key]
+    return schema
+
+
+def cel_problems(obj: dict[str, Any], old: dict[str, Any] | None = None, schemas: dict[str, Any] = CRD_SCHEMAS) -> list[str]:
+    """The CEL rules of `CEL_RULES`' paths that `obj` (updating `old`, if given) breaks, by the
+    recorded message; a rule at those paths that `CEL_RULES` does not know is a problem too."""
+    found: list[str] = []
+    for path in sorted({p for kind, p, _ in CEL_RULES if kind == obj["kind"]}):
+        value = _at(obj, path)
+        if value is None:
+            continue
+        for rule in _schema_at(schemas[obj["kind"]], path).get("x-kubernetes-validations", []):
+            check = CEL_RULES.get((obj["kind"], path, rule["rule"]))
+            if check is None:
+                found.append(f"{obj['kind']}: {path}: CEL rule not checked here: {rule['rule']}")
+            elif not check(value, _at(old, path) if old else None):
+                found.append(f"{obj['kind']}: {path}: {rule['message']}")
+    return found
+
+
 def test_objects_match_the_crd_schemas(synth: Synth) -> None:
     _, objects = _kueue_objects(synth, ENV)
     assert {o["kind"] for o in objects} == {"ResourceFlavor", "Namespace", "ClusterQueue", "LocalQueue"}
     assert all(o["apiVersion"] == API_VERSION for o in objects if o["kind"] != "Namespace")
-    assert [p for o in objects for p in object_problems(o)] == []
+    assert [p for o in objects for p in object_problems(o) + cel_problems(o)] == []
+    _, objects = _kueue_objects(synth, "eks-kueue")
+    assert {o["kind"] for o in objects} >= {"Topology", "ResourceFlavor"}
+    assert [p for o in objects for p in object_problems(o) + cel_problems(o)] == []
+
+
+# --- topology-aware scheduling ----------------------------------------------------------------------
+
+
+def _props(teams: dict[str, dict[str, int]], karpenter: tuple[str, ...] = ()) -> KueueProps:
+    types = sorted({t for gpus in teams.values() for t in gpus})
+    flavors = [GpuFlavor(instance_type=t, topology_aware=t not in karpenter) for t in types]
+    return KueueProps(cluster=None, version="0.19.2", flavors=flavors, teams=teams)  # type: ignore[arg-type]
+
+
+def _by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == kind}
+
+
+def test_one_topology_per_layer_depth_and_a_flavor_per_type_names_its_own() -> None:
+    objects = kueue_objects(_props({"a": {"p5.48xlarge": 8}, "b": {"p6-b200.48xlarge": 16}, "c": {"g6.xlarge": 1}}))
+    layer = "topology.k8s.aws/network-node-layer-"
+    assert _by_kind(objects, "Topology") == {
+        "fminfra-network-3-layers": {
+            "levels": [{"nodeLabel": f"{layer}{n}"} for n in (1, 2, 3)] + [{"nodeLabel": "kubernetes.io/hostname"}]
+        },
+        "fminfra-network-4-layers": {
+            "levels": [{"nodeLabel": f"{layer}{n}"} for n in (1, 2, 3, 4)] + [{"nodeLabel": "kubernetes.io/hostname"}]
+        },
+    }
+    flavors = _by_kind(objects, "ResourceFlavor")
+    assert flavors["p5.48xlarge"]["topologyName"] == "fminfra-network-3-layers"
+    assert flavors["p6-b200.48xlarge"]["topologyName"] == "fminfra-network-4-layers"
+    assert "topologyName" not in flavors["g6.xlarge"]  # no EC2 topology: a plain flavor
+    assert [o["kind"] for o in objects][:2] == ["Topology", "Topology"]  # before the flavors naming them
+    assert [p for o in objects for p in object_problems(o) + cel_problems(o)] == []
+    names = set(_by_kind(objects, "Topology"))
+    assert all(f["topologyName"] in names for f in flavors.values() if "topologyName" in f)
+
+
+def test_a_team_holding_a_plain_type_keeps_its_other_types_plain() -> None:
+    """Kueue v0.19.2 refuses an unannotated pod set on a topology-aware flavor of a ClusterQueue that
+    also has plain flavors (docs/facts/eks.md#kueue-tas-cluster-queue-mixing): serving's p5 jobs would
+    stop being admitted, so p5 stays plain, and then p4d too, which team mixed holds beside p5."""
+    teams = {"serving": {"p5.48xlarge": 8, "g6.xlarge": 3}, "mixed": {"p5.48xlarge": 8, "p4d.24xlarge": 8}, "solo": {"p5e.48xlarge": 8}}
+    objects = kueue_objects(_props(teams))
+    flavors = _by_kind(objects, "ResourceFlavor")
+    assert {name for name, f in flavors.items() if "topologyName" in f} == {"p5e.48xlarge"}
+    for name, spec in _by_kind(objects, "ClusterQueue").items():
+        listed = [f["name"] for g in spec["resourceGroups"] for f in g["flavors"]]
+        assert len({"topologyName" in flavors[f] for f in listed}) == 1, name  # no queue mixes
+        assert listed == sorted(teams[name.removesuffix("-clusterqueue")]), name  # only the types the team holds
+
+
+def test_flavors_of_nodes_karpenter_starts_stay_plain() -> None:
+    flavors = _by_kind(kueue_objects(_props({"a": {"p5.48xlarge": 8}}, karpenter=("p5.48xlarge",))), "ResourceFlavor")
+    assert "topologyName" not in flavors["p5.48xlarge"]
+    assert not _by_kind(kueue_objects(_props({"a": {"p5.48xlarge": 8}}, karpenter=("p5.48xlarge",))), "Topology")
+
+
+def test_karpenter_environments_mark_flavors_not_topology_aware() -> None:
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    data["compute"]["eks"]["scheduling"] = {"kueue": True}
+    flavors = kueue_flavors(parse_config(data, "f.yaml"))
+    assert flavors and not any(f.topology_aware for f in flavors)
+    assert all(
+        f.topology_aware for f in kueue_flavors(parse_config(read_yaml(ROOT / "tests" / "configs" / "eks-kueue-untainted.yaml"), "f.yaml"))
+    )
+
+
+def test_the_synthesized_topology_of_an_untainted_g6e_cluster(synth: Synth) -> None:
+    _, objects = _kueue_objects(synth, "eks-kueue")
+    assert set(_by_kind(objects, "Topology")) == {"fminfra-network-3-layers"}
+    assert _by_kind(objects, "ResourceFlavor")["g6e.12xlarge"]["topologyName"] == "fminfra-network-3-layers"
+    assert topology.job_topology_levels("g6e.12xlarge", hyperpod=False) == tuple(
+        lv["nodeLabel"] for lv in _by_kind(objects, "Topology")["fminfra-network-3-layers"]["levels"][:-1]
+    )
+
+
+def _topology(levels: list[str]) -> dict[str, Any]:
+    return {"apiVersion": API_VERSION, "kind": "Topology", "spec": {"levels": [{"nodeLabel": lv} for lv in levels]}}
+
+
+@pytest.mark.parametrize(
+    ("obj", "old", "expected"),
+    [
+        (_topology([f"l{n}" for n in range(17)]), None, "is too long"),  # maxItems 16
+        (_topology([]), None, "Topology: [] should be non-empty"),  # minItems 1
+        (_topology(["a", "a"]), None, "Topology: spec.levels: must be unique"),
+        (
+            _topology(["kubernetes.io/hostname", "topology.k8s.aws/network-node-layer-1"]),
+            None,
+            "Topology: spec.levels: the kubernetes.io/hostname label can only be used at the lowest level of topology",
+        ),
+        (_topology(["a", "b"]), _topology(["a"]), "Topology: spec.levels: field is immutable"),
+        (_topology(["bad label!"]), None, "does not match"),
+        (
+            {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "spec": {"topologyName": "fminfra-network-3-layers"}},
+            None,
+            "ResourceFlavor: spec: at least one nodeLabel is required when topology is set",
+        ),
+        (
+            {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "b"}, "topologyName": "Not_A_Name"}},
+            None,
+            "does not match",
+        ),
+        (
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceFlavor",
+                "spec": {"nodeLabels": {"a": "b"}, "topologyName": "t", "tolerations": []},
+            },
+            {"kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "b"}, "topologyName": "t"}},
+            "ResourceFlavor: spec: tolerations are immutable when topologyName is set",
+        ),
+        (
+            {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "c"}, "topologyName": "t"}},
+            {"kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "b"}, "topologyName": "t"}},
+            "ResourceFlavor: spec: nodeLabels are immutable when topologyName is set",
+        ),
+        (
+            {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "b"}}},
+            {"kind": "ResourceFlavor", "spec": {"nodeLabels": {"a": "b"}, "topologyName": "t"}},
+            "ResourceFlavor: spec: topologyName is immutable when topologyName is set",
+        ),
+    ],
+)
+def test_topology_checks_flag_broken_objects(obj: dict[str, Any], old: dict[str, Any] | None, expected: str) -> None:
+    found = object_problems(obj) + cel_problems(obj, old)
+    assert any(expected in p for p in found), found
+
+
+def test_a_plain_flavor_may_become_topology_aware_in_place() -> None:
+    """Deployed clusters have plain flavors named by type; the transition rules bind only once a
+    flavor has a topologyName, so adding one is an allowed update."""
+    (old,) = [o for o in kueue_objects(_props({"a": {"p5.48xlarge": 8}}, karpenter=("p5.48xlarge",))) if o["kind"] == "ResourceFlavor"]
+    (new,) = [o for o in kueue_objects(_props({"a": {"p5.48xlarge": 8}})) if o["kind"] == "ResourceFlavor"]
+    assert "topologyName" in new["spec"] and cel_problems(new, old) == []
+
+
+def test_an_unknown_cel_rule_is_a_problem() -> None:
+    schemas = copy.deepcopy(CRD_SCHEMAS)
+    schemas["Topology"]["properties"]["spec"]["properties"]["levels"]["x-kubernetes-validations"].append(
+        {"rule": "size(self) < 3", "message": "m"}
+    )
+    assert cel_problems(_topology(["a"]), schemas=schemas) == ["Topology: spec.levels: CEL rule not checked here: size(self) < 3"]
 
 
 @pytest.mark.parametrize(
@@ -321,3 +531,21 @@ def test_the_node_wait_check_finds_a_chart_that_waits_for_no_node(synth: Synth) 
     chart = template["Resources"][lid]
     chart["DependsOn"] = [d for d in chart["DependsOn"] if template["Resources"][d]["Type"] != "AWS::EKS::Nodegroup"]
     assert (_kueue_chart_without_a_node(template) or "").startswith(f"{lid} waits for no node group")
+
+
+def test_validate_warns_where_a_type_with_a_topology_stays_plain() -> None:
+    """hp-slurm-inf: `serving` holds p5 and g6, so p5's flavor stays plain; with the teams split so none
+    mixes, no warning (the test of the test)."""
+    cfg = parse_config(read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml"), "f.yaml")
+    found = [w for w in cfg.compute.warnings() if "Kueue flavor stays plain" in w.message]
+    assert [(w.path, w.message.split(":")[0]) for w in found] == [("eks.scheduling.teams", "p5.48xlarge")]
+    assert "team(s) serving also hold" in found[0].message
+    data = read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml")
+    data["compute"]["eks"]["scheduling"]["teams"] = [
+        {"name": "serving", "instances": {"serve-g6": 3}},
+        {"name": "batch", "instances": {"serve-p5": 2}},
+    ]
+    split = parse_config(data, "f.yaml")
+    assert not [w for w in split.compute.warnings() if "Kueue flavor stays plain" in w.message]
+    objects = kueue_objects(KueueProps(cluster=None, version="0.19.2", flavors=kueue_flavors(split), teams=split.compute.kueue_quotas()))  # type: ignore[arg-type]
+    assert _by_kind(objects, "ResourceFlavor")["p5.48xlarge"]["topologyName"] == "fminfra-network-3-layers"

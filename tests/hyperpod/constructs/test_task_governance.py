@@ -30,9 +30,10 @@ import regex
 
 from fminfra.config import parse_config, read_yaml
 from fminfra.core.errors import ConfigError
-from fminfra.core.versions import version
+from fminfra.core.versions import load_versions, version
 from fminfra.eks.rules import DEFAULT_TEAM, team_queue
 from fminfra.hyperpod.constructs.task_governance import ADDON_NAME, ADDON_VERSION_KEY, COMPUTE_QUOTA_TYPE
+from fminfra.topology import rules as topology
 from tests.conftest import Synth, cdk_synth
 from tests.contract import shapes
 from tests.hyperpod.constructs.test_eks import created_before, dependency_graph
@@ -90,6 +91,67 @@ def test_addon_is_pinned_and_ordered(synth: Synth, env: str) -> None:
     assert quotas
     for quota in quotas:
         assert lid in created_before(graph, quota), f"{quota} must wait for the add-on that runs its Kueue"
+
+
+# --- topology-aware scheduling: task governance's own, nothing to configure -------------------------
+
+
+def tas_version_problems(versions: dict[str, str]) -> list[str]:
+    """Pinned task governance versions older than the first that schedules topology-aware."""
+    keys = [k for k in versions if k.startswith(f"EKS_ADDON_{ADDON_VERSION_KEY}_")]
+    return [
+        f"{k}={versions[k]}: task governance schedules topology-aware from v1.2.2"
+        for k in keys
+        if not topology.task_governance_supports_tas(versions[k])
+    ]
+
+
+def test_every_pinned_task_governance_schedules_topology_aware() -> None:
+    """docs/facts/hyperpod.md#hyperpod-topology-labels: from add-on v1.2.2-eksbuild.1."""
+    versions = load_versions()
+    assert any(k.startswith(f"EKS_ADDON_{ADDON_VERSION_KEY}_") for k in versions)
+    assert tas_version_problems(versions) == []
+    old = {f"EKS_ADDON_{ADDON_VERSION_KEY}_1_34_VERSION": "v1.2.1-eksbuild.1"}
+    assert tas_version_problems(old) == [
+        f"EKS_ADDON_{ADDON_VERSION_KEY}_1_34_VERSION=v1.2.1-eksbuild.1: task governance schedules topology-aware from v1.2.2"
+    ]
+
+
+def _mentions(value: Any, word: str, path: str = "") -> list[str]:
+    """The keys and texts of a JSON value that mention `word`, by path."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in ([f"{path}{k}"] if word in k.lower() else []) + _mentions(v, word, f"{path}{k}.")]
+    if isinstance(value, list):
+        return [p for v in value for p in _mentions(v, word, path)]
+    return [path.rstrip(".")] if isinstance(value, str) and word in value.lower() else []
+
+
+def _botocore_mentions(shape: Any, word: str, path: str, seen: set[str]) -> list[str]:
+    if shape.name in seen:
+        return []
+    seen.add(shape.name)
+    found = [path] if word in (shape.documentation or "").lower() else []
+    for name, member in getattr(shape, "members", {}).items():
+        found += [f"{path}.{name}"] if word in name.lower() else []
+        found += _botocore_mentions(member, word, f"{path}.{name}", seen)
+    if getattr(shape, "member", None) is not None:
+        found += _botocore_mentions(shape.member, word, f"{path}[]", seen)
+    return found
+
+
+def test_neither_quotas_nor_the_cluster_policy_configure_topology() -> None:
+    """Nothing in AWS::SageMaker::ComputeQuota / ClusterSchedulerConfig (cfn-lint's schemas) nor in
+    the SageMaker API's Create/Update requests (botocore's model) names a topology: task governance
+    schedules topology-aware on its own (docs/facts/hyperpod.md#task-governance-tas-not-configurable),
+    and fminfra configures nothing there nor touches task governance's Kueue objects."""
+    for resource_type in (COMPUTE_QUOTA_TYPE, POLICY_TYPE):
+        assert _mentions(_schema(resource_type), "topolog") == [], resource_type
+    operations = ("CreateComputeQuota", "UpdateComputeQuota", "CreateClusterSchedulerConfig", "UpdateClusterSchedulerConfig")
+    for operation in operations:
+        assert _botocore_mentions(shapes.input_shape("sagemaker", operation), "topolog", operation, set()) == [], operation
+    # The test of the test: a word both do name is found.
+    assert _mentions(_schema(POLICY_TYPE), "priorit")
+    assert _botocore_mentions(shapes.input_shape("sagemaker", "CreateClusterSchedulerConfig"), "priorit", "C", set())
 
 
 def test_no_task_governance_without_hyperpod_eks(synth: Synth) -> None:
