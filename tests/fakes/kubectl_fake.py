@@ -39,6 +39,17 @@ What it models, and from where:
   put on their pods (docs/facts/jobs.md#acceptance-pod-labels): MPIJob launcher
   `training.kubeflow.org/job-name` + `job-role=launcher`; HyperPodPyTorchJob `HPJob=<name>`;
   batch Job `batch.kubernetes.io/job-name`.
+- The pods run on nodes (`spec.nodeName`, the scheduler's binding): the MPIJob's workers
+  (`training.kubeflow.org/job-role=worker`, mpi-operator v0.5.0) on the state's `node_names` in order,
+  the HyperPodPyTorchJob's pods likewise (default `hyperpod-i-0`, `hyperpod-i-1`, ...). The fake keeps
+  every pod while its job exists (mpi-operator deletes the workers when the launcher ends:
+  cleanPodPolicy Running, so `accept` reads placement while the job runs).
+- `get nodes NAME... -o json` returns a List of the named nodes with the labels of the state's
+  `nodes` (name -> labels; the network-node-layer labels HyperPod applies:
+  docs/facts/hyperpod.md#hyperpod-topology-labels); a name not there is `Error from server (NotFound):
+  nodes "NAME" not found`, exit 1; with `forbid_nodes` in the state, the API server's RBAC denial of a
+  cluster-scoped request (kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go,
+  `forbiddenMessage`: `User %q cannot %s resource %q in API group %q at the cluster scope`), exit 1.
 - `logs POD -n NS` prints the scenario's log for that pod's job kind (recorded nccl-tests output,
   the DDP result line, fio JSON), the way each job's script writes it (accept_manifests).
 - `delete RESOURCE NAME ...` removes the object.
@@ -132,6 +143,19 @@ def main(argv: list[str]) -> None:
         if f"{kind}/{args[2]}" not in state.get("existing", []):
             fail(f'Error from server (NotFound): {args[1]} "{args[2]}" not found')
         print(f"{kind}/{args[2]}")
+    elif args[:2] == ["get", "nodes"]:
+        names = [a for a in args[2:] if a not in ("-o", "json")]
+        if state.get("forbid_nodes"):
+            fail(
+                f'Error from server (Forbidden): nodes "{names[0]}" is forbidden: User "fminfra-accept" cannot get resource '
+                '"nodes" in API group "" at the cluster scope'
+            )
+        known = state.get("nodes", {})
+        for name in names:
+            if name not in known:
+                fail(f'Error from server (NotFound): nodes "{name}" not found')
+        items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": known[n]}} for n in names]
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     elif args[:2] == ["get", "pods"]:
         selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
         items = [p for p in pods(state) if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]
@@ -210,16 +234,21 @@ def conditions(resource: str, entry: dict, state: dict) -> list[dict]:
 def pods(state: dict) -> list[dict]:
     """The pods each stored job would have, labelled as its operator labels them."""
     out = []
+    nodes = state.get("node_names") or [f"hyperpod-i-{i}" for i in range(16)]
     for key, entry in state.get("objects", {}).items():
         resource, name = key.split("/", 1)
         obj = entry["object"]
         if resource == "mpijob.kubeflow.org":
             labels = {"training.kubeflow.org/job-name": name, "training.kubeflow.org/job-role": "launcher"}
             out.append({"metadata": {"name": f"{name}-launcher-x7k2p", "labels": labels, "annotations": {"log": "nccl"}}})
+            for i in range(obj["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]):
+                labels = {"training.kubeflow.org/job-name": name, "training.kubeflow.org/job-role": "worker"}
+                out.append({"metadata": {"name": f"{name}-worker-{i}", "labels": labels}, "spec": {"nodeName": nodes[i]}})
         elif resource == "hyperpodpytorchjob.sagemaker.amazonaws.com":
             for i in range(obj["spec"]["replicaSpecs"][0]["replicas"]):
                 log = "ddp" if i == 0 else "ddp-other"
-                out.append({"metadata": {"name": f"{name}-pod-{i}", "labels": {"HPJob": name}, "annotations": {"log": log}}})
+                meta = {"name": f"{name}-pod-{i}", "labels": {"HPJob": name}, "annotations": {"log": log}}
+                out.append({"metadata": meta, "spec": {"nodeName": nodes[i]}})
         elif resource == "job.batch":
             for i in range(obj["spec"]["completions"]):
                 labels = {"batch.kubernetes.io/job-name": name}

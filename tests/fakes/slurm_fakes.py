@@ -65,7 +65,7 @@ import json, os, re, shutil, subprocess, sys
 from pathlib import Path
 
 state = Path(os.environ["FAKE_STATE"])
-KNOWN = {"--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--time", "--output", "--export", "--parsable", "--partition"}
+KNOWN = {"--job-name", "--nodes", "--ntasks-per-node", "--exclusive", "--time", "--output", "--export", "--parsable", "--partition", "--switches"}
 FLAGS = {"--exclusive", "--parsable"}
 
 def parse(args, where):
@@ -104,6 +104,9 @@ for line in text.splitlines()[1:]:
         directives.extend(line.split()[1:])
 opts = parse(directives, "script")
 opts.update(parse(cli, "command line"))
+# --switches=<count>[@max-time], time as minutes, minutes:seconds, hours:minutes:seconds, days-hours... (sbatch.1)
+if "--switches" in opts and not re.fullmatch(r"[0-9]+(@([0-9]+-)?[0-9]+(:[0-9]+){0,2})?", opts["--switches"]):
+    sys.exit(f"sbatch: error: Invalid --switches specification: {opts['--switches']}")
 nodes = int(opts.get("--nodes", "1"))
 cluster = int(os.environ.get("FAKE_NODES", "2"))
 if nodes > cluster:
@@ -132,7 +135,8 @@ out = Path(opts.get("--output", "slurm-%j.out").replace("%j", str(job)))
 with out.open("w") as fh:
     rc = subprocess.run(["bash", str(spool / "slurm_script"), *rest[1:]], env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
 (state / "jobs").mkdir(exist_ok=True)
-(state / "jobs" / f"{job}.json").write_text(json.dumps({"argv": argv, "options": opts, "exit_code": rc, "output": str(out.resolve())}))
+nodelist = env["SLURM_JOB_NODELIST"]
+(state / "jobs" / f"{job}.json").write_text(json.dumps({"argv": argv, "options": opts, "exit_code": rc, "output": str(out.resolve()), "nodelist": nodelist}))
 print(job if "--parsable" in opts else f"Submitted batch job {job}")
 """
 
@@ -209,17 +213,50 @@ sys.exit(worst)
 """
 
 _SCONTROL = r"""
-import re, sys
-if sys.argv[1:3] != ["show", "hostnames"] or len(sys.argv) != 4:
-    sys.exit("scontrol: fake: only 'show hostnames LIST'")
-m = re.fullmatch(r"(.*)\[(.*)\]", sys.argv[3])
-if not m:
-    print(sys.argv[3])
-    sys.exit(0)
-for part in m[2].split(","):
-    a, _, b = part.partition("-")
-    for n in range(int(a), int(b or a) + 1):
-        print(f"{m[1]}{n}")
+import os, re, sys
+from pathlib import Path
+
+def hostnames(hostlist):
+    out = []
+    for item in re.findall(r"[^,\[]+(?:\[[^\]]*\])?", hostlist):
+        m = re.fullmatch(r"(.*)\[(.*)\]", item)
+        if not m:
+            out.append(item)
+            continue
+        for part in m[2].split(","):
+            a, _, b = part.partition("-")
+            out += [f"{m[1]}{n}" for n in range(int(a), int(b or a) + 1)]
+    return out
+
+args = sys.argv[1:]
+version = os.environ.get("FAKE_SLURM_VERSION", "24.11.7")
+plugin = os.environ.get("FAKE_TOPOLOGY_PLUGIN", "topology/tree")
+if args == ["--version"]:
+    print(f"slurm {version}")
+elif args[:2] == ["show", "hostnames"] and len(args) == 3:
+    print("\n".join(hostnames(args[2])))
+elif args == ["show", "config"]:
+    print(f"Configuration data as of 2026-12-04T02:00:00\nSelectType              = select/cons_tres\nTopologyParam           = (null)\nTopologyPlugin          = {plugin}")
+elif args[:2] == ["show", "topology"] and len(args) == 3:
+    if plugin not in ("topology/tree", "topology/block"):
+        sys.exit(0)  # topology/default and topology/flat print nothing
+    arg = args[2]
+    if version.split(".")[0] >= "25":
+        if not arg.startswith("node="):
+            sys.exit(0)  # a bare word names a topology: none of that name here
+        node = arg.split("=", 1)[1]
+    elif "=" in arg:
+        sys.exit(0)  # 24.11 takes a switch or node name; `node=X` matches neither
+    else:
+        node = arg
+    lines = [line for line in Path(os.environ["FAKE_TOPOLOGY"]).read_text().splitlines() if line.strip()]
+    fields = [dict(t.split("=", 1) for t in line.split()) for line in lines]
+    shown = {i for i, f in enumerate(fields) if node in hostnames(f.get("Nodes", ""))}
+    for i, f in enumerate(fields):
+        if i in shown:
+            print(lines[i])
+else:
+    sys.exit(f"scontrol: fake: unmodelled {args}")
 """
 
 # Bash, not Python: srun starts one per GPU, and the suite must stay fast.
@@ -275,8 +312,13 @@ _SACCT = r"""
 import json, os, sys
 from pathlib import Path
 args = sys.argv[1:]
-if args[:1] != ["-j"] or not {"-X", "-n", "-P"} <= set(args) or args[args.index("-o") + 1] != "State":
-    sys.exit(f"sacct: fake: expected -j ID -X -n -P -o State, got {args}")
+field = args[args.index("-o") + 1] if "-o" in args else ""
+if args[:1] != ["-j"] or not {"-X", "-n", "-P"} <= set(args) or field not in ("State", "NodeList"):
+    sys.exit(f"sacct: fake: expected -j ID -X -n -P -o State|NodeList, got {args}")
+if field == "NodeList":
+    record = Path(os.environ["FAKE_STATE"]) / "jobs" / f"{args[1]}.json"
+    print(json.loads(record.read_text())["nodelist"] if record.exists() else "None assigned")
+    sys.exit(0)
 if os.environ.get("FAKE_SACCT_STATE"):
     print(os.environ["FAKE_SACCT_STATE"])
     sys.exit(0)
@@ -350,6 +392,7 @@ def make_cluster(tmp_path: Path, *, nodes: int = 2) -> FakeCluster:
         "FAKE_FIO_READ": str(DATA / "fio-3.1-randread-32jobs.json"),
         "FAKE_FIO_WRITE": str(DATA / "fio-3.1-randwrite-32jobs.json"),
         "NCCL_TESTS_DIR": str(nccl_dir),
+        "FAKE_TOPOLOGY": str(DATA / "scontrol-show-topology-one-leaf.txt"),
     }
     return FakeCluster(root=root, bin=bin_dir, state=tmp_path / "state", submit_dir=tmp_path / "submit", env=env)
 

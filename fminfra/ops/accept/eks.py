@@ -33,7 +33,8 @@ import yaml
 
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.accept import checks as accept
-from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections
+from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, _job_topology_levels, eks_plan, split_sections, topology_annotations
+from fminfra.ops.accept.node.placement import Level, Placement, busbw_by_placement, placement_check
 from fminfra.ops.accept.node.results import ResultError, nccl_ofi_provider, ofi_provider_found
 from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_OK, UsageError
@@ -215,15 +216,24 @@ def done(resource: str, state: str) -> bool:
 
 
 def wait_for(
-    kubectl: Kubectl, namespace: str, job: EksJob, deadline: float, poll_s: float, clock: Callable[[], float] = time.monotonic
+    kubectl: Kubectl,
+    namespace: str,
+    job: EksJob,
+    deadline: float,
+    poll_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    on_poll: Callable[[], None] | None = None,
 ) -> str:
-    """Poll one job until it ends or the deadline passes; print each change of state; return the last state."""
+    """Poll one job until it ends or the deadline passes; print each change of state; return the last
+    state. `on_poll` runs after each poll (`accept` reads the job's placement while its pods exist)."""
     state = "Submitted"
     while True:
         new = job_state(job.resource, kubectl.json("get", job.resource, job.name, "-n", namespace))
         if new != state:
             print(f"{datetime.now(UTC):%H:%M:%S} {job.kind} {job.group} ({job.name}): {new}", flush=True)
             state = new
+        if on_poll is not None:
+            on_poll()
         if done(job.resource, state) or clock() >= deadline:
             return state
         time.sleep(poll_s)
@@ -270,6 +280,41 @@ def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
                 (folder / f"fio-{section}.json").write_text(body, encoding="utf-8")
 
 
+def placement_levels(instance_type: str) -> tuple[Level, ...]:
+    """The levels a job's placement is read at: the network-node-layer labels it can ask for, coarsest first."""
+    out = []
+    for label in _job_topology_levels(instance_type, hyperpod=True):
+        layer = label.rsplit("-", 1)[1]
+        out.append(Level(label, f"layer-{layer} domain", f"layer-{layer} domains"))
+    return tuple(out)
+
+
+def read_placement(kubectl: Kubectl, namespace: str, job: EksJob) -> Placement | None:
+    """The nodes the job's pods run on (`spec.nodeName`) and each node's network-node-layer labels
+    (`kubectl get nodes NAME... -o json`); None while fewer pods than the job's nodes have a node. A
+    node read that fails (RBAC: nodes are cluster-scoped, a namespaced Role cannot grant them) gives a
+    placement marked unknown, with kubectl's message."""
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", job.nodes_selector).get("items", [])
+    names = sorted({str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")})
+    if len(names) < job.nodes:
+        return None
+    levels = placement_levels(job.instance_type)
+    if not levels:
+        return Placement(levels, {name: {} for name in names})
+    try:
+        listing = kubectl.json("get", "nodes", *names)
+    except UsageError as exc:
+        return Placement(levels, {name: {} for name in names}, unknown=str(exc))
+    labels = {str(n["metadata"]["name"]): (n["metadata"].get("labels") or {}) for n in listing.get("items", [])}
+    return Placement(levels, {name: {lv.key: labels.get(name, {}).get(lv.key, "") for lv in levels} for name in names})
+
+
+def asked_for(job: EksJob) -> str:
+    """What the job's pod template asked Kueue for, for the placement row."""
+    topology = topology_annotations(job.instance_type)
+    return ", ".join(f"{k}: {v}" for k, v in topology.items()) or f"nothing ({job.instance_type} has no EC2 network topology)"
+
+
 def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
     """On an EFA type the DDP job must have run NCCL over EFA: its log (NCCL_DEBUG=INFO) names the
     provider aws-ofi-nccl selected (docs/facts/jobs.md#nccl-ofi-provider-line), as the nccl-tests check requires."""
@@ -284,9 +329,15 @@ def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
 
 
 def evaluate(
-    plan: EksPlan, thresholds: dict[str, accept.NcclThreshold], baseline: float | None, results: Path, states: dict[str, str]
+    plan: EksPlan,
+    thresholds: dict[str, accept.NcclThreshold],
+    baseline: float | None,
+    results: Path,
+    states: dict[str, str],
+    placements: dict[str, Placement] | None = None,
 ) -> list[accept.Check]:
     checks: list[accept.Check] = []
+    placements = placements or {}
     for job in plan.jobs:
         name = f"{job.kind} {job.group}"
         state = states.get(job.name, "?")
@@ -302,9 +353,13 @@ def evaluate(
             continue
         # accept.py's checks take a Slurm job: the same group, node and GPU counts.
         as_slurm = accept.SlurmJob(job.kind, job.group, job.nodes, job.gpus_per_node, "", str(folder), efa=job.efa)
+        placement = placements.get(job.name)
+        if placement is not None:
+            checks.append(placement_check(job.kind, job.group, placement, asked_for(job)))
         try:
             if job.kind == "nccl":
-                checks.extend(accept.nccl_checks(as_slurm, folder, thresholds[job.group], job.efa))
+                label = placement.label() if placement is not None else ""
+                checks.extend(accept.nccl_checks(as_slurm, folder, thresholds[job.group], job.efa, label))
             elif job.kind == "ddp":
                 checks.append(ddp_efa_check(accept.ddp_check(as_slurm, folder), folder, job.efa))
             else:
@@ -342,20 +397,44 @@ def run(
         print(kubectl("apply", "-f", "-", stdin=_yaml(plan.scripts)).rstrip(), flush=True)
         deadline = time.monotonic() + timeout_s
         states: dict[str, str] = {}
+        placements: dict[str, Placement] = {}
         for job in plan.jobs:
             if time.monotonic() >= deadline:
                 states[job.name] = NOT_SUBMITTED
                 continue
             print(kubectl("apply", "-f", "-", stdin=_yaml(job.manifest)).rstrip(), flush=True)
-            states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s)
+            watch = _placement_watch(kubectl, plan.namespace, job, placements) if job.nodes_selector else None
+            states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s, on_poll=watch)
+            if job.nodes_selector and job.name not in placements:
+                # the MPIJob's workers go when the launcher ends (cleanPodPolicy Running): seen while running, or never
+                levels = placement_levels(job.instance_type)
+                placements[job.name] = Placement(levels, unknown="its pods were not seen on nodes while it ran")
             if done(job.resource, states[job.name]):
                 collect(kubectl, plan, job, results / job.group / job.kind)
             # Ended or not, the job goes (its logs are saved): nothing of it holds GPUs for the next one.
             kubectl("delete", job.resource, job.name, "-n", plan.namespace, "--ignore-not-found", "--wait=false")
         kubectl("delete", "configmap", plan.scripts["metadata"]["name"], "-n", plan.namespace, "--ignore-not-found", "--wait=false")
-    checks = evaluate(plan, thresholds, baseline, results, states)
-    about = {"environment": cfg.name, "cluster": cluster["name"], "namespace": plan.namespace, "results_dir": str(results)}
+    checks = evaluate(plan, thresholds, baseline, results, states, placements)
+    nccl = {j.group: placements[j.name] for j in plan.jobs if j.kind == "nccl" and j.name in placements}
+    about: dict[str, object] = {
+        "environment": cfg.name,
+        "cluster": cluster["name"],
+        "namespace": plan.namespace,
+        "results_dir": str(results),
+        "placement": {name: p.to_json() for name, p in placements.items()},
+        "nccl_busbw_by_placement": busbw_by_placement(checks, nccl),
+    }
     return accept.report_checks(checks, report or results / "accept.json", about)
+
+
+def _placement_watch(kubectl: Kubectl, namespace: str, job: EksJob, placements: dict[str, Placement]) -> Callable[[], None]:
+    """Read the job's placement at each poll until it is known (its pods all on nodes)."""
+
+    def watch() -> None:
+        if job.name not in placements and (found := read_placement(kubectl, namespace, job)) is not None:
+            placements[job.name] = found
+
+    return watch
 
 
 def inference_only(cfg: EnvironmentConfig) -> int:

@@ -37,6 +37,7 @@ from fminfra.core.versions import load_versions
 from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
 from fminfra.storage.rules import FSX_MOUNT
+from fminfra.topology.rules import HYPERPOD_LEVELS, PODSET_PREFERRED_TOPOLOGY, network_node_labels
 
 MARK = "fminfra-accept"
 # docs/facts/jobs.md#accept-nccl-tests-image
@@ -76,6 +77,8 @@ class EksJob:
     manifest: dict[str, Any]
     logs_selector: str  # the pods whose logs hold the results
     efa: bool = True
+    nodes_selector: str = ""  # the pods whose nodes are the job's placement (NCCL: the workers; DDP: every pod)
+    instance_type: str = ""
 
 
 @dataclass
@@ -91,6 +94,25 @@ class EksPlan:
     @property
     def manifests(self) -> list[dict[str, Any]]:
         return [self.scripts, *(j.manifest for j in self.jobs)]
+
+
+def _job_topology_levels(instance_type: str, hyperpod: bool) -> tuple[str, ...]:
+    """The network levels a job on this type can ask Kueue for, coarsest first: the type's
+    network-node-layer labels, on HyperPod EKS only those task governance schedules in
+    (HYPERPOD_LEVELS); () for a type without EC2 topology (g5, g6). (Private until
+    fminfra.topology.rules.job_topology_levels, of the same meaning, lands.)"""
+    labels = network_node_labels(instance_type)
+    return tuple(label for label in labels if label in HYPERPOD_LEVELS) if hyperpod else labels
+
+
+def topology_annotations(instance_type: str) -> dict[str, str]:
+    """The pod template annotation that asks Kueue for the tightest domain that fits: the finest level
+    of the type's topology, preferred, so that a group spread over several domains still runs (at the
+    next level up, finally spread) and `accept` reports where it landed (docs/facts/jobs.md#kueue-tas-preferred-node-selector).
+    The pods' instance-type nodeSelector stays: the "annotation or nodeSelector, not both" of task
+    governance's page is about a nodeSelector on a topology label (docs/facts/hyperpod.md#hyperpod-tas-node-selector)."""
+    levels = _job_topology_levels(instance_type, hyperpod=True)
+    return {PODSET_PREFERRED_TOPOLOGY: levels[-1]} if levels else {}
 
 
 def pytorch_image() -> str:
@@ -168,6 +190,7 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     ]
     script = "set -o errexit -o pipefail\n" + "\n".join(steps) + f"\necho {MARK} end\n"
     image = f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
+    topology = topology_annotations(instance_type)
     manifest = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -191,6 +214,7 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
                 "Worker": {
                     "replicas": NCCL_NODES,
                     "template": {
+                        **({"metadata": {"annotations": topology}} if topology else {}),
                         "spec": {
                             "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
                             "containers": [
@@ -202,14 +226,16 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
                                 }
                             ],
                             "volumes": [_shm()],
-                        }
+                        },
                     },
                 },
             },
         },
     }
     selector = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=launcher"
-    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, "mpijobs.kubeflow.org", manifest, selector, spec.max_efa_interfaces > 0)
+    workers = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=worker"
+    efa = spec.max_efa_interfaces > 0
+    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, "mpijobs.kubeflow.org", manifest, selector, efa, workers, instance_type)
 
 
 def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
@@ -232,6 +258,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
     env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
     if efa:
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
+    topology = topology_annotations(instance_type)
     manifest = {
         "apiVersion": "sagemaker.amazonaws.com/v1",
         "kind": "HyperPodPyTorchJob",
@@ -245,7 +272,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                     "name": "pod",
                     "replicas": nodes,
                     "template": {
-                        "metadata": {"labels": {QUEUE_LABEL: plan.queue}},
+                        "metadata": {"labels": {QUEUE_LABEL: plan.queue}, **({"annotations": topology} if topology else {})},
                         "spec": {
                             "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
                             "containers": [
@@ -270,7 +297,8 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
         },
     }
     resource = "hyperpodpytorchjobs.sagemaker.amazonaws.com"
-    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, f"{HPJOB_LABEL}={name}", efa)
+    pods = f"{HPJOB_LABEL}={name}"
+    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type)
 
 
 def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:

@@ -41,6 +41,11 @@ from fminfra.ops.common import UsageError
 from fminfra.promotion.rules import accept_folder_problem
 from fminfra.storage.config import lustre_throughput_gb_per_s
 from fminfra.storage.rules import FSX_MOUNT
+from fminfra.topology.rules import network_layers
+
+# The NCCL job asks for one leaf switch, waiting at most 5 minutes for it (minutes:seconds), the default
+# cap of SchedulerParameters max_switch_wait (docs/facts/jobs.md#sbatch-switches); then it runs where it got.
+NCCL_SWITCHES = "1@5:00"
 
 
 def unpinned_image() -> str | None:
@@ -106,7 +111,10 @@ def slurm_plan(
         if group.count >= NCCL_NODES:
             plan.nccl[group.name] = nccl_threshold(group.spec.name, overrides, table)
             efa = group.spec.max_efa_interfaces > 0
-            plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa))
+            switches = NCCL_SWITCHES if network_layers(group.spec.name) else ""  # g5, g6: no topology to ask for
+            plan.jobs.append(
+                SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa, switches=switches)
+            )
         else:
             plan.notes.append(no_nccl_note(group.name, group.count))
         plan.jobs.append(SlurmJob("ddp", group.name, group.count, gpus, "ddp-smoke.sbatch", f"{group.name}/ddp"))

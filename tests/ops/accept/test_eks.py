@@ -195,6 +195,12 @@ def _logs(nccl: str) -> dict[str, str]:
     return {"nccl": launcher + "fminfra-accept end\n", "ddp": ddp, "ddp-other": provider, **fsx}
 
 
+def _layers(*values: str) -> dict[str, str]:
+    """A HyperPod EKS node's labels: its instance type and network-node-layer-1..3 (docs/facts/hyperpod.md#hyperpod-topology-labels)."""
+    labels = {f"topology.k8s.aws/network-node-layer-{n}": v for n, v in enumerate(values, 1)}
+    return {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge", **labels}
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake kubectl on PATH, an EKS client whose DescribeCluster answers with the cluster above."""
@@ -210,7 +216,16 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]
     logs = _logs("nccl-all-reduce-2x-p5-mpijob.txt")
     state.write_text(
-        json.dumps({"endpoint": CLUSTER["endpoint"], "cluster": CLUSTER["name"], "scenario": {}, "logs": logs, "existing": existing})
+        json.dumps(
+            {
+                "endpoint": CLUSTER["endpoint"],
+                "cluster": CLUSTER["name"],
+                "scenario": {},
+                "logs": logs,
+                "existing": existing,
+                "nodes": {"hyperpod-i-0": _layers("nn-a", "nn-b", "nn-c"), "hyperpod-i-1": _layers("nn-a", "nn-b", "nn-c")},
+            }
+        )
     )
     monkeypatch.setenv("FAKE_KUBECTL_STATE", str(state))
     _stub(monkeypatch, {"cluster": CLUSTER})
@@ -601,3 +616,80 @@ def test_an_endpoint_that_does_not_answer_is_one_line(
     assert "accept: the cluster's API endpoint did not answer (Unable to connect to the server: dial tcp" in err
     assert hint in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+# --- placement: the tightest domain asked for, where the pods landed reported ----------------------
+
+PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+
+
+def test_training_pods_ask_for_the_finest_hyperpod_level() -> None:
+    """The NCCL workers and the DDP pods prefer one layer-3 domain (p5en: 3 layers, all of them
+    task governance's); the launcher (no GPUs) and the fio pods ask for nothing; the instance-type
+    nodeSelector stays beside the annotation (docs/facts/jobs.md#kueue-tas-preferred-node-selector)."""
+    mpi, hp, job = _job("MPIJob"), _job("HyperPodPyTorchJob"), _job("Job")
+    worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    pod = hp["spec"]["replicaSpecs"][0]["template"]
+    for template in (worker, pod):
+        assert template["metadata"]["annotations"] == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+        assert template["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
+        assert not any(k.startswith("topology.k8s.aws/") for k in template["spec"]["nodeSelector"])  # not both: HyperPod's rule
+    assert "metadata" not in mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    assert "annotations" not in job["spec"]["template"]["metadata"]
+
+
+def test_topology_annotation_per_type() -> None:
+    """p6-b200 has 4 layers, task governance schedules in 1-3: layer-3; g5 and g6 have none: no annotation.
+    The test of the test: a level outside task governance's would be caught by the same comparison."""
+    from fminfra.ops.accept.manifests import _job_topology_levels, topology_annotations
+
+    assert topology_annotations("p6-b200.48xlarge") == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+    assert _job_topology_levels("p6-b200.48xlarge", hyperpod=False)[-1] == "topology.k8s.aws/network-node-layer-4"
+    assert topology_annotations("g5.48xlarge") == topology_annotations("ml.g6.48xlarge") == {}
+    assert topology_annotations("p5.48xlarge") != {PREFERRED: "topology.k8s.aws/network-node-layer-4"}
+
+
+def test_end_to_end_reports_one_domain(cluster: Path, tmp_path: Path) -> None:
+    assert _accept(tmp_path) == 0
+    report = _report(tmp_path)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert (checks["placement nccl workers"]["status"], checks["placement nccl workers"]["figure"]) == ("PASS", "1 1 1 domains")
+    assert checks["placement nccl workers"]["detail"].endswith(
+        "asked: kueue.x-k8s.io/podset-preferred-topology: topology.k8s.aws/network-node-layer-3"
+    )
+    assert checks["placement ddp workers"]["status"] == "PASS"
+    assert checks["nccl all_reduce workers"]["detail"].endswith("; inside one layer-3 domain")
+    assert report["nccl_busbw_by_placement"] == {
+        "workers": {
+            "placement": "inside one layer-3 domain",
+            "spans": {f"topology.k8s.aws/network-node-layer-{n}": 1 for n in (1, 2, 3)},
+            "all_reduce_busbw_gbps": 313.29,
+        }
+    }
+    nodes = report["placement"]["accept-e2e-nccl-workers"]["nodes"]
+    assert sorted(nodes) == ["hyperpod-i-0", "hyperpod-i-1"] and nodes["hyperpod-i-1"]["topology.k8s.aws/network-node-layer-3"] == "nn-c"
+
+
+def test_end_to_end_reports_a_spread_placement(cluster: Path, tmp_path: Path) -> None:
+    """The test of the placement check: the two nodes under different layer-3 nodes, one layer-2."""
+    state = json.loads(cluster.read_text())
+    state["nodes"]["hyperpod-i-1"] = _layers("nn-a", "nn-b", "nn-d")
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 0  # warnings do not fail the gate
+    report = _report(tmp_path)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert (checks["placement nccl workers"]["status"], checks["placement nccl workers"]["figure"]) == ("WARN", "1 1 2 domains")
+    assert "across 2 layer-3 domains, inside one layer-2 domain" in checks["placement nccl workers"]["detail"]
+    assert report["nccl_busbw_by_placement"]["workers"]["placement"] == "across 2 layer-3 domains, inside one layer-2 domain"
+
+
+def test_nodes_the_caller_may_not_read_are_a_warning(cluster: Path, tmp_path: Path) -> None:
+    """Nodes are cluster-scoped: a caller whose Role is namespaced gets Forbidden; the run goes on, placement unknown."""
+    state = json.loads(cluster.read_text())
+    state["forbid_nodes"] = True
+    cluster.write_text(json.dumps(state))
+    assert _accept(tmp_path) == 0
+    checks = {c["name"]: c for c in _report(tmp_path)["checks"]}
+    assert checks["placement nccl workers"]["status"] == "WARN"
+    assert 'cannot get resource "nodes" in API group "" at the cluster scope' in checks["placement nccl workers"]["detail"]
+    assert checks["nccl all_reduce workers"]["status"] == "PASS"

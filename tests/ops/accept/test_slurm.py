@@ -63,7 +63,7 @@ def test_dry_run_dev_prints_the_sbatch_lines(capsys: pytest.CaptureFixture[str],
     assert out[1] == "RUN=/fsx/fminfra-accept/r1"
     sbatch = [line for line in out if line.startswith("sbatch ")]
     assert sbatch[0] == (
-        "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2"
+        "sbatch --parsable --job-name=fminfra-accept-nccl-workers --partition=workers --nodes=2 --switches=1@5:00"
         " --output=$RUN/workers/nccl/slurm-%j.out"
         " --export=ALL,FMINFRA_JOBS_DIR=$RUN/scripts/jobs,FMINFRA_RESULTS_DIR=$RUN/workers/nccl,GPUS_PER_NODE=8"
         " $RUN/scripts/jobs/nccl-tests.sbatch"
@@ -230,6 +230,8 @@ def test_end_to_end_pass(login_node: FakeCluster, tmp_path: Path, capsys: pytest
     assert report["result"] == "PASS"
     by_name = {c["name"]: c for c in report["checks"]}
     assert set(by_name) == {
+        "topology slurm",
+        "placement nccl workers",
         "nccl all_reduce workers",
         "nccl all_gather workers",
         "nccl reduce_scatter workers",
@@ -241,6 +243,19 @@ def test_end_to_end_pass(login_node: FakeCluster, tmp_path: Path, capsys: pytest
     assert by_name["fsx write workers"]["status"] == "WARN"
     assert by_name["fsx read workers"]["figure"] == "0.38 GB/s"  # two nodes x 188.6 MB/s
     assert (login_node.root / "fminfra-accept" / "e2e" / "scripts" / "jobs" / "nccl-tests.sbatch").is_file()
+    # the NCCL job asked for one leaf switch and landed under one (the fake's topology)
+    assert "--switches=1@5:00" in login_node.job(1001)["argv"]
+    assert (by_name["topology slurm"]["status"], by_name["topology slurm"]["figure"]) == ("PASS", "topology/tree")
+    assert by_name["placement nccl workers"]["status"] == "PASS" and by_name["placement nccl workers"]["figure"] == "1 1 1 domains"
+    assert by_name["nccl all_reduce workers"]["detail"].endswith("; inside one leaf switch")
+    assert report["nccl_busbw_by_placement"] == {
+        "workers": {
+            "placement": "inside one leaf switch",
+            "spans": {"switch-level-2": 1, "switch-level-1": 1, "switch-level-0": 1},
+            "all_reduce_busbw_gbps": 436.95,
+        }
+    }
+    assert report["placement"]["nccl workers"]["nodes"]["node-2"]["switch-level-0"] == "nn-3a2b3c4d5e6f70801"
 
 
 def test_end_to_end_fails_on_low_bandwidth(
@@ -273,7 +288,7 @@ def test_end_to_end_fails_without_efa(
     assert "FAIL nccl all_reduce workers" in capsys.readouterr().out
     checks = json.loads((tmp_path / "report.json").read_text())["checks"]
     assert [c["detail"] for c in checks if c["name"] == "nccl all_reduce workers"] == [
-        "NCCL did not use EFA: no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO)"
+        "NCCL did not use EFA: no 'NET/OFI Selected provider' line (NCCL_DEBUG=INFO); inside one leaf switch"
     ]
 
 
@@ -322,3 +337,70 @@ def test_fsx_with_a_node_missing_fails(tmp_path: Path) -> None:
         ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
         ("FAIL", "results from 1 of 2 nodes, baseline 0.10 GB/s"),
     ]
+
+
+# --- placement: one leaf switch asked, where the nodes landed reported ----------------------------
+
+
+def _checks(tmp_path: Path) -> dict[str, dict[str, str]]:
+    return {c["name"]: c for c in json.loads((tmp_path / "report.json").read_text())["checks"]}
+
+
+def test_nodes_under_two_leaf_switches_warn(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The test of the placement check: a topology where the two nodes hang off different leaves."""
+    monkeypatch.setenv("FAKE_TOPOLOGY", str(DATA / "scontrol-show-topology-two-leaves.txt"))
+    assert _accept(tmp_path) == 0  # a warning: the job ran, placed wider than asked
+    checks = _checks(tmp_path)
+    placement = checks["placement nccl workers"]
+    assert (placement["status"], placement["figure"]) == ("WARN", "1 1 2 domains")
+    assert placement["detail"].startswith("2 nodes, across 2 leaf switches, inside one level-1 switch")
+    assert placement["detail"].endswith("asked: sbatch --switches=1@5:00")
+    assert checks["nccl all_reduce workers"]["detail"].endswith("; across 2 leaf switches, inside one level-1 switch")
+    assert "WARN placement nccl workers" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("plugin", ["topology/default", "topology/flat"])
+def test_no_topology_plugin_is_a_warning(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plugin: str) -> None:
+    """Slurm without a tree or block topology prints none (`scontrol show topology` is empty): warn, run anyway."""
+    monkeypatch.setenv("FAKE_TOPOLOGY_PLUGIN", plugin)
+    assert _accept(tmp_path) == 0
+    checks = _checks(tmp_path)
+    assert (checks["topology slurm"]["status"], checks["topology slurm"]["figure"]) == ("WARN", plugin)
+    assert checks["placement nccl workers"]["status"] == "WARN"
+    assert f"placement unknown (TopologyPlugin {plugin}: no topology to read)" in checks["placement nccl workers"]["detail"]
+
+
+def test_slurm_25_names_the_node_with_node_equals(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """25.05 and later read a bare word as a topology name (`scontrol show topology [name] [node=NAME]`)."""
+    monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")
+    assert _accept(tmp_path) == 0
+    assert _checks(tmp_path)["placement nccl workers"]["figure"] == "1 1 1 domains"
+    # the test of the test: the 24.11 form against 25.11 finds no switch
+    from fminfra.ops.accept.node import runner
+
+    monkeypatch.setattr(runner, "slurm_version", lambda: (24, 11))
+    assert _accept(tmp_path) == 0
+    assert "printed no switch or block" in _checks(tmp_path)["placement nccl workers"]["detail"]
+
+
+def test_the_fake_sbatch_refuses_a_bad_switches_value(login_node: FakeCluster) -> None:
+    """`--switches=<count>[@max-time]` (sbatch.1): anything else is refused, as sbatch refuses it."""
+    script = str(login_node.root / "run" / "scripts" / "jobs" / "nccl-tests.sbatch")
+    result = login_node.sbatch("--parsable", "--switches=one", script)
+    assert result.returncode != 0 and "Invalid --switches" in result.stderr
+
+
+def test_a_type_without_topology_asks_for_no_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A type without EC2 network topology (g5, g6: docs/facts/instances.md#ec2-topology-network-layers) gets
+    no --switches. Training groups are EFA types, all with a topology today, so the catalog is stood in for."""
+    from fminfra.config import load_config
+
+    cfg = load_config(ROOT / "config" / "dev.yaml")
+    with_topology = accept.slurm_plan(cfg, "r1", None, read_instance_thresholds())
+    assert next(j for j in with_topology.jobs if j.kind == "nccl").switches == accept.NCCL_SWITCHES
+    monkeypatch.setattr(accept, "network_layers", lambda instance_type: None)
+    plan = accept.slurm_plan(cfg, "r1", None, read_instance_thresholds())
+    nccl = next(j for j in plan.jobs if j.kind == "nccl")
+    assert nccl.switches == "" and not any(a.startswith("--switches") for a in nccl.sbatch("/run"))

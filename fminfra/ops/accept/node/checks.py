@@ -5,6 +5,7 @@ themselves (`SlurmJob.sbatch`), and the table and JSON report. Shared by `fminfr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,9 @@ class SlurmJob:
     results: str  # folder under the run folder
     extra_env: tuple[tuple[str, str], ...] = ()
     efa: bool = True  # the instance type has EFA interfaces: NCCL must select the efa provider
+    # `--switches=COUNT@MAX-WAIT` (tree topology: at most COUNT leaf switches, waiting at most MAX-WAIT;
+    # docs/facts/jobs.md#sbatch-switches); empty: the option is not passed
+    switches: str = ""
 
     def sbatch(self, run_dir: str) -> list[str]:
         env = [
@@ -53,6 +57,7 @@ class SlurmJob:
             f"--job-name=fminfra-accept-{self.kind}-{self.group}",
             f"--partition={self.group}",
             f"--nodes={self.nodes}",
+            *([f"--switches={self.switches}"] if self.switches else []),
             f"--output={run_dir}/{self.results}/slurm-%j.out",
             "--export=ALL," + ",".join(env),
             f"{run_dir}/scripts/jobs/{self.script}",
@@ -67,8 +72,10 @@ class Check:
     detail: str
 
 
-def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool) -> list[Check]:
-    out = []
+def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool, placement: str = "") -> list[Check]:
+    """The three collectives' checks; `placement` (`Placement.label`: "inside one layer-3 domain", ...)
+    ends the all_reduce row's detail, so that its bus bandwidth reads with where it was measured."""
+    out: list[Check] = []
     for collective in ("all_reduce", "all_gather", "reduce_scatter"):
         log = folder / f"nccl-{collective}.log"
         text = log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
@@ -98,6 +105,8 @@ def nccl_checks(job: SlurmJob, folder: Path, threshold: NcclThreshold, efa: bool
                     f"fail < {threshold.fail_gbps:g}, warn < {threshold.warn_gbps:g} ({threshold.source})",
                 )
             )
+    if placement:
+        out = [Check(c.name, c.status, c.figure, f"{c.detail}; {placement}") if "all_reduce" in c.name else c for c in out]
     return out
 
 
@@ -131,7 +140,7 @@ def fsx_checks(job: SlurmJob, folder: Path, baseline: float | None) -> list[Chec
     return out
 
 
-def report_checks(checks: list[Check], report: Path, about: dict[str, str]) -> int:
+def report_checks(checks: list[Check], report: Path, about: Mapping[str, object]) -> int:
     """The table, then the JSON report (`about`, the result, every check); the exit code of the run.
     Shared by the Slurm and EKS paths (accept_eks.py)."""
     width = max(len(c.name) for c in checks) if checks else 5

@@ -16,8 +16,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .checks import EXIT_BAD_INPUT, Check, NcclThreshold, SlurmJob, ddp_check, fsx_checks, nccl_checks, report_checks
+from .placement import Level, Placement, busbw_by_placement, placement_check
 from .results import ResultError
 
+# The plugins under which `scontrol show topology` and `--switches` mean something: HyperPod writes a tree
+# for most topology-capable types and a block topology for UltraServers (docs/facts/hyperpod.md#hyperpod-slurm-topology);
+# topology/default (24.11) or topology/flat (25.11) print no topology (docs/facts/jobs.md#slurm-show-topology).
+TOPOLOGY_PLUGINS = ("topology/tree", "topology/block")
 DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 
 
@@ -81,8 +86,11 @@ def wait_for(jobs: dict[str, str], timeout_s: float, poll_s: float, clock: Calla
         time.sleep(poll_s)
 
 
-def evaluate(plan: NodePlan, states: dict[str, str], ids: dict[SlurmJob, str]) -> list[Check]:
+def evaluate(
+    plan: NodePlan, states: dict[str, str], ids: dict[SlurmJob, str], placements: dict[SlurmJob, Placement] | None = None
+) -> list[Check]:
     checks: list[Check] = []
+    placements = placements or {}
     for job in plan.jobs:
         folder = Path(plan.run_dir) / job.results
         state = states.get(ids[job], "?")
@@ -93,9 +101,14 @@ def evaluate(plan: NodePlan, states: dict[str, str], ids: dict[SlurmJob, str]) -
         if state != "COMPLETED":
             checks.append(Check(name, "FAIL", "-", f"job {ids[job]} ended {state} (see {folder})"))
             continue
+        placement = placements.get(job)
+        if placement is not None:
+            asked = f"sbatch --switches={job.switches}" if job.switches else "nothing (the type has no EC2 network topology)"
+            checks.append(placement_check(job.kind, job.group, placement, asked))
         try:
             if job.kind == "nccl":
-                checks.extend(nccl_checks(job, folder, plan.nccl[job.group], job.efa))
+                label = placement.label() if placement is not None else ""
+                checks.extend(nccl_checks(job, folder, plan.nccl[job.group], job.efa, label))
             elif job.kind == "ddp":
                 checks.append(ddp_check(job, folder))
             else:
@@ -103,6 +116,84 @@ def evaluate(plan: NodePlan, states: dict[str, str], ids: dict[SlurmJob, str]) -
         except ResultError as exc:
             checks.append(Check(name, "FAIL", "-", str(exc)))
     return checks
+
+
+def slurm_version() -> tuple[int, int]:
+    """(major, minor) from `scontrol --version` ("slurm 24.11.7"; docs/facts/jobs.md#slurm-show-topology)."""
+    out = _run(["scontrol", "--version"]).split()
+    try:
+        major, minor = out[-1].split(".")[:2]
+        return int(major), int(minor)
+    except (IndexError, ValueError):
+        raise NodeError(f"scontrol --version: expected 'slurm MAJOR.MINOR.PATCH', got {' '.join(out)!r}") from None
+
+
+def topology_plugin() -> str:
+    """TopologyPlugin of `scontrol show config` (`NAME = VALUE` lines; docs/facts/jobs.md#slurm-show-config-topology)."""
+    for line in _run(["scontrol", "show", "config"]).splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "TopologyPlugin":
+            return value.strip()
+    return "(not set)"
+
+
+def topology_check(plugin: str) -> Check:
+    """A warning, not a failure, where Slurm has no topology to schedule in: the jobs run, placed blindly."""
+    if plugin in TOPOLOGY_PLUGINS:
+        return Check("topology slurm", "PASS", plugin, "HyperPod's topology file is in use; the NCCL job asks for one leaf switch")
+    return Check(
+        "topology slurm",
+        "WARN",
+        plugin,
+        "no tree or block topology: --switches has no effect and the placement cannot be read; HyperPod writes the "
+        "topology for topology-capable types itself (docs/compute.md, Topology-aware placement)",
+    )
+
+
+def job_nodes(job_id: str) -> list[str]:
+    """The nodes a job ran on: sacct's NodeList (a Slurm hostlist), expanded by `scontrol show hostnames`."""
+    lines = [line for line in _run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "NodeList"]).splitlines() if line.strip()]
+    if not lines:
+        return []
+    return [h for h in _run(["scontrol", "show", "hostnames", lines[0].strip()]).split() if h]
+
+
+def _fields(line: str) -> dict[str, str]:
+    return dict(token.split("=", 1) for token in line.split() if "=" in token)
+
+
+def node_units(node: str, version: tuple[int, int]) -> dict[str, str]:
+    """The switches (tree: `SwitchName=... Level=N ...`) or block (`BlockName=...`) above one node, from
+    `scontrol show topology NODE` (24.11) / `scontrol show topology node=NODE` (25.11: a bare word names
+    a topology); level key -> unit name (docs/facts/jobs.md#slurm-show-topology)."""
+    arg = f"node={node}" if version >= (25, 5) else node
+    units: dict[str, str] = {}
+    for line in _run(["scontrol", "show", "topology", arg]).splitlines():
+        f = _fields(line)
+        if "SwitchName" in f and f.get("Level", "").isdigit():
+            units[f"switch-level-{f['Level']}"] = f["SwitchName"]
+        elif "BlockName" in f:
+            units["block"] = f["BlockName"]
+    return units
+
+
+def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int]) -> Placement:
+    """The leaf switch (and the switches above it), or the block, each node of a job sits under."""
+    if plugin not in TOPOLOGY_PLUGINS:
+        return Placement((), {n: {} for n in nodes}, unknown=f"TopologyPlugin {plugin}: no topology to read")
+    if not nodes:
+        return Placement((), unknown="sacct gave no NodeList for the job")
+    found = {node: node_units(node, version) for node in nodes}
+    keys = {k for units in found.values() for k in units}
+    if not keys:
+        return Placement((), {n: {} for n in nodes}, unknown="scontrol show topology printed no switch or block above its nodes")
+    levels: list[Level] = []
+    for level in sorted((int(k.rsplit("-", 1)[1]) for k in keys if k.startswith("switch-level-")), reverse=True):
+        noun = "leaf switch" if level == 0 else f"level-{level} switch"
+        levels.append(Level(f"switch-level-{level}", noun, noun + "es"))
+    if "block" in keys:
+        levels.append(Level("block", "block", "blocks"))
+    return Placement(tuple(levels), found)
 
 
 def check_login_node(plan: NodePlan) -> None:
@@ -118,6 +209,8 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
     run_dir = Path(plan.run_dir)
     for job in plan.jobs:
         (run_dir / job.results).mkdir(parents=True, exist_ok=True)
+    plugin = topology_plugin()
+    version = slurm_version()
     ids: dict[SlurmJob, str] = {}
     for job in plan.jobs:
         ids[job] = _run(job.sbatch(str(run_dir))).strip().split(";")[0]
@@ -126,8 +219,22 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
     for job_id, state in states.items():
         if state not in DONE_STATES:
             subprocess.run(["scancel", job_id], check=False)
-    checks = evaluate(plan, states, ids)
-    about = {"environment": plan.environment, "run_dir": str(run_dir), "fminfra_version": plan.fminfra_version}
+    # where each finished NCCL job ran, read after it ended (HyperPod regenerates the topology only on
+    # scale-up, scale-down and replacement: docs/facts/hyperpod.md#hyperpod-slurm-topology)
+    placements = {
+        job: slurm_placement(job_nodes(ids[job]), plugin, version)
+        for job in plan.jobs
+        if job.kind == "nccl" and states.get(ids[job]) in DONE_STATES
+    }
+    checks = [topology_check(plugin), *evaluate(plan, states, ids, placements)]
+    about: dict[str, object] = {
+        "environment": plan.environment,
+        "run_dir": str(run_dir),
+        "fminfra_version": plan.fminfra_version,
+        "topology_plugin": plugin,
+        "placement": {f"{j.kind} {j.group}": p.to_json() for j, p in placements.items()},
+        "nccl_busbw_by_placement": busbw_by_placement(checks, {j.group: p for j, p in placements.items()}),
+    }
     return report_checks(checks, report or run_dir / "accept.json", about)
 
 

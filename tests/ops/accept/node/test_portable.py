@@ -82,7 +82,14 @@ def shipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_shipped_code_is_python_3_10_and_standard_library_only(shipped: Path, tmp_path: Path) -> None:
     package = shipped / "lib" / NODE_PACKAGE
-    assert sorted(p.name for p in package.glob("*.py")) == ["__init__.py", "__main__.py", "checks.py", "results.py", "runner.py"]
+    assert sorted(p.name for p in package.glob("*.py")) == [
+        "__init__.py",
+        "__main__.py",
+        "checks.py",
+        "placement.py",
+        "results.py",
+        "runner.py",
+    ]
     assert node_package.PYTHON_VERSION == (3, 10)
     assert portability_problems(package, node_package.PYTHON_VERSION) == []
     assert mypy_problems(package, node_package.PYTHON_VERSION, tmp_path) == ""
