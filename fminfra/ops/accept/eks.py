@@ -474,6 +474,9 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
             "# ddp: the loss must fall (mean of the last 10 steps below half the first 10), and on an EFA type NCCL must "
             "select the efa provider (NET/OFI line, NCCL_DEBUG=INFO); step time reported"
         )
+        for job in plan.jobs:
+            if job.nodes_selector:
+                print(f"# placement {job.kind} {job.group}: asks {asked_for(job)}; the nodes' domains are reported (warn when spread)")
         if baseline is not None:
             print(f"# fsx: fio read and write summed over the nodes: warn below the baseline {baseline:.2f} GB/s")
         if image is not None:

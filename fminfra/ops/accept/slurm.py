@@ -151,6 +151,11 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
             f"ddp: MISSING, image {plan.image_unpinned} is not pinned by digest (ACCEPT_PYTORCH_IMAGE_DIGEST in versions.env);"
             " the job refuses it unless FMINFRA_ALLOW_UNPINNED=1 is exported"
         )
+    for job in plan.jobs:
+        if job.kind == "nccl":
+            asked = f"--switches={job.switches} (one leaf switch)" if job.switches else "nothing (no EC2 network topology)"
+            out(f"placement nccl {job.group}: asks {asked}; the switches above its nodes are reported (warn when spread)")
+    out("topology: scontrol show config's TopologyPlugin: warn unless topology/tree or topology/block")
     if plan.fsx_baseline_gb_per_s is not None:
         out(f"fsx: fio read and write summed over the nodes: warn below the baseline {plan.fsx_baseline_gb_per_s:.2f} GB/s")
     for note in plan.notes:
