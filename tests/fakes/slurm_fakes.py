@@ -20,7 +20,16 @@ What the fakes model, and where that comes from (docs/facts/jobs.md):
   `[USER@][REGISTRY#]IMAGE[:TAG]`, and a digest (`@sha256:...`) only with enroot 4.0.0 or later
   (FAKE_ENROOT_VERSION); `--container-mounts` is `SRC:DST[:FLAGS]` with an existing SRC, flags
   joined by `+`; paths under a mount's DST are read from its SRC.
-- scontrol: `show hostnames LIST` expands `prefix-[a-b,c]`.
+- scontrol: `show hostnames LIST` expands `prefix-[a-b,c]` (and lists of them). `--version` prints
+  `slurm FAKE_SLURM_VERSION` (default 24.11.7); `show config` a few `NAME = VALUE` lines with
+  `TopologyPlugin` (FAKE_TOPOLOGY_PLUGIN, default topology/tree; #slurm-show-config-topology);
+  `show partition P` its lines, with `Topology=FAKE_PARTITION_TOPOLOGY` on 25.x when set;
+  `show topology` (#slurm-show-topology) prints the lines of FAKE_TOPOLOGY whose `Nodes` hold the
+  node: on 24.x for `show topology NODE` (a `node=` word matches nothing), on 25.x for
+  `show topology [NAME] node=NODE` (NAME: the partition's topology; without it the cluster
+  default); nothing under topology/default or topology/flat.
+- sbatch also takes `--switches=<count>[@max-time]` (#sbatch-switches; a malformed value is
+  refused) and records the allocation's node list, which `sacct -o NodeList` prints (#sacct-nodelist).
 - sacct (#sacct-parsable-state): `-j ID -X -n -P -o State` prints the job's state alone
   (COMPLETED when the batch script exited 0, else FAILED; FAKE_SACCT_STATE forces one, e.g.
   RUNNING for a job that never ends); scancel records the ids it is given.
@@ -237,18 +246,25 @@ elif args[:2] == ["show", "hostnames"] and len(args) == 3:
     print("\n".join(hostnames(args[2])))
 elif args == ["show", "config"]:
     print(f"Configuration data as of 2026-12-04T02:00:00\nSelectType              = select/cons_tres\nTopologyParam           = (null)\nTopologyPlugin          = {plugin}")
-elif args[:2] == ["show", "topology"] and len(args) == 3:
-    if plugin not in ("topology/tree", "topology/block"):
-        sys.exit(0)  # topology/default and topology/flat print nothing
-    arg = args[2]
+elif args[:2] == ["show", "partition"] and len(args) == 3:
+    # 25.05+: a partition with a topology of topology.yaml prints Topology=NAME on a line of its own
+    named = os.environ.get("FAKE_PARTITION_TOPOLOGY", "") if version.split(".")[0] >= "25" else ""
+    print(f"PartitionName={args[2]}\n   AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL\n" + (f"   Topology={named}\n" if named else "") + "   State=UP TotalCPUs=384 TotalNodes=2")
+elif args[:2] == ["show", "topology"] and len(args) in (3, 4):
+    named = os.environ.get("FAKE_PARTITION_TOPOLOGY", "")
     if version.split(".")[0] >= "25":
-        if not arg.startswith("node="):
-            sys.exit(0)  # a bare word names a topology: none of that name here
+        *name, arg = args[2:]
+        if not arg.startswith("node=") or (name and name != [named]):
+            sys.exit(0)  # a bare word names a topology: only the partition's exists here
+        if not name and plugin not in ("topology/tree", "topology/block"):
+            sys.exit(0)  # the cluster default is flat: nothing to print
         node = arg.split("=", 1)[1]
-    elif "=" in arg:
+    elif plugin not in ("topology/tree", "topology/block") or len(args) != 3:
+        sys.exit(0)  # topology/default prints nothing
+    elif "=" in args[2]:
         sys.exit(0)  # 24.11 takes a switch or node name; `node=X` matches neither
     else:
-        node = arg
+        node = args[2]
     lines = [line for line in Path(os.environ["FAKE_TOPOLOGY"]).read_text().splitlines() if line.strip()]
     fields = [dict(t.split("=", 1) for t in line.split()) for line in lines]
     shown = {i for i, f in enumerate(fields) if node in hostnames(f.get("Nodes", ""))}

@@ -404,3 +404,19 @@ def test_a_type_without_topology_asks_for_no_switch(monkeypatch: pytest.MonkeyPa
     plan = accept.slurm_plan(cfg, "r1", None, read_instance_thresholds())
     nccl = next(j for j in plan.jobs if j.kind == "nccl")
     assert nccl.switches == "" and not any(a.startswith("--switches") for a in nccl.sbatch("/run"))
+
+
+def test_a_partition_topology_of_topology_yaml_is_read(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """25.05+: the cluster default may be flat while the GPU partition has its own tree (topology.yaml);
+    accept reads the partition's `Topology=` and names it to `scontrol show topology`."""
+    monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")
+    monkeypatch.setenv("FAKE_TOPOLOGY_PLUGIN", "topology/flat")
+    monkeypatch.setenv("FAKE_PARTITION_TOPOLOGY", "gpu-tree")
+    assert _accept(tmp_path) == 0
+    checks = _checks(tmp_path)
+    assert checks["topology slurm"]["status"] == "PASS" and "partition workers: topology gpu-tree" in checks["topology slurm"]["detail"]
+    assert checks["placement nccl workers"]["figure"] == "1 1 1 domains"
+    # the test of the test: without the partition's topology the flat default has nothing to show
+    monkeypatch.delenv("FAKE_PARTITION_TOPOLOGY")
+    assert _accept(tmp_path) == 0
+    assert _checks(tmp_path)["topology slurm"]["status"] == "WARN"

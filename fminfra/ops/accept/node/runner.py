@@ -137,10 +137,23 @@ def topology_plugin() -> str:
     return "(not set)"
 
 
-def topology_check(plugin: str) -> Check:
-    """A warning, not a failure, where Slurm has no topology to schedule in: the jobs run, placed blindly."""
-    if plugin in TOPOLOGY_PLUGINS:
-        return Check("topology slurm", "PASS", plugin, "HyperPod's topology file is in use; the NCCL job asks for one leaf switch")
+def partition_topology(partition: str, version: tuple[int, int]) -> str:
+    """The named topology a partition uses (25.05 and later: `scontrol show partition P` prints
+    `Topology=NAME` when topology.yaml gives it one; docs/facts/jobs.md#slurm-show-topology); "" otherwise."""
+    if version < (25, 5):
+        return ""
+    fields = _fields(_run(["scontrol", "show", "partition", partition]))
+    return fields.get("Topology", "")
+
+
+def topology_check(plugin: str, partitions: dict[str, str] | None = None) -> Check:
+    """A warning, not a failure, where Slurm has no topology to schedule in: the jobs run, placed blindly.
+    On 25.05+ a partition's own topology (topology.yaml) counts, whatever the cluster default's plugin."""
+    named = {p: t for p, t in (partitions or {}).items() if t}
+    if plugin in TOPOLOGY_PLUGINS or named:
+        where = ", ".join(f"partition {p}: topology {t}" for p, t in sorted(named.items()))
+        detail = "HyperPod's topology is in use" + (f" ({where})" if where else "") + "; the NCCL job asks for one leaf switch"
+        return Check("topology slurm", "PASS", plugin, detail)
     return Check(
         "topology slurm",
         "WARN",
@@ -162,13 +175,13 @@ def _fields(line: str) -> dict[str, str]:
     return dict(token.split("=", 1) for token in line.split() if "=" in token)
 
 
-def node_units(node: str, version: tuple[int, int]) -> dict[str, str]:
+def node_units(node: str, version: tuple[int, int], topology: str = "") -> dict[str, str]:
     """The switches (tree: `SwitchName=... Level=N ...`) or block (`BlockName=...`) above one node, from
-    `scontrol show topology NODE` (24.11) / `scontrol show topology node=NODE` (25.11: a bare word names
-    a topology); level key -> unit name (docs/facts/jobs.md#slurm-show-topology)."""
-    arg = f"node={node}" if version >= (25, 5) else node
+    `scontrol show topology NODE` (24.11) / `scontrol show topology [TOPOLOGY] node=NODE` (25.05 and
+    later: a bare word names a topology); level key -> unit name (docs/facts/jobs.md#slurm-show-topology)."""
+    args = [*([topology] if topology else []), f"node={node}"] if version >= (25, 5) else [node]
     units: dict[str, str] = {}
-    for line in _run(["scontrol", "show", "topology", arg]).splitlines():
+    for line in _run(["scontrol", "show", "topology", *args]).splitlines():
         f = _fields(line)
         if "SwitchName" in f and f.get("Level", "").isdigit():
             units[f"switch-level-{f['Level']}"] = f["SwitchName"]
@@ -177,13 +190,14 @@ def node_units(node: str, version: tuple[int, int]) -> dict[str, str]:
     return units
 
 
-def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int]) -> Placement:
-    """The leaf switch (and the switches above it), or the block, each node of a job sits under."""
-    if plugin not in TOPOLOGY_PLUGINS:
+def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "") -> Placement:
+    """The leaf switch (and the switches above it), or the block, each node of a job sits under;
+    `topology`: the partition's named topology (25.05+), read instead of the cluster default."""
+    if plugin not in TOPOLOGY_PLUGINS and not topology:
         return Placement((), {n: {} for n in nodes}, unknown=f"TopologyPlugin {plugin}: no topology to read")
     if not nodes:
         return Placement((), unknown="sacct gave no NodeList for the job")
-    found = {node: node_units(node, version) for node in nodes}
+    found = {node: node_units(node, version, topology) for node in nodes}
     keys = {k for units in found.values() for k in units}
     if not keys:
         return Placement((), {n: {} for n in nodes}, unknown="scontrol show topology printed no switch or block above its nodes")
@@ -221,12 +235,13 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
             subprocess.run(["scancel", job_id], check=False)
     # where each finished NCCL job ran, read after it ended (HyperPod regenerates the topology only on
     # scale-up, scale-down and replacement: docs/facts/hyperpod.md#hyperpod-slurm-topology)
+    partitions = {job.group: partition_topology(job.group, version) for job in plan.jobs if job.kind == "nccl"}
     placements = {
-        job: slurm_placement(job_nodes(ids[job]), plugin, version)
+        job: slurm_placement(job_nodes(ids[job]), plugin, version, partitions[job.group])
         for job in plan.jobs
         if job.kind == "nccl" and states.get(ids[job]) in DONE_STATES
     }
-    checks = [topology_check(plugin), *evaluate(plan, states, ids, placements)]
+    checks = [topology_check(plugin, partitions), *evaluate(plan, states, ids, placements)]
     about: dict[str, object] = {
         "environment": plan.environment,
         "run_dir": str(run_dir),
