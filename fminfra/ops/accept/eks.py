@@ -33,12 +33,13 @@ import yaml
 
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.accept import checks as accept
-from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, _job_topology_levels, eks_plan, split_sections, topology_annotations
+from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections, topology_annotations
 from fminfra.ops.accept.node.placement import Level, Placement, busbw_by_placement, placement_check
 from fminfra.ops.accept.node.results import ResultError, nccl_ofi_provider, ofi_provider_found
 from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
+from fminfra.topology.rules import job_topology_levels
 
 # The condition types that end a job, per resource, and the one that means success
 # (docs/facts/jobs.md#acceptance-job-conditions).
@@ -283,7 +284,7 @@ def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
 def placement_levels(instance_type: str) -> tuple[Level, ...]:
     """The levels a job's placement is read at: the network-node-layer labels it can ask for, coarsest first."""
     out = []
-    for label in _job_topology_levels(instance_type, hyperpod=True):
+    for label in job_topology_levels(instance_type, hyperpod=True):
         layer = label.rsplit("-", 1)[1]
         out.append(Level(label, f"layer-{layer} domain", f"layer-{layer} domains"))
     return tuple(out)

@@ -37,7 +37,7 @@ from fminfra.core.versions import load_versions
 from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
 from fminfra.storage.rules import FSX_MOUNT
-from fminfra.topology.rules import HYPERPOD_LEVELS, PODSET_PREFERRED_TOPOLOGY, network_node_labels
+from fminfra.topology.rules import PODSET_PREFERRED_TOPOLOGY, job_topology_levels
 
 MARK = "fminfra-accept"
 # docs/facts/jobs.md#accept-nccl-tests-image
@@ -96,22 +96,13 @@ class EksPlan:
         return [self.scripts, *(j.manifest for j in self.jobs)]
 
 
-def _job_topology_levels(instance_type: str, hyperpod: bool) -> tuple[str, ...]:
-    """The network levels a job on this type can ask Kueue for, coarsest first: the type's
-    network-node-layer labels, on HyperPod EKS only those task governance schedules in
-    (HYPERPOD_LEVELS); () for a type without EC2 topology (g5, g6). (Private until
-    fminfra.topology.rules.job_topology_levels, of the same meaning, lands.)"""
-    labels = network_node_labels(instance_type)
-    return tuple(label for label in labels if label in HYPERPOD_LEVELS) if hyperpod else labels
-
-
 def topology_annotations(instance_type: str) -> dict[str, str]:
     """The pod template annotation that asks Kueue for the tightest domain that fits: the finest level
     of the type's topology, preferred, so that a group spread over several domains still runs (at the
     next level up, finally spread) and `accept` reports where it landed (docs/facts/jobs.md#kueue-tas-preferred-node-selector).
     The pods' instance-type nodeSelector stays: the "annotation or nodeSelector, not both" of task
     governance's page is about a nodeSelector on a topology label (docs/facts/hyperpod.md#hyperpod-tas-node-selector)."""
-    levels = _job_topology_levels(instance_type, hyperpod=True)
+    levels = job_topology_levels(instance_type, hyperpod=True)
     return {PODSET_PREFERRED_TOPOLOGY: levels[-1]} if levels else {}
 
 

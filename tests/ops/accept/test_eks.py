@@ -641,10 +641,11 @@ def test_training_pods_ask_for_the_finest_hyperpod_level() -> None:
 def test_topology_annotation_per_type() -> None:
     """p6-b200 has 4 layers, task governance schedules in 1-3: layer-3; g5 and g6 have none: no annotation.
     The test of the test: a level outside task governance's would be caught by the same comparison."""
-    from fminfra.ops.accept.manifests import _job_topology_levels, topology_annotations
+    from fminfra.ops.accept.manifests import topology_annotations
+    from fminfra.topology.rules import job_topology_levels
 
     assert topology_annotations("p6-b200.48xlarge") == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
-    assert _job_topology_levels("p6-b200.48xlarge", hyperpod=False)[-1] == "topology.k8s.aws/network-node-layer-4"
+    assert job_topology_levels("p6-b200.48xlarge", hyperpod=False)[-1] == "topology.k8s.aws/network-node-layer-4"
     assert topology_annotations("g5.48xlarge") == topology_annotations("ml.g6.48xlarge") == {}
     assert topology_annotations("p5.48xlarge") != {PREFERRED: "topology.k8s.aws/network-node-layer-4"}
 
