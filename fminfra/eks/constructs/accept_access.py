@@ -12,7 +12,11 @@ authorize it too. This module gives it (`Clusters` calls it, in the environment'
   the requests `fminfra accept` makes
   (`fminfra/ops/accept/eks.py`), bound to that group, applied with the cluster's kubectl
   provider as the AMP scraper's RBAC is. The Role grants nothing outside its namespace; `get` on the
-  namespace object itself is inside it (docs/facts/eks.md#k8s-rbac-request-attributes).
+  namespace object itself is inside it (docs/facts/eks.md#k8s-rbac-request-attributes);
+- one ClusterRole, `get` of nodes only, bound to the same group: accept reads the network layer labels
+  of the nodes its jobs ran on (`kubectl get nodes NAME...`), and nodes are cluster-scoped, which no
+  Role can grant (docs/facts/jobs.md#k8s-rbac-forbidden-cluster-scope). `get` by name, not `list`:
+  accept names the nodes its pods ran on.
 
 EKS stores the role's unique id when the entry is created, so the role must exist first: deploy
 the GitHub OIDC stack before the environment (docs/facts/iam.md#eks-access-entry-existing-principal).
@@ -45,6 +49,9 @@ from fminfra.eks.constructs.cluster import EksCluster
 # The Kubernetes group of the acceptance role's access entry (a RoleBinding subject, kind Group).
 ACCEPT_GROUP = "fminfra-accept"
 ACCEPT_ROLE = "fminfra-accept"
+ACCEPT_NODES_ROLE = "fminfra-accept-nodes"
+# The one cluster-scoped request: `kubectl get nodes NAME...` (a get per name) for the placement rows.
+ACCEPT_NODE_RULES: tuple[dict[str, list[str]], ...] = ({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},)
 
 # What `fminfra accept` does in the team namespace, as Kubernetes authorizes it: `kubectl get` of the
 # namespace and its LocalQueue; `kubectl apply` (get, then create or patch) of the scripts' ConfigMap
@@ -70,8 +77,27 @@ def accept_namespaces(namespaces: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
-    """Per namespace: the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP."""
-    objects: list[dict[str, Any]] = []
+    """Per namespace: the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP; and the ClusterRole
+    with ACCEPT_NODE_RULES and its ClusterRoleBinding to the same group."""
+
+    def group() -> dict[str, str]:
+        return {"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+
+    objects: list[dict[str, Any]] = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": ACCEPT_NODES_ROLE},
+            "rules": [{key: list(values) for key, values in rule.items()} for rule in ACCEPT_NODE_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": ACCEPT_NODES_ROLE},
+            "subjects": [group()],
+            "roleRef": {"kind": "ClusterRole", "name": ACCEPT_NODES_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
+        },
+    ]
     for ns in namespaces:
         objects += [
             {
@@ -84,7 +110,7 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
                 "metadata": {"name": ACCEPT_ROLE, "namespace": ns},
-                "subjects": [{"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
+                "subjects": [group()],
                 "roleRef": {"kind": "Role", "name": ACCEPT_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
             },
         ]

@@ -27,7 +27,15 @@ import yaml
 from fminfra.config import load_config
 from fminfra.config.pipeline import load_pipeline
 from fminfra.core.errors import ConfigError
-from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, ACCEPT_ROLE, ACCEPT_RULES, accept_namespaces, accept_rbac
+from fminfra.eks.constructs.accept_access import (
+    ACCEPT_GROUP,
+    ACCEPT_NODE_RULES,
+    ACCEPT_NODES_ROLE,
+    ACCEPT_ROLE,
+    ACCEPT_RULES,
+    accept_namespaces,
+    accept_rbac,
+)
 from fminfra.eks.rules import ACCEPT_NEEDS_TEAM, team_queue
 from fminfra.ops.accept.manifests import eks_plan
 from fminfra.promotion.rules import accept_role_name
@@ -182,7 +190,13 @@ def test_a_manifest_that_would_delete_the_team_namespace_is_found() -> None:
 
 
 RBAC_SCHEMAS = ROOT / "tests" / "data" / "rbac" / "kubernetes-v1.34.0-rbac-strict.json"  # README.md there
-SCHEMA_FILES = {"Namespace": "namespace-v1.json", "Role": "role-rbac-v1.json", "RoleBinding": "rolebinding-rbac-v1.json"}
+SCHEMA_FILES = {
+    "Namespace": "namespace-v1.json",
+    "Role": "role-rbac-v1.json",
+    "RoleBinding": "rolebinding-rbac-v1.json",
+    "ClusterRole": "clusterrole-rbac-v1.json",
+    "ClusterRoleBinding": "clusterrolebinding-rbac-v1.json",
+}
 
 
 def k8s_problems(obj: dict[str, Any]) -> list[str]:
@@ -195,7 +209,7 @@ def k8s_problems(obj: dict[str, Any]) -> list[str]:
 
 def test_the_rbac_objects_match_the_kubernetes_schemas(synth: Synth) -> None:
     objects = _rbac(synth) + accept_namespaces([NAMESPACE])
-    assert sorted(o["kind"] for o in objects) == ["Namespace", "Role", "RoleBinding"]
+    assert sorted(o["kind"] for o in objects) == ["ClusterRole", "ClusterRoleBinding", "Namespace", "Role", "RoleBinding"]
     assert [p for o in objects for p in k8s_problems(o)] == []
 
 
@@ -205,6 +219,8 @@ def test_the_rbac_objects_match_the_kubernetes_schemas(synth: Synth) -> None:
         ("Role", ("rules", 0, "verb"), ["get"], "Additional properties are not allowed ('verb'"),
         ("RoleBinding", ("roleRef", "name"), None, "None is not of type 'string'"),
         ("RoleBinding", ("subjects", 0, "group"), "x", "Additional properties are not allowed ('group'"),
+        ("ClusterRole", ("metadata", "namespace"), 1, "1 is not of type 'string'"),
+        ("ClusterRoleBinding", ("roleRef", "kind"), None, "None is not of type 'string'"),
     ],
 )
 def test_the_kubernetes_schema_check_catches_a_broken_object(kind: str, path: tuple[Any, ...], value: Any, expect: str) -> None:
@@ -223,7 +239,12 @@ def test_the_rbac_binds_the_entry_group_in_the_team_namespace_only(synth: Synth)
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["subjects"] == [{"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
     assert binding["roleRef"] == {"kind": "Role", "name": ACCEPT_ROLE, "apiGroup": "rbac.authorization.k8s.io"}
-    assert not any(o["kind"] in ("ClusterRole", "ClusterRoleBinding") for o in objects)
+    # cluster-wide, only `get` of nodes (the placement read), bound to the same group
+    cluster_roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert [r["rules"] for r in cluster_roles] == [[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]]
+    cluster_binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
+    assert cluster_binding["subjects"] == binding["subjects"]
+    assert cluster_binding["roleRef"] == {"kind": "ClusterRole", "name": ACCEPT_NODES_ROLE, "apiGroup": "rbac.authorization.k8s.io"}
     assert all("*" not in v for o in objects for r in o.get("rules", []) for v in r.values())
 
 
@@ -241,10 +262,8 @@ RESOURCES = {
     "nodes": ("", "nodes"),
 }
 # `accept` reads the nodes its jobs ran on (their network-node-layer labels: fminfra/ops/accept/eks.py,
-# read_placement). Nodes are cluster-scoped, so no namespaced Role grants them: that needs a ClusterRole
-# (get nodes) bound to ACCEPT_GROUP in fminfra/eks/constructs/accept_access.py, not there yet. Until
-# then accept reports the placement as unknown (a warning) for the acceptance role; these are the
-# requests the Roles are known not to allow.
+# read_placement). Nodes are cluster-scoped: only a ClusterRole (ACCEPT_NODE_RULES) grants them
+# (docs/facts/jobs.md#k8s-rbac-forbidden-cluster-scope), and the request has no namespace.
 CLUSTER_SCOPED = {"nodes"}
 KINDS = {
     ("v1", "ConfigMap"): ("", "configmaps"),
@@ -286,19 +305,19 @@ def requests(args: list[str], stdin: str | None) -> list[Request]:
 
 
 def denied(objects: list[dict[str, Any]], wanted: list[Request]) -> list[Request]:
-    """The requests no Role bound to ACCEPT_GROUP allows (Kubernetes RBAC: union of allow rules)."""
-    bound = {
-        (b["metadata"]["namespace"], b["roleRef"]["name"])
-        for b in objects
-        if b["kind"] == "RoleBinding" and {"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"} in b["subjects"]
-    }
+    """The requests no role bound to ACCEPT_GROUP allows (Kubernetes RBAC: union of allow rules): a Role
+    through a RoleBinding in its namespace, a ClusterRole through a ClusterRoleBinding anywhere, cluster
+    scope included."""
+    subject = {"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
+    bound = {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in objects if b["kind"] == "RoleBinding" and subject in b["subjects"]}
+    cluster_bound = {b["roleRef"]["name"] for b in objects if b["kind"] == "ClusterRoleBinding" and subject in b["subjects"]}
     roles = [o for o in objects if o["kind"] == "Role" and (o["metadata"]["namespace"], o["metadata"]["name"]) in bound]
+    roles += [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] in cluster_bound]
 
     def allows(role: dict[str, Any], req: Request) -> bool:
         verb, group, resource, ns = req
-        return role["metadata"]["namespace"] == ns and any(
-            verb in r["verbs"] and group in r["apiGroups"] and resource in r["resources"] for r in role["rules"]
-        )
+        where = role["kind"] == "ClusterRole" or role["metadata"]["namespace"] == ns
+        return where and any(verb in r["verbs"] and group in r["apiGroups"] and resource in r["resources"] for r in role["rules"])
 
     return [req for req in wanted if not any(allows(role, req) for role in roles)]
 
@@ -323,10 +342,12 @@ def accept_requests(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_the_role_allows_every_request_accept_makes(synth: Synth, accept_requests: list[Request]) -> None:
     kinds = {(r[0], r[2]) for r in accept_requests}
     assert {("get", "namespaces"), ("get", "localqueues"), ("create", "mpijobs"), ("get", "pods/log"), ("delete", "configmaps")} <= kinds
-    assert {r for r in denied(_rbac(synth), accept_requests)} == {("get", "", "nodes", "")}  # CLUSTER_SCOPED, above
+    assert ("get", "", "nodes", "") in accept_requests  # the placement read, cluster-scoped
+    assert denied(_rbac(synth), accept_requests) == []
     # and nothing beyond them: every rule's verb is used
     used = {(v, g, r) for v, g, r, _ in accept_requests}
-    unused = [(v, g, r) for rule in ACCEPT_RULES for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
+    rules = (*ACCEPT_RULES, *ACCEPT_NODE_RULES)
+    unused = [(v, g, r) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]]
     unused = [u for u in unused if u not in used and u[0] != "patch"]  # patch: apply of an object that exists
     assert unused == []
 
@@ -340,8 +361,13 @@ def test_the_evaluation_catches_a_missing_rule_or_namespace(accept_requests: lis
     assert ("get", "", "namespaces", NAMESPACE) in denied(elsewhere, accept_requests)
     unbound = accept_rbac([NAMESPACE])
     next(o for o in unbound if o["kind"] == "RoleBinding")["subjects"][0]["name"] = "someone-else"
-    assert denied(unbound, accept_requests) == accept_requests
-    assert ("get", "", "nodes", "") in accept_requests  # the placement read, cluster-scoped
+    assert denied(unbound, accept_requests) == [r for r in accept_requests if r[2] != "nodes"]
+    # without the ClusterRole (a namespaced Role cannot grant nodes), the placement read is refused
+    no_cluster_role = [o for o in accept_rbac([NAMESPACE]) if o["kind"] != "ClusterRole"]
+    assert {r for r in denied(no_cluster_role, accept_requests)} == {("get", "", "nodes", "")}
+    as_role = accept_rbac([NAMESPACE])
+    next(o for o in as_role if o["kind"] == "Role")["rules"].append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]})
+    assert {r for r in denied([o for o in as_role if o["kind"] != "ClusterRole"], accept_requests)} == {("get", "", "nodes", "")}
 
 
 # --- config and pipeline.yaml ------------------------------------------------------------------------
