@@ -27,6 +27,18 @@ TASK_GOVERNANCE_TAS_MIN_VERSION = (1, 2, 2)
 PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 KUEUE_TOPOLOGY_LEVELS_MAX = 16
+# The regions where EC2 describes instance topology (DescribeInstanceTopology, and so the network-node-layer
+# labels); DescribeCapacityReservationTopology is offered in each of them but two
+# (docs/facts/instances.md#ec2-topology-regions). Elsewhere a node gets no network-node-layer label.
+EC2_TOPOLOGY_REGIONS = frozenset(
+    {
+        "us-east-1", "us-east-2", "us-west-1", "us-west-2", "af-south-1", "ap-southeast-3", "ap-east-1", "ap-south-2",
+        "ap-southeast-4", "ap-south-1", "ap-northeast-3", "ap-northeast-2", "ap-southeast-1", "ap-southeast-2",
+        "ap-northeast-1", "ca-central-1", "eu-central-1", "eu-west-1", "eu-west-2", "eu-west-3", "eu-south-2",
+        "eu-north-1", "eu-central-2", "il-central-1", "me-south-1", "me-central-1", "sa-east-1", "us-gov-west-1",
+    }
+)  # fmt: skip
+RESERVATION_TOPOLOGY_REGIONS = EC2_TOPOLOGY_REGIONS - {"il-central-1", "us-gov-west-1"}
 # The name of fminfra's Kueue Topology over N network layers (EKS without HyperPod; docs/compute.md).
 KUEUE_TOPOLOGY_NAME = "fminfra-network-{layers}-layers"
 
@@ -111,3 +123,8 @@ def task_governance_supports_tas(version: str) -> bool:
     """Whether task governance at add-on `version` schedules topology-aware (from v1.2.2-eksbuild.1,
     docs/facts/hyperpod.md#hyperpod-topology-labels)."""
     return addon_version(version) >= TASK_GOVERNANCE_TAS_MIN_VERSION
+
+
+def topology_in_region(region: str) -> bool:
+    """Whether EC2 describes instance topology in the region, so that nodes there carry network-node-layer labels."""
+    return region in EC2_TOPOLOGY_REGIONS

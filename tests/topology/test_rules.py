@@ -93,3 +93,11 @@ def test_no_team_mixes_topology_aware_and_plain_types() -> None:
     assert rules.kueue_topology_types(layers, teams) == {"p5e.48xlarge": 3, "p6-b200.48xlarge": 4}
     assert rules.kueue_topology_types(layers, [{"p5.48xlarge"}, {"p4d.24xlarge", "p5e.48xlarge"}]) == layers
     assert rules.kueue_topology_types(layers, [{"g6.xlarge"}]) == layers  # a plain-only team mixes nothing
+
+
+def test_topology_regions_are_the_ec2_guides() -> None:
+    assert rules.topology_in_region("us-west-2") and rules.topology_in_region("il-central-1")
+    # accepted regions the guide does not list: no network-node-layer labels there
+    for region in ("cn-northwest-1", "us-gov-east-1", "eu-south-1", "ca-west-1", "ap-southeast-5"):
+        assert not rules.topology_in_region(region), region
+    assert rules.EC2_TOPOLOGY_REGIONS - rules.RESERVATION_TOPOLOGY_REGIONS == {"il-central-1", "us-gov-west-1"}
