@@ -488,6 +488,13 @@ class SchedulingConfig(Model):
         description="EKS without HyperPod: install a pinned Kueue (waitForPodsReady on) and a queue per team over the "
         "inference node groups' GPUs. Default: off (no Kueue).",
     )
+    kueue_topology: bool = Field(
+        default=False,
+        description="With kueue: topology-aware flavors (Kueue's Topology Aware Scheduling over the network-node-layer "
+        "labels) for the GPU types with an EC2 topology, where the region has one. In a queue of such flavors every pod "
+        "set must request GPUs or share a kueue.x-k8s.io/podset-group-name with one that does (an MPIJob launcher "
+        "otherwise waits forever: docs/compute.md). Not with Karpenter. Default: off.",
+    )
 
     @field_validator("teams")
     @classmethod
@@ -860,7 +867,7 @@ class ComputeConfig(Model):
         """fminfra's Kueue (EKS without HyperPod): a type with an EC2 topology whose flavor stays plain
         because a team holds it beside a type without one (docs/compute.md#kubernetes-kueue-and-task-governance)."""
         quotas = self.kueue_quotas()
-        if not quotas or self.karpenter:
+        if not quotas or self.karpenter or self.eks is None or not self.eks.scheduling.kueue_topology:
             return []
         held = {team: {t for t, gpus in q.items() if gpus > 0} for team, q in quotas.items()}
         layers = {t: n for types in held.values() for t in types if (n := network_layers(t))}
@@ -1123,6 +1130,14 @@ class ComputeConfig(Model):
             if scheduling.kueue:
                 # docs/facts/hyperpod.md#hyperpod-task-governance-addon: task governance is HyperPod EKS's one Kueue.
                 problems.append(error(f"{base}.kueue", "HyperPod EKS runs task governance's Kueue and no second one; allowed: false"))
+            if scheduling.kueue_topology:
+                problems.append(
+                    error(
+                        f"{base}.kueue_topology",
+                        "task governance places topology-aware with its own Kueue objects "
+                        "(docs/facts/hyperpod.md#task-governance-tas-not-configurable); allowed: false",
+                    )
+                )
             if scheduling.task_governance is False:
                 for name in ("teams", "priority_classes"):
                     if name in scheduling.model_fields_set:
@@ -1157,6 +1172,15 @@ class ComputeConfig(Model):
                             f"{team.name!r} is a reserved namespace; not allowed: {', '.join(RESERVED_NAMESPACES)}",
                         )
                     )
+            if scheduling.kueue_topology and self.karpenter:
+                # docs/facts/eks.md#kueue-tas-cluster-queue-mixing: topology-aware admission counts only nodes that exist
+                problems.append(
+                    error(
+                        f"{base}.kueue_topology",
+                        "Kueue places topology-aware only on nodes that exist, and Karpenter starts nodes only for "
+                        "admitted pods; allowed with karpenter: false",
+                    )
+                )
             groups = {g.name: g for g in self.inference_node_groups}
             capacity = {g.name: g.max_size for g in self.inference_node_groups}
         held: dict[str, int] = {}

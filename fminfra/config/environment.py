@@ -35,6 +35,7 @@ from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
 from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE, empty_stack_problem
 from fminfra.storage.config import StorageConfig
+from fminfra.topology.rules import topology_in_region
 
 
 class EnvironmentConfig(Model):
@@ -106,6 +107,14 @@ class EnvironmentConfig(Model):
                         f"region ({self.account}, {self.region})",
                     )
                 )
+        if self.compute.eks is not None and self.compute.eks.scheduling.kueue_topology and not topology_in_region(self.region):
+            problems.append(
+                error(
+                    "compute.eks.scheduling.kueue_topology",
+                    f"EC2 describes no instance topology in {self.region}, so no node there has network-node-layer labels "
+                    "(docs/facts/instances.md#ec2-topology-regions); allowed here: false",
+                )
+            )
         for i, igroup in enumerate(self.compute.inference_node_groups):
             name = self.physical_name(igroup.name)
             if len(name) > NODEGROUP_NAME_MAX:

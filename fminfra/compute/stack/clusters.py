@@ -587,9 +587,10 @@ def accept_access(cfg: EnvironmentConfig) -> AcceptAccessSpec | None:
 
 
 def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
-    """A Kueue flavor per inference GPU type, tolerating its groups' taints; topology-aware unless
-    Karpenter starts the nodes (Kueue places topology-aware only on nodes that exist, and a workload it
-    has not admitted has no pods for Karpenter to start nodes for: docs/facts/eks.md#kueue-tas-cluster-queue-mixing)."""
+    """A Kueue flavor per inference GPU type, tolerating its groups' taints; topology-aware with
+    `compute.eks.scheduling.kueue_topology` (refused with Karpenter, which starts nodes only for pods
+    Kueue has admitted, while Kueue places topology-aware only on nodes that exist:
+    docs/facts/eks.md#kueue-tas-cluster-queue-mixing)."""
     flavors: dict[str, list[dict[str, str]]] = {}
     for g in cfg.compute.inference_node_groups:
         taints = [(t.key, t.value, t.effect) for t in g.taints]
@@ -598,7 +599,8 @@ def kueue_flavors(cfg: EnvironmentConfig) -> list[GpuFlavor]:
             toleration = {"key": key, "operator": "Equal", "value": value, "effect": effect}
             if toleration not in tolerations:
                 tolerations.append(toleration)
-    return [GpuFlavor(instance_type=t, tolerations=tol, topology_aware=not cfg.compute.karpenter) for t, tol in sorted(flavors.items())]
+    topology = cfg.compute.eks is not None and cfg.compute.eks.scheduling.kueue_topology  # validated: not with Karpenter
+    return [GpuFlavor(instance_type=t, tolerations=tol, topology_aware=topology) for t, tol in sorted(flavors.items())]
 
 
 def inference_group(

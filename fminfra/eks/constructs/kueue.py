@@ -22,6 +22,8 @@ stay plain too.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,11 +53,11 @@ VALUE_KEYS = ("managerConfig",)
 class GpuFlavor:
     """A ResourceFlavor: the nodes of one EC2 instance type, and the tolerations of their taints
     (Kueue adds them to the pods it admits on this flavor). topology_aware: name a Topology when the
-    type has an EC2 topology (false for nodes that exist only once pods are pending). Default: true."""
+    type has an EC2 topology (never for nodes that exist only once pods are pending). Default: false."""
 
     instance_type: str
     tolerations: Sequence[Mapping[str, str]] = ()
-    topology_aware: bool = True
+    topology_aware: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,6 +110,30 @@ def _held(gpus: Mapping[str, int]) -> set[str]:
     return {t for t, count in gpus.items() if count > 0}
 
 
+def _flavor_spec(flavor: GpuFlavor, layers: Mapping[str, int]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: flavor.instance_type}}
+    if flavor.tolerations:
+        spec["tolerations"] = [dict(t) for t in flavor.tolerations]
+    if flavor.instance_type in layers:
+        spec["topologyName"] = kueue_topology_name(layers[flavor.instance_type])
+    return spec
+
+
+def flavor_names(props: KueueProps) -> dict[str, str]:
+    """Instance type -> the name of its ResourceFlavor: the type for a plain flavor; for a topology-aware
+    one the type, `-topology-` and 8 hex digits of a hash of its spec. Kueue makes a topology-aware
+    flavor's topologyName, nodeLabels and tolerations immutable (docs/facts/eks.md#kueue-topology-aware-scheduling),
+    so a change of any of them (new taints, turning topology off) must be a new object, which the kubectl
+    provider creates while it prunes the old one, never an update Kueue refuses."""
+    layers = topology_layers(props)
+    names = {}
+    for flavor in props.flavors:
+        spec = _flavor_spec(flavor, layers)
+        digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
+        names[flavor.instance_type] = f"{flavor.instance_type}-topology-{digest}" if "topologyName" in spec else flavor.instance_type
+    return names
+
+
 def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
     """The Topologies (one per layer depth among the topology-aware flavors), the ResourceFlavors, and
     per team its Namespace, ClusterQueue (the flavors of the types the team holds) and LocalQueue."""
@@ -121,20 +147,23 @@ def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
         }
         for depth in sorted(set(layers.values()))
     ]
+    names = flavor_names(props)
     for flavor in props.flavors:
-        spec: dict[str, Any] = {"nodeLabels": {INSTANCE_TYPE_LABEL: flavor.instance_type}}
-        if flavor.tolerations:
-            spec["tolerations"] = [dict(t) for t in flavor.tolerations]
-        if flavor.instance_type in layers:
-            spec["topologyName"] = kueue_topology_name(layers[flavor.instance_type])
-        objects.append({"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": flavor.instance_type}, "spec": spec})
+        objects.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceFlavor",
+                "metadata": {"name": names[flavor.instance_type]},
+                "spec": _flavor_spec(flavor, layers),
+            }
+        )
     for team, gpus in props.teams.items():
         queue = team_queue("eks", team)
         cluster_queue = f"{team}-clusterqueue"
         # The types the team holds GPUs of (a team holding none: every flavor, at 0).
         held = _held(gpus) or {f.instance_type for f in props.flavors}
         flavors = [
-            {"name": f.instance_type, "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus.get(f.instance_type, 0)}]}
+            {"name": names[f.instance_type], "resources": [{"name": GPU_RESOURCE, "nominalQuota": gpus.get(f.instance_type, 0)}]}
             for f in props.flavors
             if f.instance_type in held
         ]

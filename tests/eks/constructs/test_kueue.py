@@ -231,7 +231,17 @@ def _props(teams: dict[str, dict[str, int]], karpenter: tuple[str, ...] = ()) ->
 
 
 def _by_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    """Name -> spec; a ResourceFlavor by its instance type (a topology-aware flavor's name carries a hash)."""
+    if kind == "ResourceFlavor":
+        return {o["spec"]["nodeLabels"]["node.kubernetes.io/instance-type"]: o["spec"] for o in objects if o["kind"] == kind}
     return {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == kind}
+
+
+def _flavor_types(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """ResourceFlavor name -> its instance type."""
+    return {
+        o["metadata"]["name"]: o["spec"]["nodeLabels"]["node.kubernetes.io/instance-type"] for o in objects if o["kind"] == "ResourceFlavor"
+    }
 
 
 def test_one_topology_per_layer_depth_and_a_flavor_per_type_names_its_own() -> None:
@@ -263,8 +273,9 @@ def test_a_team_holding_a_plain_type_keeps_its_other_types_plain() -> None:
     objects = kueue_objects(_props(teams))
     flavors = _by_kind(objects, "ResourceFlavor")
     assert {name for name, f in flavors.items() if "topologyName" in f} == {"p5e.48xlarge"}
+    types = _flavor_types(objects)
     for name, spec in _by_kind(objects, "ClusterQueue").items():
-        listed = [f["name"] for g in spec["resourceGroups"] for f in g["flavors"]]
+        listed = [types[f["name"]] for g in spec["resourceGroups"] for f in g["flavors"]]
         assert len({"topologyName" in flavors[f] for f in listed}) == 1, name  # no queue mixes
         assert listed == sorted(teams[name.removesuffix("-clusterqueue")]), name  # only the types the team holds
 
@@ -275,14 +286,64 @@ def test_flavors_of_nodes_karpenter_starts_stay_plain() -> None:
     assert not _by_kind(kueue_objects(_props({"a": {"p5.48xlarge": 8}}, karpenter=("p5.48xlarge",))), "Topology")
 
 
-def test_karpenter_environments_mark_flavors_not_topology_aware() -> None:
-    data = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
-    data["compute"]["eks"]["scheduling"] = {"kueue": True}
+def test_topology_aware_flavors_only_with_kueue_topology() -> None:
+    """Off by default: in a queue of topology-aware flavors Kueue admits no pod set that requests none of
+    the queue's GPUs unless it shares a podset-group-name (docs/facts/eks.md#kueue-tas-cluster-queue-mixing)."""
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-kueue-untainted.yaml")
+    assert all(f.topology_aware for f in kueue_flavors(parse_config(data, "f.yaml")))
+    del data["compute"]["eks"]["scheduling"]["kueue_topology"]
     flavors = kueue_flavors(parse_config(data, "f.yaml"))
     assert flavors and not any(f.topology_aware for f in flavors)
-    assert all(
-        f.topology_aware for f in kueue_flavors(parse_config(read_yaml(ROOT / "tests" / "configs" / "eks-kueue-untainted.yaml"), "f.yaml"))
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    data["compute"]["eks"]["scheduling"] = {"kueue": True}
+    assert not any(f.topology_aware for f in kueue_flavors(parse_config(data, "f.yaml")))
+
+
+def test_kueue_topology_is_refused_with_karpenter() -> None:
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-karpenter.yaml")
+    data["compute"]["eks"]["scheduling"] = {"kueue": True}
+    parse_config(data, "f.yaml")  # the test of the test: Kueue itself is allowed with Karpenter
+    data["compute"]["eks"]["scheduling"]["kueue_topology"] = True
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "f.yaml")
+    assert any("eks.scheduling.kueue_topology" in p and "allowed with karpenter: false" in p for p in exc.value.problems), (
+        exc.value.problems
     )
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "message"),
+    [
+        (lambda d: d.update(region="eu-south-1"), "kueue_topology", "EC2 describes no instance topology in eu-south-1"),
+        (lambda d: d["compute"]["eks"]["scheduling"].update(kueue=False), "scheduling", "or kueue: true"),
+    ],
+)
+def test_kueue_topology_is_refused_where_it_cannot_place(edit: Any, field: str, message: str) -> None:
+    data = read_yaml(ROOT / "tests" / "configs" / "eks-kueue-untainted.yaml")
+    edit(data)
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "f.yaml")
+    assert any(field in p and message in p for p in exc.value.problems), exc.value.problems
+
+
+def test_a_flavor_change_kueue_refuses_in_place_is_a_new_flavor() -> None:
+    """Kueue makes a topology-aware flavor's topologyName, nodeLabels and tolerations immutable: every
+    change fminfra can make to a flavor either keeps its name with a spec the update rules allow, or
+    gives it a new name (a new object; the kubectl provider prunes the old one). Checked over every
+    pair of states: plain, topology-aware, with and without taints, 3 and 4 layers."""
+    states = []
+    for tolerations in ((), ({"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"},)):
+        for aware in (False, True):
+            for instance_type in ("p5.48xlarge", "p6-b200.48xlarge"):
+                flavor = GpuFlavor(instance_type=instance_type, tolerations=tolerations, topology_aware=aware)
+                props = KueueProps(cluster=None, version="0.19.2", flavors=[flavor], teams={"a": {instance_type: 8}})  # type: ignore[arg-type]
+                states += [o for o in kueue_objects(props) if o["kind"] == "ResourceFlavor"]
+    pairs = [(old, new) for old in states for new in states if old["metadata"]["name"] == new["metadata"]["name"]]
+    assert len(pairs) > len(states)  # some names are kept (plain flavors by type), so this is a real check
+    assert [(o["metadata"]["name"], cel_problems(n, o)) for o, n in pairs if cel_problems(n, o)] == []
+    # the test of the test: the same states all named by type, as before, break the rules
+    by_type = [{**o, "metadata": {"name": o["spec"]["nodeLabels"]["node.kubernetes.io/instance-type"]}} for o in states]
+    assert any(cel_problems(n, o) for o in by_type for n in by_type if o["metadata"] == n["metadata"])
 
 
 def test_the_synthesized_topology_of_an_untainted_g6e_cluster(synth: Synth) -> None:
@@ -401,7 +462,7 @@ def test_quotas_and_queue_names_follow_the_config(synth: Synth) -> None:
         queue = team_queue("eks", team)
         assert local[(queue.namespace, queue.local_queue)] == f"{team}-clusterqueue"
     flavors = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "ResourceFlavor"}
-    assert set(flavors) == {"p5.48xlarge", "g6.xlarge"}
+    assert set(flavors) == {"p5.48xlarge", "g6.xlarge"}  # kueue_topology off: plain flavors, named by type
     for name, spec in flavors.items():
         assert spec["nodeLabels"] == {"node.kubernetes.io/instance-type": name}
         assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"} in spec["tolerations"]
@@ -536,11 +597,13 @@ def test_the_node_wait_check_finds_a_chart_that_waits_for_no_node(synth: Synth) 
 def test_validate_warns_where_a_type_with_a_topology_stays_plain() -> None:
     """hp-slurm-inf: `serving` holds p5 and g6, so p5's flavor stays plain; with the teams split so none
     mixes, no warning (the test of the test)."""
-    cfg = parse_config(read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml"), "f.yaml")
+    data = read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml")
+    assert not [w for w in parse_config(data, "f.yaml").compute.warnings() if "Kueue flavor stays plain" in w.message]  # topology off
+    data["compute"]["eks"]["scheduling"]["kueue_topology"] = True
+    cfg = parse_config(data, "f.yaml")
     found = [w for w in cfg.compute.warnings() if "Kueue flavor stays plain" in w.message]
     assert [(w.path, w.message.split(":")[0]) for w in found] == [("eks.scheduling.teams", "p5.48xlarge")]
     assert "team(s) serving also hold" in found[0].message
-    data = read_yaml(ROOT / "tests" / "configs" / "hp-slurm-inference.yaml")
     data["compute"]["eks"]["scheduling"]["teams"] = [
         {"name": "serving", "instances": {"serve-g6": 3}},
         {"name": "batch", "instances": {"serve-p5": 2}},
@@ -549,3 +612,12 @@ def test_validate_warns_where_a_type_with_a_topology_stays_plain() -> None:
     assert not [w for w in split.compute.warnings() if "Kueue flavor stays plain" in w.message]
     objects = kueue_objects(KueueProps(cluster=None, version="0.19.2", flavors=kueue_flavors(split), teams=split.compute.kueue_quotas()))  # type: ignore[arg-type]
     assert _by_kind(objects, "ResourceFlavor")["p5.48xlarge"]["topologyName"] == "fminfra-network-3-layers"
+
+
+def test_kueue_topology_is_task_governances_on_hyperpod_eks() -> None:
+    data = read_yaml(ROOT / "config" / "staging.yaml")
+    parse_config(data, "f.yaml")  # the test of the test: staging as shipped is valid
+    data["compute"]["eks"].setdefault("scheduling", {})["kueue_topology"] = True
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data, "f.yaml")
+    assert any("eks.scheduling.kueue_topology" in p and "task governance places topology-aware" in p for p in exc.value.problems)
