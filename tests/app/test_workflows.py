@@ -355,29 +355,57 @@ def accept_job_problems(job: dict[str, Any]) -> list[str]:
         problems.append("names no GitHub environment: the acceptance role would not trust its token")
     if (job.get("permissions") or {}).get("id-token") != "write":
         problems.append("needs id-token: write for OIDC")
-    version = (job.get("env") or {}).get("KUBECTL_VERSION", "")
-    if not re.fullmatch(r"v1\.3[3-5]\.[0-9]+", version):
-        problems.append(f"KUBECTL_VERSION {version!r} is outside 1.33-1.35")
     steps = _steps(job)
     runs = [s.get("run", "") for s in steps]
     gate = next((i for i, r in enumerate(runs) if r == 'make accept-gate ENV="$ENVIRONMENT"'), None)
-    kubectl = next((i for i, r in enumerate(runs) if "dl.k8s.io/release/${KUBECTL_VERSION}" in r), None)
     if gate is None:
         return [*problems, "does not run make accept-gate"]
-    if kubectl is None or kubectl > gate or "sha256sum --check" not in runs[kubectl] or "GITHUB_PATH" not in runs[kubectl]:
-        problems.append("no checked kubectl download onto PATH before the gate")
+    problems += gate_kubectl_problems(steps, gate)
     creds = [w for i, w in _creds(steps) if i < gate]
     if not creds or not creds[-1].get("role-to-assume", "").endswith(":role/fminfra-${{ inputs.environment }}-accept"):
         problems.append("the gate does not run with the acceptance role")
     return problems
 
 
+KUBECTL_ACTION = ROOT / ".github" / "actions" / "kubectl" / "action.yml"
+
+
+def _kubectl_action_run() -> str:
+    (step,) = yaml.safe_load(KUBECTL_ACTION.read_text())["runs"]["steps"]
+    return str(step["run"])
+
+
+def gate_kubectl_problems(steps: list[dict[str, Any]], gate: int, action_run: str | None = None, version: str | None = None) -> list[str]:
+    """A job that runs the acceptance gate installs the pinned kubectl first: the workflow's KUBECTL_VERSION
+    within one minor of the 1.34 cluster (docs/facts/eks.md#kubectl-version-skew), through the local
+    action, which downloads it and checks it against its published SHA-256
+    (docs/facts/pipeline.md#kubectl-download-checksum) onto PATH; a GitHub-hosted image's own kubectl is
+    the newest stable one (docs/facts/pipeline.md#github-runner-kubectl-latest), which accept refuses."""
+    problems = []
+    if version is None:
+        version = (_load("deploy-environment.yml").get("env") or {}).get("KUBECTL_VERSION", "")
+    if not re.fullmatch(r"v1\.3[3-5]\.[0-9]+", version):
+        problems.append(f"KUBECTL_VERSION {version!r} is outside 1.33-1.35")
+    run = _kubectl_action_run() if action_run is None else action_run
+    if "dl.k8s.io/release/${KUBECTL_VERSION}" not in run or "sha256sum --check" not in run or "GITHUB_PATH" not in run:
+        problems.append("the kubectl action is no checked download onto PATH")
+    found = [
+        i
+        for i, s in enumerate(steps[:gate])
+        if s.get("uses") == "./.github/actions/kubectl"
+        and s.get("with", {}).get("version") == "${{ env.KUBECTL_VERSION }}"
+        and s.get("if") == steps[gate].get("if")
+    ]
+    if not found:
+        problems.append("no checked kubectl download onto PATH before the gate")
+    return problems
+
+
 def _kubectl_step(tmp_path: Path, checksum: str | None, arch: str = "X64") -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
-    """The accept job's kubectl step in a fresh bash, with a fake curl that serves a binary and its
+    """The kubectl action's step in a fresh bash, with a fake curl that serves a binary and its
     `.sha256` the way dl.k8s.io publishes them (docs/facts/pipeline.md#kubectl-download-checksum):
     the checksum file holds the hex digest alone. `checksum`: its content (None: the right one)."""
-    job = _load("deploy-environment.yml")["jobs"]["accept"]
-    run = next(s["run"] for s in _steps(job) if "dl.k8s.io" in s.get("run", ""))
+    run = _kubectl_action_run()
     fakebin = tmp_path / "bin"
     fakebin.mkdir()
     payload = "#!/bin/sh\necho fake kubectl\n"
@@ -398,7 +426,7 @@ def _kubectl_step(tmp_path: Path, checksum: str | None, arch: str = "X64") -> tu
         "RUNNER_ARCH": arch,
         "RUNNER_TEMP": str(tmp_path / "runner-temp"),
         "GITHUB_PATH": str(github_path),
-        "KUBECTL_VERSION": job["env"]["KUBECTL_VERSION"],
+        "KUBECTL_VERSION": _load("deploy-environment.yml")["env"]["KUBECTL_VERSION"],
     }
     (tmp_path / "runner-temp").mkdir()
     result = subprocess.run(
@@ -436,11 +464,7 @@ def test_the_kubectl_step_refuses_a_bad_download(tmp_path: Path, checksum: str |
     [
         (lambda j: j.pop("environment"), "names no GitHub environment"),
         (lambda j: j.update({"runs-on": "ubuntu-24.04"}), "is not the labels of accept_runs_on"),
-        (lambda j: j["env"].update(KUBECTL_VERSION="v1.36.0"), "outside 1.33-1.35"),
-        (
-            lambda j: [s.update(run=s["run"].replace("sha256sum --check", "true")) for s in j["steps"] if "dl.k8s.io" in s.get("run", "")],
-            "checked kubectl",
-        ),
+        (lambda j: j.update(steps=[s for s in j["steps"] if s.get("uses") != "./.github/actions/kubectl"]), "checked kubectl"),
         (lambda j: j.pop("if"), "only with accept_runs_on"),
     ],
 )
@@ -448,6 +472,28 @@ def test_accept_job_check_can_fail(break_it: Any, problem: str) -> None:
     job = copy.deepcopy(_load("deploy-environment.yml")["jobs"]["accept"])
     break_it(job)
     assert any(problem in p for p in accept_job_problems(job)), accept_job_problems(job)
+
+
+def test_every_job_that_runs_the_gate_installs_the_pinned_kubectl_first() -> None:
+    """The deploy job runs the gate itself when accept_runs_on is empty (a public endpoint): there too the
+    pinned kubectl, under the gate's own condition (promotion read, B1)."""
+    gates = [
+        (name, job, i)
+        for path in sorted(WORKFLOWS.glob("*.yml"))
+        for name, job in _load(path.name)["jobs"].items()
+        for i, step in enumerate(_steps(job))
+        if step.get("run") == 'make accept-gate ENV="$ENVIRONMENT"'
+    ]
+    assert {name for name, _, _ in gates} == {"deploy", "accept"}
+    assert [(name, gate_kubectl_problems(_steps(job), i)) for name, job, i in gates] == [("deploy", []), ("accept", [])]
+    # the test of the test: the deploy job as it was (no kubectl step), and an action that checks nothing
+    deploy, i = next((job, i) for name, job, i in gates if name == "deploy")
+    steps = [s for s in _steps(deploy) if s.get("uses") != "./.github/actions/kubectl"]
+    gate = next(n for n, s in enumerate(steps) if s.get("run") == 'make accept-gate ENV="$ENVIRONMENT"')
+    assert gate_kubectl_problems(steps, gate) == ["no checked kubectl download onto PATH before the gate"]
+    unchecked = _kubectl_action_run().replace("sha256sum --check", "true")
+    assert gate_kubectl_problems(_steps(deploy), i, unchecked) == ["the kubectl action is no checked download onto PATH"]
+    assert gate_kubectl_problems(_steps(deploy), i, version="v1.36.0") == ["KUBECTL_VERSION 'v1.36.0' is outside 1.33-1.35"]
 
 
 # --------------------------------------------------------------------------------------------
