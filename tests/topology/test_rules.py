@@ -100,4 +100,4 @@ def test_topology_regions_are_the_ec2_guides() -> None:
     # accepted regions the guide does not list: no network-node-layer labels there
     for region in ("cn-northwest-1", "us-gov-east-1", "eu-south-1", "ca-west-1", "ap-southeast-5"):
         assert not rules.topology_in_region(region), region
-    assert rules.EC2_TOPOLOGY_REGIONS - rules.RESERVATION_TOPOLOGY_REGIONS == {"il-central-1", "us-gov-west-1"}
+    assert {"il-central-1", "us-gov-west-1"} == rules.EC2_TOPOLOGY_REGIONS - rules.RESERVATION_TOPOLOGY_REGIONS
