@@ -199,10 +199,8 @@ def reservation_shared_problem(reservation_id: str, owner: str) -> str:
 
 # DescribeCapacityReservationTopology: at most 10 reservation ids a call, MaxResults not with ids
 # (docs/facts/capacity.md#capacity-reservation-topology-request); network nodes only for these states
-# (docs/facts/capacity.md#capacity-reservation-topology-response); not offered in these regions
-# (docs/facts/capacity.md#capacity-reservation-topology-regions); its IAM action
+# (docs/facts/capacity.md#capacity-reservation-topology-response); its IAM action
 # (docs/facts/capacity.md#capacity-reservation-topology-iam).
 TOPOLOGY_IDS_PER_CALL = 10
 TOPOLOGY_STATES = ("active", "pending")
-TOPOLOGY_UNSUPPORTED_REGIONS = {"il-central-1": "Israel (Tel Aviv)", "us-gov-west-1": "AWS GovCloud (US-West)"}
 TOPOLOGY_IAM_ACTION = "ec2:DescribeCapacityReservationTopology"

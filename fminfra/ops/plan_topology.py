@@ -25,14 +25,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from fminfra.capacity.rules import TOPOLOGY_IAM_ACTION as IAM_ACTION
 from fminfra.capacity.rules import TOPOLOGY_IDS_PER_CALL as IDS_PER_CALL
 from fminfra.capacity.rules import TOPOLOGY_STATES
-from fminfra.capacity.rules import TOPOLOGY_UNSUPPORTED_REGIONS as UNSUPPORTED_REGIONS
 from fminfra.config import EnvironmentConfig, InferenceNodeGroupConfig, InstanceGroupConfig
 from fminfra.core.table import format_table
 from fminfra.ops.aws import CLIENT_CONFIG, AwsAccessError, access_problem, error_code
-from fminfra.topology.rules import network_layers
+from fminfra.topology.rules import RESERVATION_TOPOLOGY_REGIONS, network_layers
 
-# EC2's common codes for an action it does not take; which one the two regions answer is unverified, so plan
-# decides by the region's name first (docs/facts/capacity.md#capacity-reservation-topology-regions).
+# EC2's common codes for an action it does not take; which one a region off the EC2 guide's list answers is
+# unverified, so plan decides by the list first (docs/facts/instances.md#ec2-topology-regions) and keeps this as a fallback.
 UNSUPPORTED_CODES = ("UnsupportedOperation", "InvalidAction")
 # Throttling: EC2 answers RequestLimitExceeded; retry with capped exponential backoff and full jitter,
 # as botocore's standard mode does: rand(0, 1) * min(1 s * 2**i, 20 s), 5 attempts in all
@@ -181,7 +180,7 @@ def read_topology(cfg: EnvironmentConfig, reader: TopologyReader) -> tuple[list[
     groups, lines = reserved_groups(cfg)
     if not groups:
         return [], lines or ["no group names EC2 reservations (reservation_ids): nothing to describe"]
-    if cfg.region in UNSUPPORTED_REGIONS:
+    if cfg.region not in RESERVATION_TOPOLOGY_REGIONS:  # the EC2 guide's list (docs/facts/instances.md#ec2-topology-regions)
         return [], [*lines, _unsupported(cfg.region)]
     ids = list(dict.fromkeys(rid for _, rids in groups for rid in rids))
     found = {rid: Reservation(rid) for rid in ids}
@@ -208,11 +207,10 @@ def read_topology(cfg: EnvironmentConfig, reader: TopologyReader) -> tuple[list[
 
 
 def _unsupported(region: str, code: str = "") -> str:
-    where = UNSUPPORTED_REGIONS.get(region, region)
-    because = f" (EC2 answered {code})" if code else ""
+    because = f" (EC2 answered {code})" if code else " (not on the EC2 guide's list)"
     return (
-        f"topology: EC2 does not offer DescribeCapacityReservationTopology in {region} ({where}){because}; no topology to show "
-        "(docs/facts/capacity.md#capacity-reservation-topology-regions)"
+        f"topology: EC2 does not offer DescribeCapacityReservationTopology in {region}{because}; no topology to show "
+        "(docs/facts/instances.md#ec2-topology-regions)"
     )
 
 

@@ -26,6 +26,8 @@ HYPERPOD_LEVELS = tuple(f"{NETWORK_NODE_LABEL_PREFIX}{n}" for n in range(1, HYPE
 TASK_GOVERNANCE_TAS_MIN_VERSION = (1, 2, 2)
 PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
+# Pod sets of one job fitted to one domain together (Kueue: exactly 2, one of 1 pod; docs/facts/jobs.md#kueue-podset-group)
+PODSET_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
 KUEUE_TOPOLOGY_LEVELS_MAX = 16
 # The regions where EC2 describes instance topology (DescribeInstanceTopology, and so the network-node-layer
 # labels); DescribeCapacityReservationTopology is offered in each of them but two

@@ -44,7 +44,8 @@ What it models, and from where:
   the HyperPodPyTorchJob's pods likewise (default `hyperpod-i-0`, `hyperpod-i-1`, ...). The fake keeps
   every pod while its job exists (mpi-operator deletes the workers when the launcher ends:
   cleanPodPolicy Running, so `accept` reads placement while the job runs).
-- `get nodes NAME... -o json` returns a List of the named nodes with the labels of the state's
+- `get nodes NAME... -o json` returns the Node for one name and a List of the named nodes for several, as
+  kubectl prints them (docs/facts/jobs.md#kubectl-get-single-object), with the labels of the state's
   `nodes` (name -> labels; the network-node-layer labels HyperPod applies:
   docs/facts/hyperpod.md#hyperpod-topology-labels); a name not there is `Error from server (NotFound):
   nodes "NAME" not found`, exit 1; with `forbid_nodes` in the state, the API server's RBAC denial of a
@@ -155,7 +156,8 @@ def main(argv: list[str]) -> None:
             if name not in known:
                 fail(f'Error from server (NotFound): nodes "{name}" not found')
         items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": known[n]}} for n in names]
-        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+        # one name: the Node itself; several: a List (docs/facts/jobs.md#kubectl-get-single-object)
+        print(json.dumps(items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}))
     elif args[:2] == ["get", "pods"]:
         selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
         items = [p for p in pods(state) if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

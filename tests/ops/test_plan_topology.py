@@ -271,8 +271,8 @@ def test_an_unsupported_region_is_one_line_and_no_call(ec2: Ec2) -> None:
     cfg = _cfg(_group("train", "p5.48xlarge", 1, [rid(1)]), region="il-central-1")
     text = render_topology(cfg, ec2.reader)  # the Stubber has no answers: any call would raise
     assert text.splitlines()[-1] == (
-        "topology: EC2 does not offer DescribeCapacityReservationTopology in il-central-1 (Israel (Tel Aviv)); no topology to show "
-        "(docs/facts/capacity.md#capacity-reservation-topology-regions)"
+        "topology: EC2 does not offer DescribeCapacityReservationTopology in il-central-1 (not on the EC2 guide's list); no topology "
+        "to show (docs/facts/instances.md#ec2-topology-regions)"
     )
     # the test of the test: the same group in us-west-2 does call EC2
     with pytest.raises(TopologyCallError, match="DescribeCapacityReservations"):  # the Stubber had no answer
@@ -284,7 +284,7 @@ def test_a_region_whose_ec2_answers_unsupported_operation_is_one_line(ec2: Ec2) 
     ec2.counts(_reservation(rid(1), 1))
     ec2.error("describe_capacity_reservation_topology", "UnsupportedOperation", "The operation is not supported in this region.")
     text = render_topology(cfg, ec2.reader)
-    assert "EC2 does not offer DescribeCapacityReservationTopology in us-west-2 (us-west-2) (EC2 answered UnsupportedOperation)" in text
+    assert "EC2 does not offer DescribeCapacityReservationTopology in us-west-2 (EC2 answered UnsupportedOperation)" in text
 
 
 def test_an_expired_reservation_has_no_network_nodes_and_says_why(ec2: Ec2) -> None:
@@ -378,3 +378,16 @@ def test_a_denied_instance_count_call_names_its_own_action(ec2: Ec2) -> None:
     ec2.error("describe_capacity_reservations", "UnauthorizedOperation", "You are not authorized to perform this operation.")
     with pytest.raises(TopologyCallError, match=r"need the IAM action ec2:DescribeCapacityReservations \("):
         read_topology(_cfg(_group("train", "p5.48xlarge", 1, [rid(1)])), ec2.reader)
+
+
+@pytest.mark.parametrize("region", ["eu-south-1", "ca-west-1", "us-gov-east-1", "cn-north-1", "il-central-1"])
+def test_a_region_off_the_ec2_guides_list_is_one_line_and_no_call(ec2: Ec2, region: str) -> None:
+    """The EC2 guide lists the regions that offer reservation topology (docs/facts/instances.md#ec2-topology-regions):
+    an allowlist, so a region it does not name is never asked."""
+    cfg = _cfg(_group("train", "p5.48xlarge", 1, [rid(1)])).model_copy(update={"region": region})
+    text = render_topology(cfg, ec2.reader)  # the Stubber has no answers: any call would raise
+    assert f"topology: EC2 does not offer DescribeCapacityReservationTopology in {region}" in text.splitlines()[-1]
+    # the test of the test: a region on the list (the Stubber's us-west-2, and eu-south-2) does call EC2
+    for listed in ("us-west-2", "eu-south-2"):
+        with pytest.raises(TopologyCallError, match="DescribeCapacityReservations"):
+            render_topology(cfg.model_copy(update={"region": listed}), ec2.reader)

@@ -39,7 +39,7 @@ from fminfra.ops.accept.node.results import ResultError, nccl_ofi_provider, ofi_
 from fminfra.ops.accept.slurm import unpinned_image
 from fminfra.ops.common import EXIT_OK, UsageError
 from fminfra.storage.config import lustre_throughput_gb_per_s
-from fminfra.topology.rules import job_topology_levels
+from fminfra.topology.rules import job_topology_levels, topology_in_region
 
 # The condition types that end a job, per resource, and the one that means success
 # (docs/facts/jobs.md#acceptance-job-conditions).
@@ -281,39 +281,55 @@ def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
                 (folder / f"fio-{section}.json").write_text(body, encoding="utf-8")
 
 
-def placement_levels(instance_type: str) -> tuple[Level, ...]:
-    """The levels a job's placement is read at: the network-node-layer labels it can ask for, coarsest first."""
+def placement_levels(job: EksJob) -> tuple[Level, ...]:
+    """The levels a job's placement is read at: the network-node-layer labels it can ask for, coarsest first;
+    none in a region where EC2 describes no instance topology (docs/facts/instances.md#ec2-topology-regions)."""
+    if not topology_in_region(job.region):
+        return ()
     out = []
-    for label in job_topology_levels(instance_type, hyperpod=True):
+    for label in job_topology_levels(job.instance_type, hyperpod=True):
         layer = label.rsplit("-", 1)[1]
         out.append(Level(label, f"layer-{layer} domain", f"layer-{layer} domains"))
     return tuple(out)
 
 
+def no_topology(job: EksJob) -> str:
+    """Why a job has no placement to read: the region, or the type."""
+    if not topology_in_region(job.region):
+        return f"no EC2 topology in {job.region}"
+    return f"{job.instance_type} has no EC2 network topology"
+
+
+def no_placement(job: EksJob, names: list[str]) -> Placement:
+    return Placement((), {name: {} for name in names}, absent=no_topology(job))
+
+
 def read_placement(kubectl: Kubectl, namespace: str, job: EksJob) -> Placement | None:
     """The nodes the job's pods run on (`spec.nodeName`) and each node's network-node-layer labels
-    (`kubectl get nodes NAME... -o json`); None while fewer pods than the job's nodes have a node. A
-    node read that fails (RBAC: nodes are cluster-scoped, a namespaced Role cannot grant them) gives a
+    (`kubectl get nodes NAME... -o json`: one Node for one name, a List for several,
+    docs/facts/jobs.md#kubectl-get-single-object); None while fewer pods than the job's nodes have a node.
+    A node read that fails (RBAC: nodes are cluster-scoped, a namespaced Role cannot grant them) gives a
     placement marked unknown, with kubectl's message."""
     pods = kubectl.json("get", "pods", "-n", namespace, "-l", job.nodes_selector).get("items", [])
     names = sorted({str(p["spec"]["nodeName"]) for p in pods if (p.get("spec") or {}).get("nodeName")})
     if len(names) < job.nodes:
         return None
-    levels = placement_levels(job.instance_type)
+    levels = placement_levels(job)
     if not levels:
-        return Placement(levels, {name: {} for name in names})
+        return no_placement(job, names)
     try:
         listing = kubectl.json("get", "nodes", *names)
     except UsageError as exc:
         return Placement(levels, {name: {} for name in names}, unknown=str(exc))
-    labels = {str(n["metadata"]["name"]): (n["metadata"].get("labels") or {}) for n in listing.get("items", [])}
+    found = listing.get("items", []) if listing.get("kind") == "List" else [listing]
+    labels = {str(n["metadata"]["name"]): (n["metadata"].get("labels") or {}) for n in found}
     return Placement(levels, {name: {lv.key: labels.get(name, {}).get(lv.key, "") for lv in levels} for name in names})
 
 
 def asked_for(job: EksJob) -> str:
     """What the job's pod template asked Kueue for, for the placement row."""
-    topology = topology_annotations(job.instance_type)
-    return ", ".join(f"{k}: {v}" for k, v in topology.items()) or f"nothing ({job.instance_type} has no EC2 network topology)"
+    topology = topology_annotations(job.instance_type, job.region)
+    return ", ".join(f"{k}: {v}" for k, v in topology.items()) or f"nothing ({no_topology(job)})"
 
 
 def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
@@ -408,8 +424,10 @@ def run(
             states[job.name] = wait_for(kubectl, plan.namespace, job, deadline, poll_s, on_poll=watch)
             if job.nodes_selector and job.name not in placements:
                 # the MPIJob's workers go when the launcher ends (cleanPodPolicy Running): seen while running, or never
-                levels = placement_levels(job.instance_type)
-                placements[job.name] = Placement(levels, unknown="its pods were not seen on nodes while it ran")
+                levels = placement_levels(job)
+                placements[job.name] = (
+                    Placement(levels, unknown="its pods were not seen on nodes while it ran") if levels else no_placement(job, [])
+                )
             if done(job.resource, states[job.name]):
                 collect(kubectl, plan, job, results / job.group / job.kind)
             # Ended or not, the job goes (its logs are saved): nothing of it holds GPUs for the next one.

@@ -37,7 +37,7 @@ from fminfra.core.versions import load_versions
 from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
 from fminfra.storage.rules import FSX_MOUNT
-from fminfra.topology.rules import PODSET_PREFERRED_TOPOLOGY, job_topology_levels
+from fminfra.topology.rules import PODSET_GROUP_NAME, PODSET_PREFERRED_TOPOLOGY, job_topology_levels, topology_in_region
 
 MARK = "fminfra-accept"
 # docs/facts/jobs.md#accept-nccl-tests-image
@@ -79,6 +79,7 @@ class EksJob:
     efa: bool = True
     nodes_selector: str = ""  # the pods whose nodes are the job's placement (NCCL: the workers; DDP: every pod)
     instance_type: str = ""
+    region: str = ""
 
 
 @dataclass
@@ -96,12 +97,16 @@ class EksPlan:
         return [self.scripts, *(j.manifest for j in self.jobs)]
 
 
-def topology_annotations(instance_type: str) -> dict[str, str]:
+def topology_annotations(instance_type: str, region: str) -> dict[str, str]:
     """The pod template annotation that asks Kueue for the tightest domain that fits: the finest level
     of the type's topology, preferred, so that a group spread over several domains still runs (at the
     next level up, finally spread) and `accept` reports where it landed (docs/facts/jobs.md#kueue-tas-preferred-node-selector).
     The pods' instance-type nodeSelector stays: the "annotation or nodeSelector, not both" of task
-    governance's page is about a nodeSelector on a topology label (docs/facts/hyperpod.md#hyperpod-tas-node-selector)."""
+    governance's page is about a nodeSelector on a topology label (docs/facts/hyperpod.md#hyperpod-tas-node-selector).
+    None in a region where EC2 describes no instance topology: its nodes carry no network-node-layer label
+    (docs/facts/instances.md#ec2-topology-regions)."""
+    if not topology_in_region(region):
+        return {}
     levels = job_topology_levels(instance_type, hyperpod=True)
     return {PODSET_PREFERRED_TOPOLOGY: levels[-1]} if levels else {}
 
@@ -181,7 +186,13 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     ]
     script = "set -o errexit -o pipefail\n" + "\n".join(steps) + f"\necho {MARK} end\n"
     image = f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
-    topology = topology_annotations(instance_type)
+    topology = topology_annotations(instance_type, plan.cfg.region)
+
+    # The launcher requests nothing: where every flavor of the ClusterQueue is topology-aware it gets a TAS
+    # flavor only as one pod set group with the workers, same topology on both (docs/facts/jobs.md#kueue-podset-group).
+    def grouped() -> dict[str, Any]:
+        return {"metadata": {"annotations": {**topology, PODSET_GROUP_NAME: name}}} if topology else {}
+
     manifest = {
         "apiVersion": "kubeflow.org/v2beta1",
         "kind": "MPIJob",
@@ -196,16 +207,17 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
                 "Launcher": {
                     "replicas": 1,
                     "template": {
+                        **grouped(),
                         "spec": {
                             "restartPolicy": "OnFailure",
                             "containers": [{"name": "launcher", "image": image, "command": ["/bin/bash", "-c", script]}],
-                        }
+                        },
                     },
                 },
                 "Worker": {
                     "replicas": NCCL_NODES,
                     "template": {
-                        **({"metadata": {"annotations": topology}} if topology else {}),
+                        **grouped(),
                         "spec": {
                             "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
                             "containers": [
@@ -226,7 +238,8 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     selector = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=launcher"
     workers = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=worker"
     efa = spec.max_efa_interfaces > 0
-    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, "mpijobs.kubeflow.org", manifest, selector, efa, workers, instance_type)
+    resource = "mpijobs.kubeflow.org"
+    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, resource, manifest, selector, efa, workers, instance_type, plan.cfg.region)
 
 
 def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
@@ -249,11 +262,13 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
     env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
     if efa:
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
-    topology = topology_annotations(instance_type)
+    topology = topology_annotations(instance_type, plan.cfg.region)
+    # One pod set, which requests the GPUs: no group needed. The annotation on the job's metadata as well as
+    # on the pod template, as the HyperPod CLI writes it (docs/facts/jobs.md#hyperpod-cli-topology-annotation).
     manifest = {
         "apiVersion": "sagemaker.amazonaws.com/v1",
         "kind": "HyperPodPyTorchJob",
-        "metadata": _meta(name, plan, "ddp", group),
+        "metadata": {**_meta(name, plan, "ddp", group), **({"annotations": dict(topology)} if topology else {})},
         "spec": {
             "nprocPerNode": str(spec.gpus),
             # None keeps the ended pods for their logs (docs/facts/jobs.md#hyperpod-pytorch-job-shape); accept deletes the job after reading them.
@@ -289,7 +304,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
     }
     resource = "hyperpodpytorchjobs.sagemaker.amazonaws.com"
     pods = f"{HPJOB_LABEL}={name}"
-    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type)
+    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type, plan.cfg.region)
 
 
 def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
@@ -355,7 +370,10 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
             },
         },
     }
-    return EksJob("fsx", group, nodes, spec.gpus, name, "jobs.batch", manifest, f"{BATCH_JOB_NAME_LABEL}={name}")
+    selector = f"{BATCH_JOB_NAME_LABEL}={name}"
+    return EksJob(
+        "fsx", group, nodes, spec.gpus, name, "jobs.batch", manifest, selector, instance_type=instance_type, region=plan.cfg.region
+    )
 
 
 def scripts_config_map(name: str, namespace: str, run_id: str, queue: str) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from fminfra.ops.common import UsageError
 from fminfra.promotion.rules import accept_folder_problem
 from fminfra.storage.config import lustre_throughput_gb_per_s
 from fminfra.storage.rules import FSX_MOUNT
-from fminfra.topology.rules import network_layers
+from fminfra.topology.rules import network_layers, topology_in_region
 
 # The NCCL job asks for one leaf switch, waiting at most 5 minutes for it (minutes:seconds), the default
 # cap of SchedulerParameters max_switch_wait (docs/facts/jobs.md#sbatch-switches); then it runs where it got.
@@ -111,10 +111,13 @@ def slurm_plan(
         if group.count >= NCCL_NODES:
             plan.nccl[group.name] = nccl_threshold(group.spec.name, overrides, table)
             efa = group.spec.max_efa_interfaces > 0
-            switches = NCCL_SWITCHES if network_layers(group.spec.name) else ""  # g5, g6: no topology to ask for
-            plan.jobs.append(
-                SlurmJob("nccl", group.name, NCCL_NODES, gpus, "nccl-tests.sbatch", f"{group.name}/nccl", efa=efa, switches=switches)
-            )
+            # g5, g6: no topology to ask for; outside the regions where EC2 describes instance topology HyperPod
+            # writes no tree either (docs/facts/instances.md#ec2-topology-regions)
+            here = topology_in_region(cfg.region)
+            switches = NCCL_SWITCHES if network_layers(group.spec.name) and here else ""
+            none = "" if here else f"no EC2 topology in {cfg.region}"
+            script, results = "nccl-tests.sbatch", f"{group.name}/nccl"
+            plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, script, results, efa=efa, switches=switches, no_topology=none))
         else:
             plan.notes.append(no_nccl_note(group.name, group.count))
         plan.jobs.append(SlurmJob("ddp", group.name, group.count, gpus, "ddp-smoke.sbatch", f"{group.name}/ddp"))
@@ -153,7 +156,11 @@ def print_plan(plan: Plan, out: Callable[[str], None] = print) -> None:
         )
     for job in plan.jobs:
         if job.kind == "nccl":
-            asked = f"--switches={job.switches} (one leaf switch)" if job.switches else "nothing (no EC2 network topology)"
+            asked = (
+                f"--switches={job.switches} (one leaf switch)"
+                if job.switches
+                else f"nothing ({job.no_topology or 'no EC2 network topology'})"
+            )
             out(f"placement nccl {job.group}: asks {asked}; the switches above its nodes are reported (warn when spread)")
     out("topology: scontrol show config's TopologyPlugin: warn unless topology/tree or topology/block")
     if plan.fsx_baseline_gb_per_s is not None:

@@ -625,16 +625,16 @@ PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 
 def test_training_pods_ask_for_the_finest_hyperpod_level() -> None:
     """The NCCL workers and the DDP pods prefer one layer-3 domain (p5en: 3 layers, all of them
-    task governance's); the launcher (no GPUs) and the fio pods ask for nothing; the instance-type
+    task governance's); the launcher (no GPUs) asks for it only as the workers' pod set group
+    (test_the_mpijob_launcher_and_workers_are_one_kueue_group); the fio pods ask for nothing; the instance-type
     nodeSelector stays beside the annotation (docs/facts/jobs.md#kueue-tas-preferred-node-selector)."""
     mpi, hp, job = _job("MPIJob"), _job("HyperPodPyTorchJob"), _job("Job")
     worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
     pod = hp["spec"]["replicaSpecs"][0]["template"]
     for template in (worker, pod):
-        assert template["metadata"]["annotations"] == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+        assert template["metadata"]["annotations"][PREFERRED] == "topology.k8s.aws/network-node-layer-3"
         assert template["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
         assert not any(k.startswith("topology.k8s.aws/") for k in template["spec"]["nodeSelector"])  # not both: HyperPod's rule
-    assert "metadata" not in mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     assert "annotations" not in job["spec"]["template"]["metadata"]
 
 
@@ -644,10 +644,10 @@ def test_topology_annotation_per_type() -> None:
     from fminfra.ops.accept.manifests import topology_annotations
     from fminfra.topology.rules import job_topology_levels
 
-    assert topology_annotations("p6-b200.48xlarge") == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+    assert topology_annotations("p6-b200.48xlarge", "us-west-2") == {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
     assert job_topology_levels("p6-b200.48xlarge", hyperpod=False)[-1] == "topology.k8s.aws/network-node-layer-4"
-    assert topology_annotations("g5.48xlarge") == topology_annotations("ml.g6.48xlarge") == {}
-    assert topology_annotations("p5.48xlarge") != {PREFERRED: "topology.k8s.aws/network-node-layer-4"}
+    assert topology_annotations("g5.48xlarge", "us-west-2") == topology_annotations("ml.g6.48xlarge", "us-west-2") == {}
+    assert topology_annotations("p5.48xlarge", "us-west-2") != {PREFERRED: "topology.k8s.aws/network-node-layer-4"}
 
 
 def test_end_to_end_reports_one_domain(cluster: Path, tmp_path: Path) -> None:
@@ -694,3 +694,133 @@ def test_nodes_the_caller_may_not_read_are_a_warning(cluster: Path, tmp_path: Pa
     assert checks["placement nccl workers"]["status"] == "WARN"
     assert 'cannot get resource "nodes" in API group "" at the cluster scope' in checks["placement nccl workers"]["detail"]
     assert checks["nccl all_reduce workers"]["status"] == "PASS"
+
+
+# --- Kueue's MPIJob webhook: the launcher and the workers as one pod set group ----------------------
+
+GROUP = "kueue.x-k8s.io/podset-group-name"
+REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+
+
+def kueue_mpijob_problems(mpijob: dict[str, Any]) -> list[str]:
+    """Kueue v0.19.2's validation of an MPIJob's pod set groups (pkg/controller/jobframework/tas_validation.go:
+    ValidateTASPodSetRequest and ValidatePodSetGroupingTopology, called by mpijob_webhook.go; facts
+    docs/facts/jobs.md#kueue-podset-group): a group name is not a number and comes with a required or preferred
+    topology; a group holds exactly 2 pod sets, one of them of 1 pod; both ask for the same topology the same
+    way. And what makes the grouping needed (tas_flavorassigner.go, flavorassigner.go): in a ClusterQueue of
+    topology-aware flavors only, a pod set that requests nothing gets a TAS flavor only through its group."""
+    problems: list[str] = []
+    groups: dict[str, list[tuple[str, int, tuple[str | None, str | None]]]] = {}
+    for role, replica in mpijob["spec"]["mpiReplicaSpecs"].items():
+        notes = (replica["template"].get("metadata") or {}).get("annotations") or {}
+        topology = (notes.get(REQUIRED), notes.get(PREFERRED))
+        if GROUP in notes:
+            if notes[GROUP].isdigit():
+                problems.append(f"{role}: {GROUP} must not be a number")
+            if topology == (None, None):
+                problems.append(f"{role}: {GROUP} may not be set without a required or preferred topology")
+            groups.setdefault(notes[GROUP], []).append((role, int(replica.get("replicas", 1)), topology))
+        requests = any(c.get("resources", {}).get("requests") for c in replica["template"]["spec"]["containers"])
+        if (
+            not requests
+            and GROUP not in notes
+            and any(
+                PREFERRED in ((r["template"].get("metadata") or {}).get("annotations") or {})
+                for r in mpijob["spec"]["mpiReplicaSpecs"].values()
+            )
+        ):
+            problems.append(f"{role}: requests nothing and is in no group: no TAS flavor where every flavor is topology-aware")
+    for name, members in groups.items():
+        if len(members) != 2:
+            problems.append(f"group {name}: can only define groups of exactly 2 pod sets, got {len(members)}")
+            continue
+        (_, count1, topo1), (_, count2, topo2) = members
+        if count1 != 1 and count2 != 1:
+            problems.append(f"group {name}: one pod set must have only 1 replica, got {count1} and {count2}")
+        if topo1 != topo2:
+            problems.append(f"group {name}: the pod sets must specify the same required or preferred topology")
+    return problems
+
+
+def test_the_mpijob_launcher_and_workers_are_one_kueue_group() -> None:
+    mpi = _job("MPIJob")
+    specs = mpi["spec"]["mpiReplicaSpecs"]
+    want = {PREFERRED: "topology.k8s.aws/network-node-layer-3", GROUP: mpi["metadata"]["name"]}
+    assert specs["Launcher"]["template"]["metadata"]["annotations"] == want == specs["Worker"]["template"]["metadata"]["annotations"]
+    assert kueue_mpijob_problems(mpi) == []
+    assert validate(mpi) == []
+
+
+@pytest.mark.parametrize(
+    ("breaks", "expect"),
+    [
+        (lambda s: s["Launcher"]["template"]["metadata"]["annotations"].update({GROUP: "other"}), "exactly 2 pod sets, got 1"),
+        (lambda s: s["Launcher"]["template"]["metadata"]["annotations"].pop(GROUP), "Launcher: requests nothing and is in no group"),
+        (lambda s: s["Launcher"]["template"]["metadata"]["annotations"].update({PREFERRED: "x/y"}), "the same required or preferred"),
+        (
+            lambda s: s["Launcher"]["template"]["metadata"]["annotations"].update(
+                {REQUIRED: s["Launcher"]["template"]["metadata"]["annotations"].pop(PREFERRED)}
+            ),
+            "the same required or preferred",
+        ),
+        (lambda s: s["Launcher"].update(replicas=2), "one pod set must have only 1 replica"),
+        (lambda s: [s[r]["template"]["metadata"]["annotations"].update({GROUP: "7"}) for r in s], "must not be a number"),
+    ],
+)
+def test_a_broken_mpijob_group_fails_kueues_rules(breaks: Any, expect: str) -> None:
+    """The test of the test: each rule of Kueue's webhook is caught on a deliberately broken group."""
+    mpi = _job("MPIJob")
+    breaks(mpi["spec"]["mpiReplicaSpecs"])
+    problems = kueue_mpijob_problems(mpi)
+    assert any(expect in p for p in problems), problems
+
+
+def test_the_ddp_job_carries_the_annotation_on_its_metadata_as_the_hyperpod_cli_writes_it() -> None:
+    """One pod set (no group needed: it requests the GPUs); the HyperPod CLI puts the topology annotation on the
+    job's metadata and on the pod template (docs/facts/jobs.md#hyperpod-cli-topology-annotation)."""
+    hp = _job("HyperPodPyTorchJob")
+    want = {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+    assert hp["metadata"]["annotations"] == want == hp["spec"]["replicaSpecs"][0]["template"]["metadata"]["annotations"]
+    assert len(hp["spec"]["replicaSpecs"]) == 1 and validate(hp) == []
+
+
+# --- a region where EC2 describes no instance topology ---------------------------------------------
+
+
+def test_a_region_without_ec2_topology_asks_kueue_for_no_level() -> None:
+    """Nodes there get no network-node-layer labels (docs/facts/instances.md#ec2-topology-regions): no topology
+    annotation, no group; the placement row says why instead of "unknown"."""
+    from fminfra.ops.accept.node.placement import placement_check
+
+    cfg = load_config(STAGING).model_copy(update={"region": "eu-south-1"})
+    plan = eks_plan(cfg, "r1")
+    for job in plan.jobs:
+        text = json.dumps(job.manifest)
+        assert PREFERRED not in text and GROUP not in text, job.kind
+        assert accept_eks.placement_levels(job) == ()
+        assert accept_eks.no_placement(job, ["a"]).label() == "no EC2 topology in eu-south-1"
+    nccl = next(j for j in plan.jobs if j.kind == "nccl")
+    assert accept_eks.asked_for(nccl) == "nothing (no EC2 topology in eu-south-1)"
+    row = placement_check("nccl", "workers", accept_eks.no_placement(nccl, ["a", "b"]), accept_eks.asked_for(nccl))
+    assert (row.status, row.detail) == ("PASS", "no EC2 topology in eu-south-1; asked: nothing (no EC2 topology in eu-south-1)")
+
+
+# --- kubectl get nodes with one name prints the Node itself -----------------------------------------
+
+
+def test_a_one_node_group_reads_its_node(cluster: Path, tmp_path: Path) -> None:
+    """`kubectl get nodes NAME -o json` prints one Node, not a List (docs/facts/jobs.md#kubectl-get-single-object):
+    a one-node group's DDP placement is read from it; two names still give a List."""
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump(accept_eks.kubeconfig(CLUSTER, "us-west-2")))
+    kubectl = accept_eks.Kubectl(config)
+    assert kubectl.json("get", "nodes", "hyperpod-i-0")["kind"] == "Node"  # the fake prints what kubectl prints
+    assert kubectl.json("get", "nodes", "hyperpod-i-0", "hyperpod-i-1")["kind"] == "List"
+    one = tmp_path / "one.yaml"
+    one.write_text(STAGING.read_text().replace("count: 2", "count: 1"))
+    ddp = next(j for j in eks_plan(load_config(one), "e2e").jobs if j.kind == "ddp")
+    assert ddp.nodes == 1
+    kubectl("apply", "-f", "-", stdin=yaml.safe_dump(ddp.manifest))
+    placement = accept_eks.read_placement(kubectl, "hyperpod-ns-training", ddp)
+    assert placement is not None and placement.missing() == [], placement
+    assert placement.nodes["hyperpod-i-0"]["topology.k8s.aws/network-node-layer-3"] == "nn-c"

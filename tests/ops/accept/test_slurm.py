@@ -420,3 +420,22 @@ def test_a_partition_topology_of_topology_yaml_is_read(login_node: FakeCluster, 
     monkeypatch.delenv("FAKE_PARTITION_TOPOLOGY")
     assert _accept(tmp_path) == 0
     assert _checks(tmp_path)["topology slurm"]["status"] == "WARN"
+
+
+def test_a_region_without_ec2_topology_asks_for_no_switch_and_says_why() -> None:
+    """Outside the regions where EC2 describes instance topology (docs/facts/instances.md#ec2-topology-regions)
+    HyperPod has no tree to write: no --switches, and the placement row says so instead of "unknown"."""
+    from fminfra.config import load_config
+    from fminfra.ops.accept.node.runner import evaluate, job_placement
+
+    cfg = load_config(ROOT / "config" / "dev.yaml")
+    assert next(j for j in accept.slurm_plan(cfg, "r1", None, read_instance_thresholds()).jobs if j.kind == "nccl").switches
+    elsewhere = cfg.model_copy(update={"region": "eu-south-1"})
+    plan = accept.slurm_plan(elsewhere, "r1", None, read_instance_thresholds())
+    nccl = next(j for j in plan.jobs if j.kind == "nccl")
+    assert nccl.switches == "" and nccl.no_topology == "no EC2 topology in eu-south-1"
+    # the login node reads no switches for it (a tree plugin would print none): the row says why
+    placement = job_placement(nccl, ["a", "b"], "topology/tree", (24, 11))
+    checks = evaluate(plan.for_node(), {"1": "COMPLETED"}, {j: "1" for j in plan.jobs}, {nccl: placement})
+    row = next(c for c in checks if c.name == "placement nccl workers")
+    assert (row.status, row.detail) == ("PASS", "no EC2 topology in eu-south-1; asked: nothing (no EC2 topology in eu-south-1)")

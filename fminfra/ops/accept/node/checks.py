@@ -43,6 +43,8 @@ class SlurmJob:
     # `--switches=COUNT@MAX-WAIT` (tree topology: at most COUNT leaf switches, waiting at most MAX-WAIT;
     # docs/facts/jobs.md#sbatch-switches); empty: the option is not passed
     switches: str = ""
+    # why no topology is asked for or read (e.g. "no EC2 topology in eu-south-1"); empty: the type's topology
+    no_topology: str = ""
 
     def sbatch(self, run_dir: str) -> list[str]:
         env = [

@@ -26,6 +26,7 @@ class Placement:
     levels: tuple[Level, ...]  # coarsest first
     nodes: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> level key -> domain
     unknown: str = ""  # why the placement could not be read (empty when it was)
+    absent: str = "no network topology"  # what the label says when there are no levels: why there is nothing to read
 
     def spans(self) -> dict[str, int]:
         """Distinct domains per level over the nodes; a node without a domain at a level counts as its own."""
@@ -41,7 +42,7 @@ class Placement:
         if self.unknown:
             return f"placement unknown ({self.unknown})"
         if not self.levels:
-            return "no network topology"
+            return self.absent
         spans = self.spans()
         finest = self.levels[-1]
         if spans[finest.key] == 1:

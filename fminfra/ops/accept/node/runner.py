@@ -103,7 +103,8 @@ def evaluate(
             continue
         placement = placements.get(job)
         if placement is not None:
-            asked = f"sbatch --switches={job.switches}" if job.switches else "nothing (the type has no EC2 network topology)"
+            why = job.no_topology or "the type has no EC2 network topology"
+            asked = f"sbatch --switches={job.switches}" if job.switches else f"nothing ({why})"
             checks.append(placement_check(job.kind, job.group, placement, asked))
         try:
             if job.kind == "nccl":
@@ -210,6 +211,13 @@ def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int], top
     return Placement(tuple(levels), found)
 
 
+def job_placement(job: SlurmJob, nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "") -> Placement:
+    """A job's placement; none to read where the plan says why (a region where EC2 describes no instance topology)."""
+    if job.no_topology:
+        return Placement((), {n: {} for n in nodes}, absent=job.no_topology)
+    return slurm_placement(nodes, plugin, version, topology)
+
+
 def check_login_node(plan: NodePlan) -> None:
     if shutil.which("sbatch") is None or shutil.which("sacct") is None:
         raise NodeError("accept: sbatch/sacct not found; run `fminfra accept` on the cluster's login node, or use --dry-run")
@@ -237,7 +245,7 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
     # scale-up, scale-down and replacement: docs/facts/hyperpod.md#hyperpod-slurm-topology)
     partitions = {job.group: partition_topology(job.group, version) for job in plan.jobs if job.kind == "nccl"}
     placements = {
-        job: slurm_placement(job_nodes(ids[job]), plugin, version, partitions[job.group])
+        job: job_placement(job, job_nodes(ids[job]), plugin, version, partitions[job.group])
         for job in plan.jobs
         if job.kind == "nccl" and states.get(ids[job]) in DONE_STATES
     }
