@@ -372,6 +372,27 @@ def test_no_topology_plugin_is_a_warning(login_node: FakeCluster, tmp_path: Path
     assert f"placement unknown (TopologyPlugin {plugin}: no topology to read)" in checks["placement nccl workers"]["detail"]
 
 
+def test_slurm_25_topology_yaml_is_the_topology_whatever_the_plugin_prints(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On 25.05+ Slurm takes the topology from topology.yaml beside slurm.conf and never reads
+    TopologyPlugin, which `scontrol show config` then prints as topology/flat (scheduling re-read, B1)."""
+    monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")
+    monkeypatch.setenv("FAKE_TOPOLOGY_PLUGIN", "topology/flat")
+    etc = tmp_path / "slurm-etc"
+    etc.mkdir()
+    monkeypatch.setenv("FAKE_SLURM_CONF", str(etc / "slurm.conf"))
+    # the test of the test: without the file, flat is no topology
+    assert _accept(tmp_path) == 0
+    assert _checks(tmp_path)["topology slurm"]["status"] == "WARN"
+    (etc / "topology.yaml").write_text("- topology: default\n  cluster_default: true\n  tree: {switches: []}\n")
+    assert _accept(tmp_path) == 0
+    checks = _checks(tmp_path)
+    assert (checks["topology slurm"]["status"], checks["topology slurm"]["figure"]) == ("PASS", "topology/flat")
+    assert str(etc / "topology.yaml") in checks["topology slurm"]["detail"]
+    assert checks["placement nccl workers"]["figure"] == "1 1 1 domains"
+
+
 def test_slurm_25_names_the_node_with_node_equals(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """25.05 and later read a bare word as a topology name (`scontrol show topology [name] [node=NAME]`)."""
     monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")

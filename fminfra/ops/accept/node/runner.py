@@ -129,13 +129,30 @@ def slurm_version() -> tuple[int, int]:
         raise NodeError(f"scontrol --version: expected 'slurm MAJOR.MINOR.PATCH', got {' '.join(out)!r}") from None
 
 
-def topology_plugin() -> str:
-    """TopologyPlugin of `scontrol show config` (`NAME = VALUE` lines; docs/facts/jobs.md#slurm-show-config-topology)."""
+def slurm_config() -> dict[str, str]:
+    """`scontrol show config` as NAME -> VALUE (`NAME = VALUE` lines; docs/facts/jobs.md#slurm-show-config-topology)."""
+    config: dict[str, str] = {}
     for line in _run(["scontrol", "show", "config"]).splitlines():
         key, sep, value = line.partition("=")
-        if sep and key.strip() == "TopologyPlugin":
-            return value.strip()
-    return "(not set)"
+        if sep and key.strip() and " " not in key.strip():
+            config[key.strip()] = value.strip()
+    return config
+
+
+def topology_plugin(config: dict[str, str] | None = None) -> str:
+    """TopologyPlugin of `scontrol show config`."""
+    return (slurm_config() if config is None else config).get("TopologyPlugin", "(not set)")
+
+
+def topology_yaml(config: dict[str, str], version: tuple[int, int]) -> str:
+    """On 25.05 and later, the topology.yaml Slurm reads beside slurm.conf (SLURM_CONF), "" where there is
+    none: when it exists Slurm takes the topology from it and never reads TopologyPlugin, which
+    `scontrol show config` then prints as its default, topology/flat (docs/facts/jobs.md#slurm-topology-yaml)."""
+    conf = config.get("SLURM_CONF", "")
+    if version < (25, 5) or not conf:
+        return ""
+    path = Path(conf).parent / "topology.yaml"
+    return str(path) if path.is_file() else ""
 
 
 def partition_topology(partition: str, version: tuple[int, int]) -> str:
@@ -147,12 +164,13 @@ def partition_topology(partition: str, version: tuple[int, int]) -> str:
     return fields.get("Topology", "")
 
 
-def topology_check(plugin: str, partitions: dict[str, str] | None = None) -> Check:
+def topology_check(plugin: str, partitions: dict[str, str] | None = None, yaml_file: str = "") -> Check:
     """A warning, not a failure, where Slurm has no topology to schedule in: the jobs run, placed blindly.
-    On 25.05+ a partition's own topology (topology.yaml) counts, whatever the cluster default's plugin."""
+    On 25.05+ a topology.yaml (its cluster default, or a partition's own topology) counts, whatever
+    TopologyPlugin prints."""
     named = {p: t for p, t in (partitions or {}).items() if t}
-    if plugin in TOPOLOGY_PLUGINS or named:
-        where = ", ".join(f"partition {p}: topology {t}" for p, t in sorted(named.items()))
+    if plugin in TOPOLOGY_PLUGINS or named or yaml_file:
+        where = ", ".join([*(f"partition {p}: topology {t}" for p, t in sorted(named.items())), *([yaml_file] if yaml_file else [])])
         detail = "HyperPod's topology is in use" + (f" ({where})" if where else "") + "; the NCCL job asks for one leaf switch"
         return Check("topology slurm", "PASS", plugin, detail)
     return Check(
@@ -191,10 +209,11 @@ def node_units(node: str, version: tuple[int, int], topology: str = "") -> dict[
     return units
 
 
-def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "") -> Placement:
+def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "", yaml_file: str = "") -> Placement:
     """The leaf switch (and the switches above it), or the block, each node of a job sits under;
-    `topology`: the partition's named topology (25.05+), read instead of the cluster default."""
-    if plugin not in TOPOLOGY_PLUGINS and not topology:
+    `topology`: the partition's named topology (25.05+), read instead of the cluster default;
+    `yaml_file`: a topology.yaml (25.05+), whose cluster default `scontrol show topology node=N` reads."""
+    if plugin not in TOPOLOGY_PLUGINS and not topology and not yaml_file:
         return Placement((), {n: {} for n in nodes}, unknown=f"TopologyPlugin {plugin}: no topology to read")
     if not nodes:
         return Placement((), unknown="sacct gave no NodeList for the job")
@@ -211,11 +230,13 @@ def slurm_placement(nodes: list[str], plugin: str, version: tuple[int, int], top
     return Placement(tuple(levels), found)
 
 
-def job_placement(job: SlurmJob, nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "") -> Placement:
+def job_placement(
+    job: SlurmJob, nodes: list[str], plugin: str, version: tuple[int, int], topology: str = "", yaml_file: str = ""
+) -> Placement:
     """A job's placement; none to read where the plan says why (a region where EC2 describes no instance topology)."""
     if job.no_topology:
         return Placement((), {n: {} for n in nodes}, absent=job.no_topology)
-    return slurm_placement(nodes, plugin, version, topology)
+    return slurm_placement(nodes, plugin, version, topology, yaml_file)
 
 
 def check_login_node(plan: NodePlan) -> None:
@@ -231,8 +252,10 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
     run_dir = Path(plan.run_dir)
     for job in plan.jobs:
         (run_dir / job.results).mkdir(parents=True, exist_ok=True)
-    plugin = topology_plugin()
+    config = slurm_config()
+    plugin = topology_plugin(config)
     version = slurm_version()
+    yaml_file = topology_yaml(config, version)
     ids: dict[SlurmJob, str] = {}
     for job in plan.jobs:
         ids[job] = _run(job.sbatch(str(run_dir))).strip().split(";")[0]
@@ -245,16 +268,17 @@ def run(plan: NodePlan, timeout_s: float, poll_s: float, report: Path | None) ->
     # scale-up, scale-down and replacement: docs/facts/hyperpod.md#hyperpod-slurm-topology)
     partitions = {job.group: partition_topology(job.group, version) for job in plan.jobs if job.kind == "nccl"}
     placements = {
-        job: job_placement(job, job_nodes(ids[job]), plugin, version, partitions[job.group])
+        job: job_placement(job, job_nodes(ids[job]), plugin, version, partitions[job.group], yaml_file)
         for job in plan.jobs
         if job.kind == "nccl" and states.get(ids[job]) in DONE_STATES
     }
-    checks = [topology_check(plugin, partitions), *evaluate(plan, states, ids, placements)]
+    checks = [topology_check(plugin, partitions, yaml_file), *evaluate(plan, states, ids, placements)]
     about: dict[str, object] = {
         "environment": plan.environment,
         "run_dir": str(run_dir),
         "fminfra_version": plan.fminfra_version,
         "topology_plugin": plugin,
+        "topology_yaml": yaml_file,
         "placement": {f"{j.kind} {j.group}": p.to_json() for j, p in placements.items()},
         "nccl_busbw_by_placement": busbw_by_placement(checks, {j.group: p for j, p in placements.items()}),
     }
