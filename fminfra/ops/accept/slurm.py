@@ -114,7 +114,10 @@ def slurm_plan(
             # g5, g6: no topology to ask for; outside the regions where EC2 describes instance topology HyperPod
             # writes no tree either (docs/facts/instances.md#ec2-topology-regions)
             here = topology_in_region(cfg.region)
-            switches = NCCL_SWITCHES if network_layers(group.spec.name) and here else ""
+            # UltraServers (IMEX fabric) get HyperPod's block topology, where --switches does nothing
+            # ("When a tree topology is used": docs/facts/jobs.md#sbatch-switches, hyperpod.md#hyperpod-slurm-topology)
+            tree = group.spec.fabric != "imex"
+            switches = NCCL_SWITCHES if network_layers(group.spec.name) and here and tree else ""
             none = "" if here else f"no EC2 topology in {cfg.region}"
             script, results = "nccl-tests.sbatch", f"{group.name}/nccl"
             plan.jobs.append(SlurmJob("nccl", group.name, NCCL_NODES, gpus, script, results, efa=efa, switches=switches, no_topology=none))

@@ -427,6 +427,21 @@ def test_a_type_without_topology_asks_for_no_switch(monkeypatch: pytest.MonkeyPa
     assert nccl.switches == "" and not any(a.startswith("--switches") for a in nccl.sbatch("/run"))
 
 
+def test_an_ultraserver_group_asks_for_no_switch() -> None:
+    """UltraServers get HyperPod's block topology, where --switches does nothing (scheduling re-read, C1)."""
+    from fminfra.config import load_config
+
+    text = (ROOT / "config" / "dev.yaml").read_text()
+    cfg = load_config(ROOT / "config" / "dev.yaml")
+    group = cfg.compute.instance_groups[0]
+    assert group.spec.fabric != "imex" and "p6e-gb200" not in text  # the test of the test: dev asks for a switch
+    assert next(j for j in accept.slurm_plan(cfg, "r1", None, read_instance_thresholds()).jobs if j.kind == "nccl").switches
+    ultra = cfg.model_copy(deep=True)
+    object.__setattr__(ultra.compute.instance_groups[0], "instance_type", "ml.p6e-gb200.36xlarge")
+    nccl = next(j for j in accept.slurm_plan(ultra, "r1", None, read_instance_thresholds()).jobs if j.kind == "nccl")
+    assert nccl.switches == ""
+
+
 def test_a_partition_topology_of_topology_yaml_is_read(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """25.05+: the cluster default may be flat while the GPU partition has its own tree (topology.yaml);
     accept reads the partition's `Topology=` and names it to `scontrol show topology`."""
