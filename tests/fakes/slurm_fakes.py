@@ -24,7 +24,8 @@ What the fakes model, and where that comes from (docs/facts/jobs.md):
   `slurm FAKE_SLURM_VERSION` (default 24.11.7); `show config` a few `NAME = VALUE` lines with
   `TopologyPlugin` (FAKE_TOPOLOGY_PLUGIN, default topology/tree; #slurm-show-config-topology) and
   `SLURM_CONF` (FAKE_SLURM_CONF); on 25.x a topology.yaml beside SLURM_CONF is the cluster default's
-  topology whatever the plugin prints (#slurm-topology-yaml);
+  topology whatever the plugin prints (#slurm-topology-yaml), as is what `show topoconf` prints
+  (FAKE_TOPOCONF, slurmctld's running topology.yaml) when it holds a tree;
   `show partition P` its lines, with `Topology=FAKE_PARTITION_TOPOLOGY` on 25.x when set;
   `show topology` (#slurm-show-topology) prints the lines of FAKE_TOPOLOGY whose `Nodes` hold the
   node: on 24.x for `show topology NODE` (a `node=` word matches nothing), on 25.x for
@@ -252,6 +253,10 @@ elif args == ["show", "config"]:
         f"Configuration data as of 2026-12-04T02:00:00\nSelectType              = select/cons_tres\nSLURM_CONF              = {conf}\n"
         f"TopologyParam           = (null)\nTopologyPlugin          = {plugin}"
     )
+elif args == ["show", "topoconf"]:
+    # 25.05+: slurmctld's running topology, in topology.yaml's format (FAKE_TOPOCONF: a file; none: nothing)
+    if os.environ.get("FAKE_TOPOCONF"):
+        print(Path(os.environ["FAKE_TOPOCONF"]).read_text(), end="")
 elif args[:2] == ["show", "partition"] and len(args) == 3:
     # 25.05+: a partition with a topology of topology.yaml prints Topology=NAME on a line of its own
     named = os.environ.get("FAKE_PARTITION_TOPOLOGY", "") if version.split(".")[0] >= "25" else ""
@@ -263,7 +268,8 @@ elif args[:2] == ["show", "topology"] and len(args) in (3, 4):
         if not arg.startswith("node=") or (name and name != [named]):
             sys.exit(0)  # a bare word names a topology: only the partition's exists here
         conf = Path(os.environ.get("FAKE_SLURM_CONF", "/opt/slurm/etc/slurm.conf"))
-        if not name and plugin not in ("topology/tree", "topology/block") and not (conf.parent / "topology.yaml").is_file():
+        served = os.environ.get("FAKE_TOPOCONF") and "tree:" in Path(os.environ["FAKE_TOPOCONF"]).read_text()
+        if not name and plugin not in ("topology/tree", "topology/block") and not (conf.parent / "topology.yaml").is_file() and not served:
             sys.exit(0)  # no topology.yaml and a flat cluster default: nothing to print
         node = arg.split("=", 1)[1]
     elif plugin not in ("topology/tree", "topology/block") or len(args) != 3:

@@ -393,6 +393,28 @@ def test_slurm_25_topology_yaml_is_the_topology_whatever_the_plugin_prints(
     assert checks["placement nccl workers"]["figure"] == "1 1 1 domains"
 
 
+def test_slurm_25_reads_slurmctlds_topology_where_the_login_node_has_no_file(
+    login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A configless login node has no topology.yaml on disk; `scontrol show topoconf` prints slurmctld's
+    (scheduling third read, C1). The test of the test: a topoconf of a flat topology is no topology."""
+    monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")
+    monkeypatch.setenv("FAKE_TOPOLOGY_PLUGIN", "topology/flat")
+    monkeypatch.setenv("FAKE_SLURM_CONF", str(tmp_path / "nowhere" / "slurm.conf"))
+    topoconf = tmp_path / "topoconf.yaml"
+    topoconf.write_text("- topology: default\n  cluster_default: true\n  flat: true\n")
+    monkeypatch.setenv("FAKE_TOPOCONF", str(topoconf))
+    assert _accept(tmp_path) == 0
+    assert _checks(tmp_path)["topology slurm"]["status"] == "WARN"
+    topoconf.write_text(
+        "- topology: default\n  cluster_default: true\n  tree:\n    switches:\n      - switch: nn-1\n        nodes: ip-[1-2]\n"
+    )
+    assert _accept(tmp_path) == 0
+    checks = _checks(tmp_path)
+    assert checks["topology slurm"]["status"] == "PASS" and "scontrol show topoconf" in checks["topology slurm"]["detail"]
+    assert checks["placement nccl workers"]["figure"] == "1 1 1 domains"
+
+
 def test_slurm_25_names_the_node_with_node_equals(login_node: FakeCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """25.05 and later read a bare word as a topology name (`scontrol show topology [name] [node=NAME]`)."""
     monkeypatch.setenv("FAKE_SLURM_VERSION", "25.11.2")

@@ -145,14 +145,20 @@ def topology_plugin(config: dict[str, str] | None = None) -> str:
 
 
 def topology_yaml(config: dict[str, str], version: tuple[int, int]) -> str:
-    """On 25.05 and later, the topology.yaml Slurm reads beside slurm.conf (SLURM_CONF), "" where there is
-    none: when it exists Slurm takes the topology from it and never reads TopologyPlugin, which
-    `scontrol show config` then prints as its default, topology/flat (docs/facts/jobs.md#slurm-topology-yaml)."""
-    conf = config.get("SLURM_CONF", "")
-    if version < (25, 5) or not conf:
+    """On 25.05 and later, where Slurm's topology comes from a topology.yaml (Slurm then never reads
+    TopologyPlugin, which `scontrol show config` prints as its default, topology/flat:
+    docs/facts/jobs.md#slurm-topology-yaml): the file beside slurm.conf (SLURM_CONF) on this node, else
+    what slurmctld runs (`scontrol show topoconf`, printed as topology.yaml, when it holds a tree or a
+    block: a configless login node has no copy on disk); "" where neither."""
+    if version < (25, 5):
         return ""
-    path = Path(conf).parent / "topology.yaml"
-    return str(path) if path.is_file() else ""
+    conf = config.get("SLURM_CONF", "")
+    if conf and (Path(conf).parent / "topology.yaml").is_file():
+        return str(Path(conf).parent / "topology.yaml")
+    shown = subprocess.run(["scontrol", "show", "topoconf"], capture_output=True, text=True, check=False)
+    if shown.returncode == 0 and any(line.strip().startswith(("tree:", "block:")) for line in shown.stdout.splitlines()):
+        return "topology.yaml of slurmctld (scontrol show topoconf)"
+    return ""
 
 
 def partition_topology(partition: str, version: tuple[int, int]) -> str:
