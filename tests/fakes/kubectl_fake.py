@@ -51,6 +51,11 @@ What it models, and from where:
   nodes "NAME" not found`, exit 1; with `forbid_nodes` in the state, the API server's RBAC denial of a
   cluster-scoped request (kubernetes/kubernetes staging/src/k8s.io/apiserver/pkg/endpoints/handlers/responsewriters/errors.go,
   `forbiddenMessage`: `User %q cannot %s resource %q in API group %q at the cluster scope`), exit 1.
+- `get resourceflavors.kueue.x-k8s.io -o json` returns a List of the state's `flavors` (Kueue's ResourceFlavor,
+  cluster-scoped, `spec.nodeLabels` and, where topology-aware, `spec.topologyName`: kubernetes-sigs/kueue
+  v0.19.2 `apis/kueue/v1beta2/resourceflavor_types.go`, docs/facts/eks.md#kueue-topology-aware-scheduling);
+  with `forbid_flavors`, the API server's RBAC denial of a cluster-scoped list (the `forbiddenMessage` above:
+  `User %q cannot list resource "resourceflavors" in API group "kueue.x-k8s.io" at the cluster scope`), exit 1.
 - `logs POD -n NS` prints the scenario's log for that pod's job kind (recorded nccl-tests output,
   the DDP result line, fio JSON), the way each job's script writes it (accept_manifests).
 - `delete RESOURCE NAME ...` removes the object.
@@ -158,6 +163,13 @@ def main(argv: list[str]) -> None:
         items = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": known[n]}} for n in names]
         # one name: the Node itself; several: a List (docs/facts/jobs.md#kubectl-get-single-object)
         print(json.dumps(items[0] if len(items) == 1 else {"apiVersion": "v1", "kind": "List", "items": items}))
+    elif args[:2] == ["get", "resourceflavors.kueue.x-k8s.io"]:
+        if state.get("forbid_flavors"):
+            fail(
+                'Error from server (Forbidden): resourceflavors.kueue.x-k8s.io is forbidden: User "fminfra-accept" cannot list '
+                'resource "resourceflavors" in API group "kueue.x-k8s.io" at the cluster scope'
+            )
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": state.get("flavors", [])}))
     elif args[:2] == ["get", "pods"]:
         selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
         items = [p for p in pods(state) if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

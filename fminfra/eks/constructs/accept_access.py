@@ -50,8 +50,14 @@ from fminfra.eks.constructs.cluster import EksCluster
 ACCEPT_GROUP = "fminfra-accept"
 ACCEPT_ROLE = "fminfra-accept"
 ACCEPT_NODES_ROLE = "fminfra-accept-nodes"
-# The one cluster-scoped request: `kubectl get nodes NAME...` (a get per name) for the placement rows.
-ACCEPT_NODE_RULES: tuple[dict[str, list[str]], ...] = ({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},)
+# The cluster-scoped requests: `kubectl get nodes NAME...` (a get per name) for the placement rows, and the
+# list of Kueue's ResourceFlavors.
+ACCEPT_NODE_RULES: tuple[dict[str, list[str]], ...] = (
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+    # `kubectl get resourceflavors.kueue.x-k8s.io -o json` (a list): whether the type's flavor names a Topology
+    # (fminfra/ops/accept/eks.py, flavor_notes); Kueue's ResourceFlavor is cluster-scoped too.
+    {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["list"]},
+)
 
 # What `fminfra accept` does in the team namespace, as Kubernetes authorizes it: `kubectl get` of the
 # namespace and its LocalQueue; `kubectl apply` (get, then create or patch) of the scripts' ConfigMap

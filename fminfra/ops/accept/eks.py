@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from fminfra import catalog
 from fminfra.config import EnvironmentConfig
 from fminfra.ops.accept import checks as accept
 from fminfra.ops.accept.manifests import COLLECTIVES, EksJob, EksPlan, eks_plan, split_sections, topology_annotations
@@ -47,6 +48,8 @@ SUCCESS = {"mpijobs.kubeflow.org": "Succeeded", "hyperpodpytorchjobs.sagemaker.a
 FAILED = "Failed"
 NOT_SUBMITTED = "NotSubmitted"
 LOCAL_QUEUE = "localqueues.kueue.x-k8s.io"  # Kueue's namespaced LocalQueue (docs/facts/jobs.md#kueue-local-queue)
+# Kueue's cluster-scoped ResourceFlavor; `spec.topologyName` names its Topology (docs/facts/eks.md#kueue-topology-aware-scheduling)
+RESOURCE_FLAVORS = "resourceflavors.kueue.x-k8s.io"
 NO_RESOURCE_TYPE = "the server doesn't have a resource type"
 UNREACHABLE = "Unable to connect to the server"  # kubectl, when the endpoint does not answer (docs/facts/eks.md#kubectl-unable-to-connect)
 
@@ -262,6 +265,39 @@ def check_queue(kubectl: Kubectl, plan: EksPlan, cluster: str) -> None:
             )
 
 
+def flavor_notes(kubectl: Kubectl, instance_types: set[str]) -> dict[str, str]:
+    """Per catalog instance type whose jobs would ask Kueue for a topology, why they must not: Kueue v0.19.2
+    refuses an annotated pod set on a flavor that names no Topology ("Flavor %q does not support
+    TopologyAwareScheduling": docs/facts/eks.md#kueue-tas-cluster-queue-mixing), and task governance does not
+    publish whether its flavors name one. `kubectl get resourceflavors.kueue.x-k8s.io -o json` (a list, cluster
+    scope: the ClusterRole fminfra-accept-nodes grants it). A type's flavors are those with a nodeLabels value
+    equal to its HyperPod name (`ml.…`, as the jobs' nodeSelector has it), whatever the label's key: task
+    governance's flavor labels are not published (docs/facts/hyperpod.md#task-governance-flavor-labels). The type
+    is asked for its topology when one of them names a Topology. A read that fails (RBAC) asks for none: the
+    DDP job (one pod set, which requests GPUs) is admitted either way, plainly or, in a ClusterQueue of
+    topology-aware flavors only, with implied topology; the MPIJob's launcher (no requests) is not in the
+    latter (docs/facts/jobs.md#kueue-podset-group), and the note says so."""
+    if not instance_types:
+        return {}
+    try:
+        listing = kubectl.json("get", RESOURCE_FLAVORS)
+    except UsageError as exc:
+        note = (
+            f"the cluster's Kueue flavors could not be read ({exc}), so none asked; should the team's ClusterQueue hold "
+            f"topology-aware flavors only, the NCCL MPIJob's launcher gets no flavor and the job waits: grant list on "
+            f"{RESOURCE_FLAVORS} (ClusterRole fminfra-accept-nodes)"
+        )
+        return dict.fromkeys(sorted(instance_types), note)
+    flavors = [f.get("spec") or {} for f in listing.get("items", [])]
+    notes: dict[str, str] = {}
+    for name in sorted(instance_types):
+        ml = catalog.get(name).hyperpod_name
+        mine = [f for f in flavors if ml in (f.get("nodeLabels") or {}).values()]
+        if not any(f.get("topologyName") for f in mine):
+            notes[name] = f"the cluster's Kueue flavor for {ml} names no Topology" if mine else f"the cluster has no Kueue flavor for {ml}"
+    return notes
+
+
 def collect(kubectl: Kubectl, plan: EksPlan, job: EksJob, folder: Path) -> None:
     """The job's pods' logs into `folder` in the layout accept.py's checks read (nccl-*.log, ddp.log, fio-NODE-RW.json)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -328,8 +364,8 @@ def read_placement(kubectl: Kubectl, namespace: str, job: EksJob) -> Placement |
 
 def asked_for(job: EksJob) -> str:
     """What the job's pod template asked Kueue for, for the placement row."""
-    topology = topology_annotations(job.instance_type, job.region)
-    return ", ".join(f"{k}: {v}" for k, v in topology.items()) or f"nothing ({no_topology(job)})"
+    topology = topology_annotations(job.instance_type, job.region, job.flavor_note)
+    return ", ".join(f"{k}: {v}" for k, v in topology.items()) or f"nothing ({job.flavor_note or no_topology(job)})"
 
 
 def ddp_efa_check(check: accept.Check, folder: Path, efa: bool) -> accept.Check:
@@ -409,6 +445,12 @@ def run(
         private = not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess", True)
         kubectl = Kubectl(config_file, private_endpoint=private)
         check_queue(kubectl, plan, cluster["name"])
+        # Ask Kueue for a topology only where the type's flavor has one (the dry run asks wherever EC2 has one).
+        asking = {j.instance_type for j in plan.jobs if topology_annotations(j.instance_type, j.region)}
+        notes = flavor_notes(kubectl, asking)
+        for name, note in notes.items():
+            print(f"# {name}: no topology asked: {note}", flush=True)
+        plan = eks_plan(cfg, plan.run_id, notes) if notes else plan
         # One job at a time, in the dry run's order: two jobs that each want every GPU of the same
         # nodes must not each start on part of them (docs/first-job.md, EKS).
         print(kubectl("apply", "-f", "-", stdin=_yaml(plan.scripts)).rstrip(), flush=True)
@@ -495,7 +537,10 @@ def main(cfg: EnvironmentConfig, run_id: str, dry_run: bool, overrides: Any, tim
         )
         for job in plan.jobs:
             if job.nodes_selector:
-                print(f"# placement {job.kind} {job.group}: asks {asked_for(job)}; the nodes' domains are reported (warn when spread)")
+                print(
+                    f"# placement {job.kind} {job.group}: asks {asked_for(job)}, where the cluster's Kueue flavor for the type names a "
+                    "Topology (a run reads the flavors first; else it asks nothing); the nodes' domains are reported (warn when spread)"
+                )
         if baseline is not None:
             print(f"# fsx: fio read and write summed over the nodes: warn below the baseline {baseline:.2f} GB/s")
         if image is not None:

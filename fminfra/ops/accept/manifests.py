@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,8 @@ class EksJob:
     nodes_selector: str = ""  # the pods whose nodes are the job's placement (NCCL: the workers; DDP: every pod)
     instance_type: str = ""
     region: str = ""
+    # why the cluster's Kueue flavors made accept ask for no topology (empty: asked as topology_annotations says)
+    flavor_note: str = ""
 
 
 @dataclass
@@ -97,15 +100,18 @@ class EksPlan:
         return [self.scripts, *(j.manifest for j in self.jobs)]
 
 
-def topology_annotations(instance_type: str, region: str) -> dict[str, str]:
+def topology_annotations(instance_type: str, region: str, flavor_note: str = "") -> dict[str, str]:
     """The pod template annotation that asks Kueue for the tightest domain that fits: the finest level
     of the type's topology, preferred, so that a group spread over several domains still runs (at the
     next level up, finally spread) and `accept` reports where it landed (docs/facts/jobs.md#kueue-tas-preferred-node-selector).
     The pods' instance-type nodeSelector stays: the "annotation or nodeSelector, not both" of task
     governance's page is about a nodeSelector on a topology label (docs/facts/hyperpod.md#hyperpod-tas-node-selector).
     None in a region where EC2 describes no instance topology: its nodes carry no network-node-layer label
-    (docs/facts/instances.md#ec2-topology-regions)."""
-    if not topology_in_region(region):
+    (docs/facts/instances.md#ec2-topology-regions). None where `flavor_note` says why the cluster's Kueue flavor
+    for the type cannot take it: Kueue refuses an annotated pod set on a flavor that names no Topology
+    (docs/facts/eks.md#kueue-tas-cluster-queue-mixing); `accept` reads the flavors before it applies the jobs
+    (fminfra/ops/accept/eks.py, flavor_notes)."""
+    if flavor_note or not topology_in_region(region):
         return {}
     levels = job_topology_levels(instance_type, hyperpod=True)
     return {PODSET_PREFERRED_TOPOLOGY: levels[-1]} if levels else {}
@@ -171,7 +177,7 @@ def _shm() -> dict[str, Any]:
     return {"name": "shm", "emptyDir": {"medium": "Memory"}}
 
 
-def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
+def nccl_job(plan: EksPlan, group: str, instance_type: str, flavor_note: str = "") -> EksJob:
     spec = catalog.get(instance_type)
     name = job_name(plan.run_id, "nccl", group, DNS_LABEL_MAX - max(map(len, MPI_NAME_SUFFIXES)))
     np = NCCL_NODES * spec.gpus
@@ -186,7 +192,7 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     ]
     script = "set -o errexit -o pipefail\n" + "\n".join(steps) + f"\necho {MARK} end\n"
     image = f"{NCCL_TESTS_IMAGE}@{NCCL_TESTS_IMAGE_DIGEST}"
-    topology = topology_annotations(instance_type, plan.cfg.region)
+    topology = topology_annotations(instance_type, plan.cfg.region, flavor_note)
 
     # The launcher requests nothing: where every flavor of the ClusterQueue is topology-aware it gets a TAS
     # flavor only as one pod set group with the workers, same topology on both (docs/facts/jobs.md#kueue-podset-group).
@@ -239,10 +245,12 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str) -> EksJob:
     workers = f"{MPI_JOB_NAME_LABEL}={name},{MPI_JOB_ROLE_LABEL}=worker"
     efa = spec.max_efa_interfaces > 0
     resource = "mpijobs.kubeflow.org"
-    return EksJob("nccl", group, NCCL_NODES, spec.gpus, name, resource, manifest, selector, efa, workers, instance_type, plan.cfg.region)
+    return EksJob(
+        "nccl", group, NCCL_NODES, spec.gpus, name, resource, manifest, selector, efa, workers, instance_type, plan.cfg.region, flavor_note
+    )
 
 
-def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
+def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int, flavor_note: str = "") -> EksJob:
     spec = catalog.get(instance_type)
     name = job_name(plan.run_id, "ddp", group)
     launch = shlex.join(
@@ -262,7 +270,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
     env = [{"name": "NCCL_DEBUG", "value": "INFO"}]
     if efa:
         env += [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_FORK_SAFE", "value": "1"}]
-    topology = topology_annotations(instance_type, plan.cfg.region)
+    topology = topology_annotations(instance_type, plan.cfg.region, flavor_note)
     # One pod set, which requests the GPUs: no group needed. The annotation on the job's metadata as well as
     # on the pod template, as the HyperPod CLI writes it (docs/facts/jobs.md#hyperpod-cli-topology-annotation).
     manifest = {
@@ -304,7 +312,7 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
     }
     resource = "hyperpodpytorchjobs.sagemaker.amazonaws.com"
     pods = f"{HPJOB_LABEL}={name}"
-    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type, plan.cfg.region)
+    return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type, plan.cfg.region, flavor_note)
 
 
 def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
@@ -390,8 +398,11 @@ def scripts_config_map(name: str, namespace: str, run_id: str, queue: str) -> di
     }
 
 
-def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
-    """The objects `accept` applies to a HyperPod EKS environment, per training group."""
+def eks_plan(cfg: EnvironmentConfig, run_id: str, flavor_notes: Mapping[str, str] | None = None) -> EksPlan:
+    """The objects `accept` applies to a HyperPod EKS environment, per training group. `flavor_notes`: per
+    catalog instance type, why the cluster's Kueue flavors take no topology request (a run reads them first:
+    fminfra/ops/accept/eks.py, flavor_notes); a type not in it is asked for its topology, as the dry run shows."""
+    flavor_notes = flavor_notes or {}
     team = cfg.compute.acceptance_team()
     if team is None:
         raise UsageError(
@@ -411,10 +422,10 @@ def eks_plan(cfg: EnvironmentConfig, run_id: str) -> EksPlan:
             plan.notes.append(f"group {group.name}: count 0, nothing to run")
             continue
         if group.count >= NCCL_NODES:
-            plan.jobs.append(nccl_job(plan, group.name, group.spec.name))
+            plan.jobs.append(nccl_job(plan, group.name, group.spec.name, flavor_notes.get(group.spec.name, "")))
         else:
             plan.notes.append(no_nccl_note(group.name, group.count))
-        plan.jobs.append(ddp_job(plan, group.name, group.spec.name, group.count))
+        plan.jobs.append(ddp_job(plan, group.name, group.spec.name, group.count, flavor_notes.get(group.spec.name, "")))
         if cfg.storage is not None and cfg.storage.lustre is not None:
             plan.jobs.append(fsx_job(plan, group.name, group.spec.name, group.count))
     return plan

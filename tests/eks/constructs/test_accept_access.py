@@ -239,9 +239,14 @@ def test_the_rbac_binds_the_entry_group_in_the_team_namespace_only(synth: Synth)
     assert binding["metadata"]["namespace"] == NAMESPACE
     assert binding["subjects"] == [{"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
     assert binding["roleRef"] == {"kind": "Role", "name": ACCEPT_ROLE, "apiGroup": "rbac.authorization.k8s.io"}
-    # cluster-wide, only `get` of nodes (the placement read), bound to the same group
+    # cluster-wide, only `get` of nodes (the placement read) and `list` of Kueue's flavors, bound to the same group
     cluster_roles = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert [r["rules"] for r in cluster_roles] == [[{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]]
+    assert [r["rules"] for r in cluster_roles] == [
+        [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            {"apiGroups": ["kueue.x-k8s.io"], "resources": ["resourceflavors"], "verbs": ["list"]},
+        ]
+    ]
     cluster_binding = next(o for o in objects if o["kind"] == "ClusterRoleBinding")
     assert cluster_binding["subjects"] == binding["subjects"]
     assert cluster_binding["roleRef"] == {"kind": "ClusterRole", "name": ACCEPT_NODES_ROLE, "apiGroup": "rbac.authorization.k8s.io"}
@@ -260,11 +265,13 @@ RESOURCES = {
     "hyperpodpytorchjobs.sagemaker.amazonaws.com": ("sagemaker.amazonaws.com", "hyperpodpytorchjobs"),
     "jobs.batch": ("batch", "jobs"),
     "nodes": ("", "nodes"),
+    "resourceflavors.kueue.x-k8s.io": ("kueue.x-k8s.io", "resourceflavors"),
 }
 # `accept` reads the nodes its jobs ran on (their network-node-layer labels: fminfra/ops/accept/eks.py,
 # read_placement). Nodes are cluster-scoped: only a ClusterRole (ACCEPT_NODE_RULES) grants them
-# (docs/facts/jobs.md#k8s-rbac-forbidden-cluster-scope), and the request has no namespace.
-CLUSTER_SCOPED = {"nodes"}
+# (docs/facts/jobs.md#k8s-rbac-forbidden-cluster-scope), and the request has no namespace. Likewise Kueue's
+# ResourceFlavors (flavor_notes), read as a collection: a list.
+CLUSTER_SCOPED = {"nodes", "resourceflavors"}
 KINDS = {
     ("v1", "ConfigMap"): ("", "configmaps"),
     ("batch/v1", "Job"): ("batch", "jobs"),
@@ -296,7 +303,8 @@ def requests(args: list[str], stdin: str | None) -> list[Request]:
     if verb == "get" and resource == "namespaces":
         return [("get", group, resource, args[2])]
     if verb == "get" and resource in CLUSTER_SCOPED:
-        return [("get", group, resource, "")]
+        named = len(args) > 2 and not args[2].startswith("-")  # `get R NAME...`: a get; `get R -o json`: a list
+        return [("get" if named else "list", group, resource, "")]
     if verb == "get":
         return [("list" if "-l" in args else "get", group, resource, _namespace(args))]
     if verb == "delete":
@@ -343,6 +351,7 @@ def test_the_role_allows_every_request_accept_makes(synth: Synth, accept_request
     kinds = {(r[0], r[2]) for r in accept_requests}
     assert {("get", "namespaces"), ("get", "localqueues"), ("create", "mpijobs"), ("get", "pods/log"), ("delete", "configmaps")} <= kinds
     assert ("get", "", "nodes", "") in accept_requests  # the placement read, cluster-scoped
+    assert ("list", "kueue.x-k8s.io", "resourceflavors", "") in accept_requests  # the flavor read, cluster-scoped
     assert denied(_rbac(synth), accept_requests) == []
     # and nothing beyond them: every rule's verb is used
     used = {(v, g, r) for v, g, r, _ in accept_requests}
@@ -361,13 +370,14 @@ def test_the_evaluation_catches_a_missing_rule_or_namespace(accept_requests: lis
     assert ("get", "", "namespaces", NAMESPACE) in denied(elsewhere, accept_requests)
     unbound = accept_rbac([NAMESPACE])
     next(o for o in unbound if o["kind"] == "RoleBinding")["subjects"][0]["name"] = "someone-else"
-    assert denied(unbound, accept_requests) == [r for r in accept_requests if r[2] != "nodes"]
-    # without the ClusterRole (a namespaced Role cannot grant nodes), the placement read is refused
+    assert denied(unbound, accept_requests) == [r for r in accept_requests if r[2] not in CLUSTER_SCOPED]
+    # without the ClusterRole (a namespaced Role cannot grant nodes), the placement and flavor reads are refused
     no_cluster_role = [o for o in accept_rbac([NAMESPACE]) if o["kind"] != "ClusterRole"]
-    assert {r for r in denied(no_cluster_role, accept_requests)} == {("get", "", "nodes", "")}
+    cluster_reads = {("get", "", "nodes", ""), ("list", "kueue.x-k8s.io", "resourceflavors", "")}
+    assert {r for r in denied(no_cluster_role, accept_requests)} == cluster_reads
     as_role = accept_rbac([NAMESPACE])
     next(o for o in as_role if o["kind"] == "Role")["rules"].append({"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]})
-    assert {r for r in denied([o for o in as_role if o["kind"] != "ClusterRole"], accept_requests)} == {("get", "", "nodes", "")}
+    assert {r for r in denied([o for o in as_role if o["kind"] != "ClusterRole"], accept_requests)} == cluster_reads
 
 
 # --- config and pipeline.yaml ------------------------------------------------------------------------

@@ -201,6 +201,18 @@ def _layers(*values: str) -> dict[str, str]:
     return {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge", **labels}
 
 
+def _flavor(name: str, instance_type: str, topology: str | None = None) -> dict[str, Any]:
+    """A Kueue v0.19.2 ResourceFlavor (kueue.x-k8s.io/v1beta2): nodeLabels on the type, topologyName when topology-aware."""
+    spec: dict[str, Any] = {"nodeLabels": {"node.kubernetes.io/instance-type": instance_type}}
+    if topology:
+        spec["topologyName"] = topology
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+
+
+TAS_FLAVOR = _flavor("ml.p5en.48xlarge", "ml.p5en.48xlarge", "hyperpod-default")
+PLAIN_FLAVOR = _flavor("ml.p5en.48xlarge", "ml.p5en.48xlarge")
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake kubectl on PATH, an EKS client whose DescribeCluster answers with the cluster above."""
@@ -223,6 +235,7 @@ def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                 "scenario": {},
                 "logs": logs,
                 "existing": existing,
+                "flavors": [TAS_FLAVOR],
                 "nodes": {"hyperpod-i-0": _layers("nn-a", "nn-b", "nn-c"), "hyperpod-i-1": _layers("nn-a", "nn-b", "nn-c")},
             }
         )
@@ -824,3 +837,108 @@ def test_a_one_node_group_reads_its_node(cluster: Path, tmp_path: Path) -> None:
     placement = accept_eks.read_placement(kubectl, "hyperpod-ns-training", ddp)
     assert placement is not None and placement.missing() == [], placement
     assert placement.nodes["hyperpod-i-0"]["topology.k8s.aws/network-node-layer-3"] == "nn-c"
+
+
+# --- the cluster's Kueue flavors decide whether the jobs ask for a topology ---------------------------
+
+
+def test_the_fake_flavors_match_kueues_resourceflavor_schema() -> None:
+    """The fake's flavors against the ResourceFlavor schema of Kueue v0.19.2's CRD (tests/data/kueue); the test of the test:
+    a topologyName that is not a string fails it."""
+    import jsonschema
+
+    schema = json.loads((ROOT / "tests" / "data" / "kueue" / "crd-schemas-v0.19.2.json").read_text())["ResourceFlavor"]
+    for flavor in (TAS_FLAVOR, PLAIN_FLAVOR):
+        assert list(jsonschema.Draft7Validator(schema).iter_errors(flavor)) == []
+    broken = copy.deepcopy(TAS_FLAVOR)
+    broken["spec"]["topologyName"] = 7
+    assert list(jsonschema.Draft7Validator(schema).iter_errors(broken)) != []
+
+
+def _run_with(
+    cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **state_update: Any
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run accept against the fake with the state changed; return the manifests it applied and the checks by name."""
+    state = json.loads(cluster.read_text())
+    state.update(state_update)
+    cluster.write_text(json.dumps(state))
+    applied: list[dict[str, Any]] = []
+    real = accept_eks.Kubectl.__call__
+
+    def spy(self: Any, *args: str, stdin: str | None = None) -> str:
+        if args[:3] == ("apply", "-f", "-") and stdin:
+            applied.extend(yaml.safe_load_all(stdin))
+        return real(self, *args, stdin=stdin)
+
+    monkeypatch.setattr(accept_eks.Kubectl, "__call__", spy)
+    assert _accept(tmp_path) == 0
+    return applied, {c["name"]: c for c in _report(tmp_path)["checks"]}
+
+
+def _topology_notes(applied: list[dict[str, Any]]) -> dict[str, list[dict[str, str]]]:
+    """Every annotations block of the applied MPIJob and HyperPodPyTorchJob: job metadata and pod templates."""
+    out: dict[str, list[dict[str, str]]] = {}
+    for obj in applied:
+        if obj["kind"] == "MPIJob":
+            out["MPIJob"] = [
+                (r["template"].get("metadata") or {}).get("annotations") or {} for r in obj["spec"]["mpiReplicaSpecs"].values()
+            ]
+        elif obj["kind"] == "HyperPodPyTorchJob":
+            templates = [(r["template"].get("metadata") or {}).get("annotations") or {} for r in obj["spec"]["replicaSpecs"]]
+            out["HyperPodPyTorchJob"] = [obj["metadata"].get("annotations") or {}, *templates]
+    return out
+
+
+def test_a_plain_flavor_gets_no_topology_request(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kueue refuses an annotated pod set on a flavor that names no Topology (docs/facts/eks.md#kueue-tas-cluster-queue-mixing):
+    the applied MPIJob and HyperPodPyTorchJob carry no topology annotation and no group; the placement is still read."""
+    applied, checks = _run_with(cluster, tmp_path, monkeypatch, flavors=[PLAIN_FLAVOR])
+    notes = _topology_notes(applied)
+    assert set(notes) == {"MPIJob", "HyperPodPyTorchJob"}
+    for kind, blocks in notes.items():
+        for block in blocks:
+            assert PREFERRED not in block and GROUP not in block and REQUIRED not in block, (kind, block)
+    mpi = next(o for o in applied if o["kind"] == "MPIJob")
+    assert kueue_mpijob_problems(mpi) == [] and validate(mpi) == []
+    row = checks["placement nccl workers"]
+    assert row["status"] == "PASS" and row["figure"] == "1 1 1 domains"  # where the pods landed, still read
+    assert row["detail"].endswith("asked: nothing (the cluster's Kueue flavor for ml.p5en.48xlarge names no Topology)")
+    assert "names no Topology" in checks["placement ddp workers"]["detail"]
+
+
+def test_a_topology_aware_flavor_gets_the_request(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flavor names a Topology: the jobs ask as the dry run shows (launcher and workers in one group)."""
+    applied, checks = _run_with(cluster, tmp_path, monkeypatch, flavors=[PLAIN_FLAVOR | {"metadata": {"name": "other"}}, TAS_FLAVOR])
+    notes = _topology_notes(applied)
+    want = {PREFERRED: "topology.k8s.aws/network-node-layer-3"}
+    mpi = next(o for o in applied if o["kind"] == "MPIJob")
+    assert notes["MPIJob"] == [want | {GROUP: mpi["metadata"]["name"]}] * 2
+    assert notes["HyperPodPyTorchJob"] == [want, want]
+    assert checks["placement nccl workers"]["detail"].endswith(f"asked: {PREFERRED}: topology.k8s.aws/network-node-layer-3")
+
+
+def test_a_type_without_a_flavor_gets_no_topology_request(cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test of the matching: a topology-aware flavor of another type does not count."""
+    applied, checks = _run_with(cluster, tmp_path, monkeypatch, flavors=[_flavor("p5", "ml.p5.48xlarge", "hyperpod-default")])
+    assert all(PREFERRED not in b for blocks in _topology_notes(applied).values() for b in blocks)
+    assert "asked: nothing (the cluster has no Kueue flavor for ml.p5en.48xlarge)" in checks["placement nccl workers"]["detail"]
+
+
+def test_a_refused_flavor_read_asks_for_no_topology(
+    cluster: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """RBAC refuses the list: the run goes on, no annotation (the DDP job is admitted either way), and the row says why."""
+    applied, checks = _run_with(cluster, tmp_path, monkeypatch, forbid_flavors=True)
+    assert all(PREFERRED not in b and GROUP not in b for blocks in _topology_notes(applied).values() for b in blocks)
+    detail = checks["placement nccl workers"]["detail"]
+    assert "the cluster's Kueue flavors could not be read" in detail
+    assert 'cannot list resource "resourceflavors" in API group "kueue.x-k8s.io" at the cluster scope' in detail
+    assert "grant list on resourceflavors.kueue.x-k8s.io" in detail
+    assert "# p5en.48xlarge: no topology asked: the cluster's Kueue flavors could not be read" in capsys.readouterr().out
+
+
+def test_the_dry_run_says_the_run_reads_the_flavors(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert cli_main(["accept", "staging", "--dry-run", "--pipeline", str(_pipeline(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "where the cluster's Kueue flavor for the type names a Topology (a run reads the flavors first" in out
+    assert f"{PREFERRED}: topology.k8s.aws/network-node-layer-3" in out
