@@ -197,7 +197,13 @@ def nccl_job(plan: EksPlan, group: str, instance_type: str, flavor_note: str = "
     # The launcher requests nothing: where every flavor of the ClusterQueue is topology-aware it gets a TAS
     # flavor only as one pod set group with the workers, same topology on both (docs/facts/jobs.md#kueue-podset-group).
     def grouped() -> dict[str, Any]:
-        return {"metadata": {"annotations": {**topology, PODSET_GROUP_NAME: name}}} if topology else {}
+        # the queue label on each pod template too: task governance's admission policy refuses a pod in its
+        # namespaces without one, and the MPI operator gives its pods the template's labels, not the MPIJob's
+        # (docs/facts/hyperpod.md#task-governance-pod-queue-label)
+        metadata: dict[str, Any] = {"labels": {QUEUE_LABEL: plan.queue}}
+        if topology:
+            metadata["annotations"] = {**topology, PODSET_GROUP_NAME: name}
+        return {"metadata": metadata}
 
     manifest = {
         "apiVersion": "kubeflow.org/v2beta1",
@@ -340,7 +346,7 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
             "parallelism": nodes,
             "backoffLimit": 0,
             "template": {
-                "metadata": {"labels": {"fminfra/accept-job": name}},
+                "metadata": {"labels": {"fminfra/accept-job": name, QUEUE_LABEL: plan.queue}},
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
@@ -357,6 +363,10 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                             "name": "fio",
                             "image": pytorch_image(),
                             "command": ["/bin/bash", "-c", script],
+                            # one GPU: a pod set that requests none of its queue's resources gets no flavor in a
+                            # ClusterQueue of topology-aware flavors only, and waits for ever
+                            # (docs/facts/eks.md#kueue-tas-cluster-queue-mixing)
+                            "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}},
                             "env": [
                                 {"name": "FSX_DIR", "value": FSX_MOUNT},
                                 {"name": "FMINFRA_RESULTS_DIR", "value": results},

@@ -86,6 +86,52 @@ def test_a_broken_manifest_fails_validation(kind: str, breaks: Any, expect: str)
     assert problems and any(expect in p for p in problems), problems
 
 
+def pod_template_problems(manifest: dict[str, Any], topology_aware: bool = True) -> list[str]:
+    """What makes a pod set of an accept job unrunnable under HyperPod task governance, per pod template:
+    no queue label (its admission policy refuses the pod: docs/facts/hyperpod.md#task-governance-pod-queue-label),
+    or, where the cluster's flavors are topology-aware (`topology_aware`: what a topology request means), no
+    GPU request and no pod set group (no flavor in a ClusterQueue of topology-aware flavors only:
+    docs/facts/eks.md#kueue-tas-cluster-queue-mixing; a plain ClusterQueue needs no flavor for it)."""
+    spec = manifest["spec"]
+    templates = {
+        "MPIJob": lambda: {k: v["template"] for k, v in spec["mpiReplicaSpecs"].items()},
+        "HyperPodPyTorchJob": lambda: {r["name"]: r["template"] for r in spec["replicaSpecs"]},
+        "Job": lambda: {"pod": spec["template"]},
+    }[manifest["kind"]]()
+    problems = []
+    for name, template in templates.items():
+        meta = template.get("metadata", {})
+        if not meta.get("labels", {}).get(QUEUE_LABEL):
+            problems.append(f"{manifest['kind']} {name}: no {QUEUE_LABEL} label on the pod template")
+        gpus = any("nvidia.com/gpu" in c.get("resources", {}).get("requests", {}) for c in template["spec"]["containers"])
+        if topology_aware and not gpus and "kueue.x-k8s.io/podset-group-name" not in meta.get("annotations", {}):
+            problems.append(f"{manifest['kind']} {name}: requests no GPU and is in no pod set group")
+    return problems
+
+
+def test_every_pod_set_carries_the_queue_label_and_can_get_a_flavor() -> None:
+    """Compute read 3 A1 (the MPIJob's and fio Job's pods had no queue label) and scheduling read 4 B1 (the fio
+    pods requested nothing) are one kind: checked on every pod template, with a topology asked and without."""
+    from fminfra.config import load_config
+    from fminfra.ops.accept.manifests import eks_plan
+
+    cfg = load_config(ROOT / "config" / "staging.yaml")
+    jobs = [j.manifest for j in eks_plan(cfg, "r1").jobs]
+    plain = [j.manifest for j in eks_plan(cfg, "r1", {t: "plain" for t in ("p5en.48xlarge",)}).jobs]
+    assert {m["kind"] for m in jobs} == {"MPIJob", "HyperPodPyTorchJob", "Job"}
+    assert [p for m in jobs for p in pod_template_problems(m)] == []
+    assert [p for m in plain for p in pod_template_problems(m, topology_aware=False)] == []
+    # the test of the test: the fio pods as they were, and a launcher without its label
+    fio = copy.deepcopy(next(m for m in jobs if m["kind"] == "Job"))
+    del fio["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert pod_template_problems(fio) == ["Job pod: requests no GPU and is in no pod set group"]
+    mpi = copy.deepcopy(next(m for m in jobs if m["kind"] == "MPIJob"))
+    del mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]
+    assert pod_template_problems(mpi) == ["MPIJob Launcher: no kueue.x-k8s.io/queue-name label on the pod template"]
+    del mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["annotations"]
+    assert pod_template_problems(mpi)[1:] == ["MPIJob Launcher: requests no GPU and is in no pod set group"]
+
+
 def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None:
     spec = catalog.get("p5en.48xlarge")
     queue = team_queue("hyperpod-eks")
