@@ -363,10 +363,12 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
                             "name": "fio",
                             "image": pytorch_image(),
                             "command": ["/bin/bash", "-c", script],
-                            # one GPU: a pod set that requests none of its queue's resources gets no flavor in a
-                            # ClusterQueue of topology-aware flavors only, and waits for ever
+                            # every GPU of the node: a pod set that requests none of its queue's resources gets no
+                            # flavor in a ClusterQueue of topology-aware flavors only, and waits for ever; and
+                            # Kueue's topology-aware placement ignores the pod anti-affinity above and packs pods
+                            # by capacity, so only a whole node's GPUs keep one pod per node
                             # (docs/facts/eks.md#kueue-tas-cluster-queue-mixing)
-                            "resources": {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}},
+                            "resources": {"requests": {"nvidia.com/gpu": spec.gpus}, "limits": {"nvidia.com/gpu": spec.gpus}},
                             "env": [
                                 {"name": "FSX_DIR", "value": FSX_MOUNT},
                                 {"name": "FMINFRA_RESULTS_DIR", "value": results},

@@ -22,7 +22,7 @@ from fminfra import catalog
 from fminfra.cli.main import main as cli_main
 from fminfra.config import load_config
 from fminfra.eks.rules import DNS_LABEL as NAME_RULE
-from fminfra.eks.rules import QUEUE_LABEL, team_queue
+from fminfra.eks.rules import INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.accept import eks as accept_eks
 from fminfra.ops.accept.manifests import eks_plan, split_sections
 from tests.conftest import ROOT
@@ -104,6 +104,13 @@ def pod_template_problems(manifest: dict[str, Any], topology_aware: bool = True)
         if not meta.get("labels", {}).get(QUEUE_LABEL):
             problems.append(f"{manifest['kind']} {name}: no {QUEUE_LABEL} label on the pod template")
         gpus = any("nvidia.com/gpu" in c.get("resources", {}).get("requests", {}) for c in template["spec"]["containers"])
+        # one pod per node by anti-affinity: Kueue's topology-aware placement ignores it and packs by capacity,
+        # so such a pod must take a whole node's GPUs (scheduling read 5, B1)
+        spread = "podAntiAffinity" in template["spec"].get("affinity", {})
+        node_gpus = catalog.get(template["spec"]["nodeSelector"][INSTANCE_TYPE_LABEL].removeprefix("ml.")).gpus if spread else 0
+        taken = sum(int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0)) for c in template["spec"]["containers"])
+        if spread and taken != node_gpus:
+            problems.append(f"{manifest['kind']} {name}: one pod per node by anti-affinity, but {taken} of the node's {node_gpus} GPUs")
         if topology_aware and not gpus and "kueue.x-k8s.io/podset-group-name" not in meta.get("annotations", {}):
             problems.append(f"{manifest['kind']} {name}: requests no GPU and is in no pod set group")
     return problems
@@ -123,8 +130,13 @@ def test_every_pod_set_carries_the_queue_label_and_can_get_a_flavor() -> None:
     assert [p for m in plain for p in pod_template_problems(m, topology_aware=False)] == []
     # the test of the test: the fio pods as they were, and a launcher without its label
     fio = copy.deepcopy(next(m for m in jobs if m["kind"] == "Job"))
+    fio["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
+    assert pod_template_problems(fio) == ["Job pod: one pod per node by anti-affinity, but 1 of the node's 8 GPUs"]
     del fio["spec"]["template"]["spec"]["containers"][0]["resources"]
-    assert pod_template_problems(fio) == ["Job pod: requests no GPU and is in no pod set group"]
+    assert pod_template_problems(fio) == [
+        "Job pod: one pod per node by anti-affinity, but 0 of the node's 8 GPUs",
+        "Job pod: requests no GPU and is in no pod set group",
+    ]
     mpi = copy.deepcopy(next(m for m in jobs if m["kind"] == "MPIJob"))
     del mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]
     assert pod_template_problems(mpi) == ["MPIJob Launcher: no kueue.x-k8s.io/queue-name label on the pod template"]
