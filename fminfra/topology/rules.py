@@ -28,6 +28,8 @@ PODSET_REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 PODSET_PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 # Pod sets of one job fitted to one domain together (Kueue: exactly 2, one of 1 pod; docs/facts/jobs.md#kueue-podset-group)
 PODSET_GROUP_NAME = "kueue.x-k8s.io/podset-group-name"
+# A topology-aware request without locality (any nodes with room): docs/facts/eks.md#kueue-topology-aware-scheduling
+PODSET_UNCONSTRAINED_TOPOLOGY = "kueue.x-k8s.io/podset-unconstrained-topology"
 KUEUE_TOPOLOGY_LEVELS_MAX = 16
 # The regions where EC2 describes instance topology (DescribeInstanceTopology, and so the network-node-layer
 # labels); DescribeCapacityReservationTopology is offered in each of them but two

@@ -38,7 +38,13 @@ from fminfra.core.versions import load_versions
 from fminfra.eks.rules import DNS_LABEL, DNS_LABEL_MAX, FSX_CLAIM_NAME, INSTANCE_TYPE_LABEL, QUEUE_LABEL, team_queue
 from fminfra.ops.common import UsageError
 from fminfra.storage.rules import FSX_MOUNT
-from fminfra.topology.rules import PODSET_GROUP_NAME, PODSET_PREFERRED_TOPOLOGY, job_topology_levels, topology_in_region
+from fminfra.topology.rules import (
+    PODSET_GROUP_NAME,
+    PODSET_PREFERRED_TOPOLOGY,
+    PODSET_UNCONSTRAINED_TOPOLOGY,
+    job_topology_levels,
+    topology_in_region,
+)
 
 MARK = "fminfra-accept"
 # docs/facts/jobs.md#accept-nccl-tests-image
@@ -321,8 +327,12 @@ def ddp_job(plan: EksPlan, group: str, instance_type: str, nodes: int, flavor_no
     return EksJob("ddp", group, nodes, spec.gpus, name, resource, manifest, pods, efa, pods, instance_type, plan.cfg.region, flavor_note)
 
 
-def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob:
+def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int, flavor_note: str = "") -> EksJob:
+    """The FSx probe: one fio pod per node, no locality. Where the type's flavor takes a topology (as the NCCL and
+    DDP jobs find it), an explicit unconstrained topology request: a ClusterQueue mixing topology-aware and plain
+    flavors refuses an unannotated pod set on its topology-aware ones (docs/facts/eks.md#kueue-tas-cluster-queue-mixing)."""
     spec = catalog.get(instance_type)
+    unconstrained = {PODSET_UNCONSTRAINED_TOPOLOGY: "true"} if topology_annotations(instance_type, plan.cfg.region, flavor_note) else {}
     name = job_name(plan.run_id, "fsx", group)
     results = POD_RESULTS
     script = "\n".join(
@@ -346,7 +356,10 @@ def fsx_job(plan: EksPlan, group: str, instance_type: str, nodes: int) -> EksJob
             "parallelism": nodes,
             "backoffLimit": 0,
             "template": {
-                "metadata": {"labels": {"fminfra/accept-job": name, QUEUE_LABEL: plan.queue}},
+                "metadata": {
+                    "labels": {"fminfra/accept-job": name, QUEUE_LABEL: plan.queue},
+                    **({"annotations": unconstrained} if unconstrained else {}),
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": {INSTANCE_TYPE_LABEL: spec.hyperpod_name},
@@ -439,7 +452,7 @@ def eks_plan(cfg: EnvironmentConfig, run_id: str, flavor_notes: Mapping[str, str
             plan.notes.append(no_nccl_note(group.name, group.count))
         plan.jobs.append(ddp_job(plan, group.name, group.spec.name, group.count, flavor_notes.get(group.spec.name, "")))
         if cfg.storage is not None and cfg.storage.lustre is not None:
-            plan.jobs.append(fsx_job(plan, group.name, group.spec.name, group.count))
+            plan.jobs.append(fsx_job(plan, group.name, group.spec.name, group.count, flavor_notes.get(group.spec.name, "")))
     return plan
 
 

@@ -111,6 +111,13 @@ def pod_template_problems(manifest: dict[str, Any], topology_aware: bool = True)
         taken = sum(int(c.get("resources", {}).get("requests", {}).get("nvidia.com/gpu", 0)) for c in template["spec"]["containers"])
         if spread and taken != node_gpus:
             problems.append(f"{manifest['kind']} {name}: one pod per node by anti-affinity, but {taken} of the node's {node_gpus} GPUs")
+        requests = {k for k in meta.get("annotations", {}) if k.startswith("kueue.x-k8s.io/podset-") and k.endswith("-topology")}
+        # a ClusterQueue mixing topology-aware and plain flavors refuses an unannotated pod set on its topology-aware
+        # ones, and a plain flavor refuses an annotated one (compute read 5, B1)
+        if topology_aware and not requests:
+            problems.append(f"{manifest['kind']} {name}: no explicit topology request where the flavor is topology-aware")
+        if not topology_aware and requests:
+            problems.append(f"{manifest['kind']} {name}: a topology request where the flavor is plain")
         if topology_aware and not gpus and "kueue.x-k8s.io/podset-group-name" not in meta.get("annotations", {}):
             problems.append(f"{manifest['kind']} {name}: requests no GPU and is in no pod set group")
     return problems
@@ -130,6 +137,11 @@ def test_every_pod_set_carries_the_queue_label_and_can_get_a_flavor() -> None:
     assert [p for m in plain for p in pod_template_problems(m, topology_aware=False)] == []
     # the test of the test: the fio pods as they were, and a launcher without its label
     fio = copy.deepcopy(next(m for m in jobs if m["kind"] == "Job"))
+    assert fio["spec"]["template"]["metadata"]["annotations"] == {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}
+    no_request = copy.deepcopy(fio)
+    del no_request["spec"]["template"]["metadata"]["annotations"]
+    assert pod_template_problems(no_request) == ["Job pod: no explicit topology request where the flavor is topology-aware"]
+    assert pod_template_problems(fio, topology_aware=False) == ["Job pod: a topology request where the flavor is plain"]
     fio["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}
     assert pod_template_problems(fio) == ["Job pod: one pod per node by anti-affinity, but 1 of the node's 8 GPUs"]
     del fio["spec"]["template"]["spec"]["containers"][0]["resources"]
@@ -141,7 +153,10 @@ def test_every_pod_set_carries_the_queue_label_and_can_get_a_flavor() -> None:
     del mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]
     assert pod_template_problems(mpi) == ["MPIJob Launcher: no kueue.x-k8s.io/queue-name label on the pod template"]
     del mpi["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["annotations"]
-    assert pod_template_problems(mpi)[1:] == ["MPIJob Launcher: requests no GPU and is in no pod set group"]
+    assert pod_template_problems(mpi)[1:] == [
+        "MPIJob Launcher: no explicit topology request where the flavor is topology-aware",
+        "MPIJob Launcher: requests no GPU and is in no pod set group",
+    ]
 
 
 def test_requests_come_from_the_catalog_and_jobs_carry_the_queue_label() -> None:
@@ -697,7 +712,7 @@ PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
 def test_training_pods_ask_for_the_finest_hyperpod_level() -> None:
     """The NCCL workers and the DDP pods prefer one layer-3 domain (p5en: 3 layers, all of them
     task governance's); the launcher (no GPUs) asks for it only as the workers' pod set group
-    (test_the_mpijob_launcher_and_workers_are_one_kueue_group); the fio pods ask for nothing; the instance-type
+    (test_the_mpijob_launcher_and_workers_are_one_kueue_group); the fio pods ask for no locality (unconstrained); the instance-type
     nodeSelector stays beside the annotation (docs/facts/jobs.md#kueue-tas-preferred-node-selector)."""
     mpi, hp, job = _job("MPIJob"), _job("HyperPodPyTorchJob"), _job("Job")
     worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
@@ -706,7 +721,7 @@ def test_training_pods_ask_for_the_finest_hyperpod_level() -> None:
         assert template["metadata"]["annotations"][PREFERRED] == "topology.k8s.aws/network-node-layer-3"
         assert template["spec"]["nodeSelector"] == {"node.kubernetes.io/instance-type": "ml.p5en.48xlarge"}
         assert not any(k.startswith("topology.k8s.aws/") for k in template["spec"]["nodeSelector"])  # not both: HyperPod's rule
-    assert "annotations" not in job["spec"]["template"]["metadata"]
+    assert job["spec"]["template"]["metadata"]["annotations"] == {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}
 
 
 def test_topology_annotation_per_type() -> None:
