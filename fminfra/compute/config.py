@@ -867,7 +867,7 @@ class ComputeConfig(Model):
         """fminfra's Kueue (EKS without HyperPod): a type with an EC2 topology whose flavor stays plain
         because a team holds it beside a type without one (docs/compute.md#kubernetes-kueue-and-task-governance)."""
         quotas = self.kueue_quotas()
-        if not quotas or self.karpenter or self.eks is None or not self.eks.scheduling.kueue_topology:
+        if not quotas or self.eks is None or not self.eks.scheduling.kueue_topology:  # validated: not with Karpenter
             return []
         held = {team: {t for t, gpus in q.items() if gpus > 0} for team, q in quotas.items()}
         layers = {t: n for types in held.values() for t in types if (n := network_layers(t))}

@@ -13,9 +13,9 @@ On EKS without HyperPod fminfra's own Kueue queues use the team's name as the na
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fminfra.core.rules import Pattern, one_of_problem
 
@@ -340,3 +340,23 @@ BLOCK_START_DESCRIPTION = re.compile(r"^Size (\S+) when its Capacity Block start
 def block_start_description(nodegroup_name: str) -> str:
     """The description of a node group's Capacity Block start schedule (read by `BLOCK_START_DESCRIPTION`)."""
     return f"Size {nodegroup_name} when its Capacity Block starts"
+
+
+def group_cluster_role(name: str, group: str, rules: Sequence[Mapping[str, Sequence[str]]]) -> list[dict[str, Any]]:
+    """A ClusterRole `name` with `rules` and its ClusterRoleBinding (also `name`) to the Kubernetes group
+    `group` (an access entry's group)."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": [{key: list(values) for key, values in rule.items()} for rule in rules],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+            "roleRef": {"kind": "ClusterRole", "name": name, "apiGroup": "rbac.authorization.k8s.io"},
+        },
+    ]

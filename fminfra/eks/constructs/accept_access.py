@@ -45,6 +45,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct, IDependable
 
 from fminfra.eks.constructs.cluster import EksCluster
+from fminfra.eks.rules import group_cluster_role
 
 # The Kubernetes group of the acceptance role's access entry (a RoleBinding subject, kind Group).
 ACCEPT_GROUP = "fminfra-accept"
@@ -86,24 +87,7 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
     """Per namespace: the Role with ACCEPT_RULES and its RoleBinding to ACCEPT_GROUP; and the ClusterRole
     with ACCEPT_NODE_RULES and its ClusterRoleBinding to the same group."""
 
-    def group() -> dict[str, str]:
-        return {"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}
-
-    objects: list[dict[str, Any]] = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": ACCEPT_NODES_ROLE},
-            "rules": [{key: list(values) for key, values in rule.items()} for rule in ACCEPT_NODE_RULES],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": ACCEPT_NODES_ROLE},
-            "subjects": [group()],
-            "roleRef": {"kind": "ClusterRole", "name": ACCEPT_NODES_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
-        },
-    ]
+    objects = group_cluster_role(ACCEPT_NODES_ROLE, ACCEPT_GROUP, ACCEPT_NODE_RULES)
     for ns in namespaces:
         objects += [
             {
@@ -116,7 +100,7 @@ def accept_rbac(namespaces: Sequence[str]) -> list[dict[str, Any]]:
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
                 "metadata": {"name": ACCEPT_ROLE, "namespace": ns},
-                "subjects": [group()],
+                "subjects": [{"kind": "Group", "name": ACCEPT_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
                 "roleRef": {"kind": "Role", "name": ACCEPT_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
             },
         ]

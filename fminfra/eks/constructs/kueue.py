@@ -119,19 +119,19 @@ def _flavor_spec(flavor: GpuFlavor, layers: Mapping[str, int]) -> dict[str, Any]
     return spec
 
 
-def flavor_names(props: KueueProps) -> dict[str, str]:
-    """Instance type -> the name of its ResourceFlavor: the type for a plain flavor; for a topology-aware
-    one the type, `-topology-` and 8 hex digits of a hash of its spec. Kueue makes a topology-aware
-    flavor's topologyName, nodeLabels and tolerations immutable (docs/facts/eks.md#kueue-topology-aware-scheduling),
-    so a change of any of them (new taints, turning topology off) must be a new object, which the kubectl
-    provider creates while it prunes the old one, never an update Kueue refuses."""
-    layers = topology_layers(props)
-    names = {}
+def resource_flavors(props: KueueProps, layers: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Instance type -> its ResourceFlavor. Named by the type when plain; a topology-aware one by the type,
+    `-topology-` and 8 hex digits of a hash of its spec. Kueue makes a topology-aware flavor's topologyName,
+    nodeLabels and tolerations immutable (docs/facts/eks.md#kueue-topology-aware-scheduling), so a change of
+    any of them (new taints, turning topology off) must be a new object, which the kubectl provider creates
+    while it prunes the old one, never an update Kueue refuses. `layers`: `topology_layers(props)`."""
+    flavors = {}
     for flavor in props.flavors:
         spec = _flavor_spec(flavor, layers)
         digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:8]
-        names[flavor.instance_type] = f"{flavor.instance_type}-topology-{digest}" if "topologyName" in spec else flavor.instance_type
-    return names
+        name = f"{flavor.instance_type}-topology-{digest}" if "topologyName" in spec else flavor.instance_type
+        flavors[flavor.instance_type] = {"apiVersion": API_VERSION, "kind": "ResourceFlavor", "metadata": {"name": name}, "spec": spec}
+    return flavors
 
 
 def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
@@ -147,16 +147,9 @@ def kueue_objects(props: KueueProps) -> list[dict[str, Any]]:
         }
         for depth in sorted(set(layers.values()))
     ]
-    names = flavor_names(props)
-    for flavor in props.flavors:
-        objects.append(
-            {
-                "apiVersion": API_VERSION,
-                "kind": "ResourceFlavor",
-                "metadata": {"name": names[flavor.instance_type]},
-                "spec": _flavor_spec(flavor, layers),
-            }
-        )
+    flavors_by_type = resource_flavors(props, layers)
+    objects += flavors_by_type.values()
+    names = {t: f["metadata"]["name"] for t, f in flavors_by_type.items()}
     for team, gpus in props.teams.items():
         queue = team_queue("eks", team)
         cluster_queue = f"{team}-clusterqueue"

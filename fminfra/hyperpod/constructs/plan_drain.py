@@ -39,6 +39,7 @@ from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from fminfra.core.errors import ValidationError
+from fminfra.eks.rules import group_cluster_role
 from fminfra.hyperpod.constructs.dependencies import vpc_lambda_role
 from fminfra.hyperpod.rules import NAME, NAT_SUBNETS_PROBLEM, PLAN_DRAIN_RBAC_RULES, PLAN_DRAIN_SCHEDULE
 from fminfra.policy.constructs.acknowledge import drop_redundant_role_dependency
@@ -81,21 +82,7 @@ class HyperPodPlanDrainProps:
 
 def plan_drain_rbac() -> list[dict[str, Any]]:
     """The ClusterRole with PLAN_DRAIN_RBAC_RULES and its ClusterRoleBinding to PLAN_DRAIN_GROUP."""
-    return [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRole",
-            "metadata": {"name": PLAN_DRAIN_ROLE},
-            "rules": [{key: list(values) for key, values in rule.items()} for rule in PLAN_DRAIN_RBAC_RULES],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": PLAN_DRAIN_ROLE},
-            "subjects": [{"kind": "Group", "name": PLAN_DRAIN_GROUP, "apiGroup": "rbac.authorization.k8s.io"}],
-            "roleRef": {"kind": "ClusterRole", "name": PLAN_DRAIN_ROLE, "apiGroup": "rbac.authorization.k8s.io"},
-        },
-    ]
+    return group_cluster_role(PLAN_DRAIN_ROLE, PLAN_DRAIN_GROUP, PLAN_DRAIN_RBAC_RULES)
 
 
 class HyperPodPlanDrain(Construct):
