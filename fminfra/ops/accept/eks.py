@@ -275,8 +275,9 @@ def flavor_notes(kubectl: Kubectl, instance_types: set[str]) -> dict[str, str]:
     governance's flavor labels are not published (docs/facts/hyperpod.md#task-governance-flavor-labels). The type
     is asked for its topology when one of them names a Topology. A read that fails (RBAC) asks for none: the
     DDP job (one pod set, which requests GPUs) is admitted either way, plainly or, in a ClusterQueue of
-    topology-aware flavors only, with implied topology; the MPIJob's launcher (no requests) is not in the
-    latter (docs/facts/jobs.md#kueue-podset-group), and the note says so."""
+    topology-aware flavors only, with implied topology, but not in a ClusterQueue mixing both (an unannotated
+    pod set is refused on its topology-aware flavors); the MPIJob's launcher (no requests) is not admitted in the
+    former either (docs/facts/jobs.md#kueue-podset-group), and the note says so."""
     if not instance_types:
         return {}
     try:
@@ -284,7 +285,8 @@ def flavor_notes(kubectl: Kubectl, instance_types: set[str]) -> dict[str, str]:
     except UsageError as exc:
         note = (
             f"the cluster's Kueue flavors could not be read ({exc}), so none asked; should the team's ClusterQueue hold "
-            f"topology-aware flavors only, the NCCL MPIJob's launcher gets no flavor and the job waits: grant list on "
+            f"topology-aware flavors only, the NCCL MPIJob's launcher gets no flavor, and should it mix them with plain "
+            f"ones, every job is refused on its topology-aware flavors; either way they wait: grant list on "
             f"{RESOURCE_FLAVORS} (ClusterRole fminfra-accept-nodes)"
         )
         return dict.fromkeys(sorted(instance_types), note)
