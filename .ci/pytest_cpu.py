@@ -63,4 +63,5 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def pytest_sessionfinish(session: Any) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
     folder = Path(os.environ.get("PYTEST_CPU_DIR") or tempfile.gettempdir())
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / f"cpu-{worker}.json").write_text(json.dumps({"tests": _ROWS, "session_cpu": _cpu()}))
