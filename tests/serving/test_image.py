@@ -97,7 +97,11 @@ def test_build_args_are_what_install_efa_reads_and_all_in_the_manifest() -> None
     ("dockerfile", "script", "expected"),
     [
         ("ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nARG EFA_INSTALLER_VERSION\n", "$EFA_INSTALLER_VERSION $NCCL_VERSION", ["reads NCCL_VERSION"]),
-        ("ARG BASE_IMAGE\nFROM x\nARG EFA_INSTALLER_VERSION\nARG EFA_INSTALLER_SHA256\n", "$EFA_INSTALLER_VERSION", ["ARG EFA_INSTALLER_SHA256 is not read"]),
+        (
+            "ARG BASE_IMAGE\nFROM x\nARG EFA_INSTALLER_VERSION\nARG EFA_INSTALLER_SHA256\n",
+            "$EFA_INSTALLER_VERSION",
+            ["ARG EFA_INSTALLER_SHA256 is not read"],
+        ),
         ("ARG BASE_IMAGE\nFROM x\nARG EFA_VERSION\n", "", ["ARG EFA_VERSION is no key"]),
     ],
 )
@@ -269,4 +273,3 @@ def test_a_base_image_without_apt_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "ID is 'amzn'; the serving image installs the EFA installer's Debian packages" in result.stderr
     assert installer_calls(image) == []
-
