@@ -1,9 +1,11 @@
 """Re-create the recorded schemas of this folder (README.md names each source). Run by hand, not by tests:
 
-    python tests/data/crds/record.py MPI_CRD_YAML HYPERPOD_UNIFIED_CONFIG_PY KUBERNETES_VALIDATE_WHEEL
+    python tests/data/crds/record.py MPI_CRD_YAML HYPERPOD_UNIFIED_CONFIG_PY KUBERNETES_VALIDATE_WHEEL \
+        KEDA_SCALEDOBJECTS_YAML KEDA_TRIGGERAUTHENTICATIONS_YAML LWS_CRD_YAML
 
 Every transformation is listed in README.md: descriptions dropped (size), the pieces a manifest
-needs kept (the closure of their $refs), nothing else changed.
+needs kept (the closure of their $refs), Helm template lines of a chart's CRD file (metadata only)
+dropped before parsing, nothing else changed.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import yaml
 
 HERE = Path(__file__).parent
 K8S_DIR = "kubernetes_validate/kubernetes-json-schema/v1.34.0-local-strict/"
-K8S_KINDS = {"job-batch-v1.json": "batch/v1 Job", "configmap-v1.json": "v1 ConfigMap"}
+K8S_KINDS = {
+    "job-batch-v1.json": "batch/v1 Job",
+    "configmap-v1.json": "v1 ConfigMap",
+    "deployment-apps-v1.json": "apps/v1 Deployment",
+    "service-v1.json": "v1 Service",
+    "poddisruptionbudget-policy-v1.json": "policy/v1 PodDisruptionBudget",
+    "serviceaccount-v1.json": "v1 ServiceAccount",
+    "namespace-v1.json": "v1 Namespace",
+}
 K8S_PIECES = ("io.k8s.api.core.v1.PodTemplateSpec", "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")
 
 
@@ -73,12 +83,14 @@ def kubernetes(wheel: Path) -> None:
     (HERE / "kubernetes-v1.34.0-strict.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
 
 
-def mpijob(crd_yaml: Path) -> None:
-    docs = [d for d in yaml.safe_load_all(crd_yaml.read_text()) if d and d.get("kind") == "CustomResourceDefinition"]
-    [crd] = [d for d in docs if d["metadata"]["name"] == "mpijobs.kubeflow.org"]
-    [version] = [v for v in crd["spec"]["versions"] if v["name"] == "v2beta1"]
-    schema = strip(version["schema"]["openAPIV3Schema"])
-    (HERE / "mpijob-v2beta1.json").write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
+def crd(crd_yaml: Path, name: str, version: str, out: str) -> None:
+    """The openAPIV3Schema of one version of CRD `name`; a Helm chart's `{{ ... }}` lines (its metadata) dropped."""
+    text = "\n".join(line for line in crd_yaml.read_text().splitlines() if "{{" not in line)
+    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "CustomResourceDefinition"]
+    [found] = [d for d in docs if d["metadata"]["name"] == name]
+    [served] = [v for v in found["spec"]["versions"] if v["name"] == version]
+    schema = strip(served["schema"]["openAPIV3Schema"])
+    (HERE / out).write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
 
 
 def hyperpod(unified_config: Path) -> None:
@@ -91,6 +103,9 @@ def hyperpod(unified_config: Path) -> None:
 
 
 if __name__ == "__main__":
-    mpijob(Path(sys.argv[1]))
+    crd(Path(sys.argv[1]), "mpijobs.kubeflow.org", "v2beta1", "mpijob-v2beta1.json")
     hyperpod(Path(sys.argv[2]))
     kubernetes(Path(sys.argv[3]))
+    crd(Path(sys.argv[4]), "scaledobjects.keda.sh", "v1alpha1", "keda-scaledobject-v1alpha1.json")
+    crd(Path(sys.argv[5]), "triggerauthentications.keda.sh", "v1alpha1", "keda-triggerauthentication-v1alpha1.json")
+    crd(Path(sys.argv[6]), "leaderworkersets.leaderworkerset.x-k8s.io", "v1", "leaderworkerset-v1.json")
