@@ -117,7 +117,7 @@ def test_every_step_cites_a_fact() -> None:
 
 
 def test_an_uncited_step_is_found() -> None:
-    text = "# docs/facts/x.md#a\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n\n# why, without a source\nENV FI_PROVIDER=efa\n"
+    text = "# docs/facts/serving-image.md#vllm-image-base-os\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n\n# why, without a source\nENV FI_PROVIDER=efa\n"
     assert uncited_steps(text) == ["ENV FI_PROVIDER=efa"]
 
 
