@@ -98,13 +98,14 @@ download() {
     curl --fail --silent --show-error --location --retry 5 --retry-delay 2 --connect-timeout 10 --output "$dest" "$url"
 }
 
-# The key is trusted only because its fingerprint equals the pinned one; then the signature must be
-# a VALIDSIG by that key.
+# A temporary keyring, its agent stopped first.
 drop_keyring() {
     gpgconf --homedir "$1" --kill gpg-agent 2>/dev/null || true
     rm -rf "$1"
 }
 
+# The key is trusted only because its fingerprint equals the pinned one; then the signature must be
+# a VALIDSIG by that key.
 verify_signature() {
     local file=$1 sig=$2 key=$3 fingerprint=$4 home got status
     # A keyring of its own in the temporary folder (short: gpg's agent socket lives in it, and a
