@@ -117,7 +117,7 @@ def test_every_step_cites_a_fact() -> None:
 
 
 def test_an_uncited_step_is_found() -> None:
-    text = "# docs/facts/x.md#a\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n\n# why, without a source\nENV FI_PROVIDER=efa\n"
+    text = "# docs/facts/serving-image.md#vllm-image-base-os\nARG BASE_IMAGE\nFROM ${BASE_IMAGE}\n\n# why, without a source\nENV FI_PROVIDER=efa\n"
     assert uncited_steps(text) == ["ENV FI_PROVIDER=efa"]
 
 
@@ -150,6 +150,8 @@ def test_install_efa_parses_and_is_shellcheck_clean() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert SCRIPT.read_text().startswith("#!/usr/bin/env bash\n")
     assert "set -o errexit -o nounset -o pipefail" in SCRIPT.read_text()
+    assert SCRIPT.read_text().rstrip().endswith('main "$@"')
+    assert not re.search(r"\beval\b", SCRIPT.read_text())
 
 
 # --- install_efa.sh on a fake image -------------------------------------------------------------
@@ -194,6 +196,15 @@ def test_a_key_with_another_fingerprint_is_refused(image: FakeNode) -> None:
     result = run(image)
     assert result.returncode == 1
     assert f"has fingerprint '{other}', but EFA_INSTALLER_KEY_FINGERPRINT pins {MANIFEST['EFA_INSTALLER_KEY_FINGERPRINT']}" in result.stderr
+    assert installer_calls(image) == []
+
+
+def test_a_key_file_gpg_cannot_read_is_refused(image: FakeNode) -> None:
+    """The fake gpg prints the key file's first line as its fingerprint; an empty file has none."""
+    (image.downloads / "aws-efa-installer.key").write_text("")
+    result = run(image)
+    assert result.returncode == 1
+    assert "has fingerprint 'none', but EFA_INSTALLER_KEY_FINGERPRINT pins" in result.stderr
     assert installer_calls(image) == []
 
 
@@ -273,3 +284,37 @@ def test_a_base_image_without_apt_is_refused(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "ID is 'amzn'; the serving image installs the EFA installer's Debian packages" in result.stderr
     assert installer_calls(image) == []
+
+
+def _real_gpg_key(home: Path) -> str:
+    """A fresh signing key in home; its fingerprint."""
+    home.mkdir(mode=0o700)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet"]
+    subprocess.run([*gpg, "--passphrase", "", "--quick-gen-key", "fminfra test <test@example.com>", "ed25519", "sign", "never"], check=True)
+    listing = subprocess.run([*gpg, "--with-colons", "--list-keys"], capture_output=True, text=True, check=True).stdout
+    return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+@pytest.mark.skipif(not Path("/usr/bin/gpg").exists(), reason="needs GnuPG at /usr/bin/gpg")
+@pytest.mark.parametrize("tampered", [False, True])
+def test_real_gpg_verifies_a_real_signature(image: FakeNode, tmp_path: Path, tampered: bool) -> None:
+    """With GnuPG itself instead of the fake: a detached signature by the pinned key passes, and the
+    same signature over a changed tarball is refused."""
+    (image.base / "bin" / "gpg").unlink()
+    home = tmp_path / "signer"
+    fpr = _real_gpg_key(home)
+    gpg = ["gpg", "--homedir", str(home), "--batch", "--quiet", "--yes"]  # --yes: replace the fake key and signature
+    tarball = image.downloads / f"aws-efa-installer-{MANIFEST['EFA_INSTALLER_VERSION']}.tar.gz"
+    subprocess.run([*gpg, "--armor", "--output", str(image.downloads / "aws-efa-installer.key"), "--export", fpr], check=True)
+    subprocess.run([*gpg, "--output", f"{tarball}.sig", "--detach-sign", str(tarball)], check=True)
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "gpg-agent"], check=False)  # the agent signing started
+    if tampered:
+        tarball.write_bytes(tarball.read_bytes() + b"\0" * 1024)
+    result = run(image, EFA_INSTALLER_KEY_FINGERPRINT=fpr, EFA_INSTALLER_SHA256="")
+    if tampered:
+        assert result.returncode == 1
+        assert f"no good signature on {tarball.name} by {fpr}" in result.stderr
+        assert installer_calls(image) == []
+    else:
+        assert result.returncode == 0, result.stderr
+        assert installer_calls(image) == [f"efa_installer.sh {CONTAINER_FLAGS}"]

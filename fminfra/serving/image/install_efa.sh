@@ -98,17 +98,32 @@ download() {
     curl --fail --silent --show-error --location --retry 5 --retry-delay 2 --connect-timeout 10 --output "$dest" "$url"
 }
 
+# A temporary keyring, its agent stopped first.
+drop_keyring() {
+    gpgconf --homedir "$1" --kill gpg-agent 2>/dev/null || true
+    rm -rf "$1"
+}
+
 # The key is trusted only because its fingerprint equals the pinned one; then the signature must be
 # a VALIDSIG by that key.
 verify_signature() {
     local file=$1 sig=$2 key=$3 fingerprint=$4 home got status
-    home=$(mktemp -d "$WORK_DIR/gnupg.XXXXXX")
+    # A keyring of its own in the temporary folder (short: gpg's agent socket lives in it, and a
+    # socket path is limited to about 100 characters).
+    home=$(mktemp -d "${TMPDIR:-/tmp}/gnupg.XXXXXX")
     chmod 700 "$home"
-    got=$(gpg --homedir "$home" --batch --with-colons --show-keys "$key" 2>/dev/null | awk -F: '$1 == "fpr" { print toupper($10); exit }')
-    [[ $got == "$fingerprint" ]] ||
+    # A file gpg cannot read as a key has no fingerprint: refused below with the same message.
+    got=$(gpg --homedir "$home" --batch --with-colons --show-keys "$key" 2>/dev/null | awk -F: '$1 == "fpr" { print toupper($10); exit }') || got=""
+    if [[ $got != "$fingerprint" ]]; then
+        drop_keyring "$home"
         die "verification failed: $(basename "$key") has fingerprint '${got:-none}', but EFA_INSTALLER_KEY_FINGERPRINT pins $fingerprint; nothing was installed"
-    gpg --homedir "$home" --batch --quiet --import "$key" 2>/dev/null
+    fi
+    gpg --homedir "$home" --batch --quiet --import "$key" 2>/dev/null || {
+        drop_keyring "$home"
+        die "verification failed: gpg could not import $(basename "$key"); nothing was installed"
+    }
     status=$(gpg --homedir "$home" --batch --status-fd 1 --verify "$sig" "$file" 2>/dev/null) || true
+    drop_keyring "$home"
     awk -v fpr="$fingerprint" '$2 == "VALIDSIG" && ($3 == fpr || $NF == fpr) { found = 1 } END { exit !found }' <<<"$status" ||
         die "verification failed: no good signature on $(basename "$file") by $fingerprint; nothing was installed"
     log "good signature on $(basename "$file") by $fingerprint"
