@@ -34,7 +34,10 @@ from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
 from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE, empty_stack_problem
+from fminfra.serving.config import ServingConfig
+from fminfra.serving.rules import parallelism_problems, replica_shape
 from fminfra.storage.config import StorageConfig
+from fminfra.storage.rules import FSX_MOUNT
 from fminfra.topology.rules import topology_in_region
 
 
@@ -51,6 +54,7 @@ class EnvironmentConfig(Model):
     compute: ComputeConfig
     storage: StorageConfig | None = Field(default=None, description="Omitted: no data bucket, no file system.")
     observability: ObservabilityConfig = Field(default_factory=ObservabilityConfig)
+    serving: ServingConfig | None = Field(default=None, description="Models served on the EKS cluster (docs/serving.md). Omitted: none.")
 
     @field_validator("name")
     @classmethod
@@ -151,8 +155,127 @@ class EnvironmentConfig(Model):
             file_system=self.storage is not None and self.storage.lustre is not None,
         ):
             problems.append(error("observability.alerts.sns_topic_arn", problem))
+        problems.extend(self._serving_problems())
         _raise_problems(problems)
         return self
+
+    def _serving_problems(self) -> list[Finding]:
+        """What a served model needs of the other sections: an EKS cluster with the load balancer controller
+        (its Service is an internal NLB), an inference node group its parallelism fits, the bucket or the file
+        system its weights are in, and AMP where it scales (KEDA queries it)."""
+        serving = self.serving
+        if serving is None:
+            return []
+        compute = self.compute
+        if not compute.needs_eks or compute.eks is None:
+            return [error("serving", "serving runs on the EKS cluster: add compute.inference_node_groups (and compute.eks)")]
+        problems: list[Finding] = []
+        if not compute.eks.load_balancer_controller:
+            problems.append(
+                error(
+                    "compute.eks.load_balancer_controller", "must be true with serving: each model's endpoint is an internal NLB it creates"
+                )
+            )
+        groups = {g.name: g for g in compute.inference_node_groups}
+        for i, model in enumerate(serving.models):
+            path = f"serving.models[{i}]"
+            group = groups.get(model.node_group)
+            if group is None:
+                allowed = ", ".join(sorted(groups)) or "none (add compute.inference_node_groups)"
+                problems.append(
+                    error(f"{path}.node_group", f"must name an inference node group, got {model.node_group!r}; allowed: {allowed}")
+                )
+                continue
+            spec = group.spec
+            fit = parallelism_problems(
+                tensor_parallel=model.tensor_parallel,
+                pipeline_parallel=model.pipeline_parallel,
+                attention_heads=model.attention_heads,
+                hidden_layers=model.hidden_layers,
+                gpus_per_node=spec.gpus,
+                instance_type=spec.name,
+            )
+            problems.extend(error(f"{path}.{field}", message) for field, message in fit)
+            if not fit:
+                shape = replica_shape(model.tensor_parallel, model.pipeline_parallel, spec.gpus)
+                nodes = group.max_size if compute.karpenter else group.desired_size
+                needed = shape.nodes * model.replicas.min if shape.multi_node else 1
+                if needed > nodes:
+                    problems.append(
+                        error(
+                            f"{path}.replicas.min",
+                            f"{model.replicas.min} replica(s) of {shape.nodes} {spec.name} node(s) need {needed} nodes; node group "
+                            f"{group.name!r} has {nodes} ({'max_size' if compute.karpenter else 'desired_size'})",
+                        )
+                    )
+            if model.weights.source == "s3" and self.storage is None:
+                problems.append(error(f"{path}.weights.source", "s3 reads the environment's data bucket: add a storage section"))
+            if model.weights.source == "fsx" and (self.storage is None or self.storage.lustre is None):
+                problems.append(error(f"{path}.weights.source", "fsx reads the environment's file system: add storage.lustre"))
+            elif model.weights.source == "fsx" and self.storage is not None and self.storage.lustre is not None:
+                problems.extend(self._fsx_weights_problems(f"{path}.weights.path", model.weights.path))
+            if model.replicas.max > model.replicas.min and not self.observability.prometheus:
+                problems.append(
+                    error(
+                        f"{path}.replicas.max",
+                        "scaling (max above min) queries the servers' queue in AMP: set observability.prometheus: true or max equal to min",
+                    )
+                )
+        return problems
+
+    def _fsx_weights_problems(self, path: str, folder: str) -> list[Finding]:
+        """Weights on FSx come from the bucket through a data repository association, loaded on first read
+        (docs/facts/serving.md#fsx-lazy-load-preload): the folder must lie under one."""
+        assert self.storage is not None and self.storage.lustre is not None
+        linked = [f"{FSX_MOUNT}{r.file_system_path.rstrip('/')}" for r in self.storage.lustre.repositories]
+        if any(folder == d or folder.startswith(f"{d}/") for d in linked):
+            return []
+        allowed = ", ".join(f"{d}/..." for d in linked) or "none (add storage.lustre.repositories)"
+        return [
+            error(
+                path,
+                f"must lie under a data repository association's folder, which links it to the bucket, got {folder!r}; allowed: {allowed}",
+            )
+        ]
+
+    def _serving_warnings(self) -> list[Finding]:
+        """A multi-node replica without EFA (a type with no EFA, or a G type fminfra attaches none to) talks over
+        TCP; a maximum the node group cannot hold stays pending; a managed node group does not grow for it."""
+        if self.serving is None:
+            return []
+        out: list[Finding] = []
+        groups = {g.name: g for g in self.compute.inference_node_groups}
+        for i, model in enumerate(self.serving.models):
+            group = groups.get(model.node_group)
+            if group is None:
+                continue
+            spec = group.spec
+            shape = replica_shape(model.tensor_parallel, model.pipeline_parallel, spec.gpus)
+            path = f"serving.models[{i}]"
+            if shape.multi_node and not spec.training:
+                out.append(
+                    warning(
+                        f"{path}.pipeline_parallel",
+                        f"a replica spans {shape.nodes} {spec.name} nodes, which get no EFA interfaces: its stages talk over TCP",
+                    )
+                )
+            if shape.multi_node and self.serving.image is not None and spec.training:
+                out.append(
+                    warning(
+                        "serving.image",
+                        f"{model.name} spans {shape.nodes} nodes over EFA: the image must carry libfabric and aws-ofi-nccl "
+                        "(fminfra's default builds them in: docs/serving.md#images)",
+                    )
+                )
+            if model.replicas.max > model.replicas.min and not self.compute.karpenter:
+                out.append(
+                    warning(
+                        f"{path}.replicas.max",
+                        f"node group {group.name!r} is a managed node group of fixed size (desired_size {group.desired_size}): "
+                        "replicas beyond its nodes stay pending; compute.eks.karpenter starts nodes for them",
+                    )
+                )
+        return out
 
     def _regional_problems(self) -> list[Finding]:
         """Services and HyperPod instance types the region does not offer (docs/facts/network.md#regional-availability)."""
@@ -312,4 +435,5 @@ class EnvironmentConfig(Model):
                 )
             )
         out.extend(self._task_governance_warnings())
+        out.extend(self._serving_warnings())
         return out + [f.under("storage") for f in (self.storage.warnings() if self.storage else [])]

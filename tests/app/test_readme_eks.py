@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from fminfra.serving.rules import MODEL_LABEL
 from tests.conftest import ROOT, Synth
 
 SECTION = "## EKS: what gets installed"
@@ -66,8 +67,11 @@ def eks_components(template: dict[str, Any]) -> dict[str, str]:
                 # per-team objects (a team's Namespace, its Kueue queues, the FSx volume of its namespace) are named after the
                 # config's teams, and a Karpenter NodePool and EC2NodeClass after each inference group: their
                 # row names the kind, not each team or group
-                per_team = obj["kind"] in ("Namespace", "PersistentVolume") or obj["apiVersion"].startswith(
-                    ("kueue.x-k8s.io/", "karpenter.")
+                # and a served model's objects after the model (fminfra.serving.rules.MODEL_LABEL)
+                per_team = (
+                    obj["kind"] in ("Namespace", "PersistentVolume")
+                    or obj["apiVersion"].startswith(("kueue.x-k8s.io/", "karpenter."))
+                    or MODEL_LABEL in (obj["metadata"].get("labels") or {})
                 )
                 found[obj["kind"] if per_team else obj["metadata"]["name"]] = ""
         elif kind == "AWS::Lambda::LayerVersion":

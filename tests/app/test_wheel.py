@@ -162,6 +162,7 @@ def test_wheel_carries_every_package_data_file(built: Built) -> None:
     assert missing_package_data(set(built.names)) == []
     assert "fminfra/ops/pricing/prices.yaml" in expected_package_data()  # once missing from the wheel
     assert "fminfra/_scripts/node/bootstrap.sh" in expected_package_data()
+    assert "fminfra/serving/image/Dockerfile" in expected_package_data()  # the EFA image asset builds from the installed copy
     assert "fminfra/hyperpod/constructs/dependencies_handler/index.py" in built.names  # the installer Lambda's asset
     assert "fminfra/hyperpod/constructs/plan_drain_handler/index.py" in built.names  # the plan drain Lambda's asset
 

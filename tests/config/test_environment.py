@@ -54,7 +54,7 @@ BAD_CASES = [
         DEV,
         "netwrok",
         {},
-        "f.yaml: netwrok: unknown field (allowed here: version, name, account, region, tags, removal_policy, network, compute, storage, observability)",
+        "f.yaml: netwrok: unknown field (allowed here: version, name, account, region, tags, removal_policy, network, compute, storage, observability, serving)",
     ),
     (
         DEV,

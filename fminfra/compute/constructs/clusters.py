@@ -62,6 +62,15 @@ from fminfra.hyperpod.rules import (
 from fminfra.observability.constructs.amp_scraper import DEFAULT_JOBS, AmpScraper, AmpScraperProps, PodScrapeJob
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
+from fminfra.serving.constructs.serving import (
+    KEDA_NAMESPACE,
+    KEDA_RELEASE,
+    LWS_NAMESPACE,
+    LWS_RELEASE,
+    ModelServing,
+    ModelServingProps,
+    ServedModelSpec,
+)
 from fminfra.storage.constructs.lustre import admit_lustre_clients
 
 # The HyperPod training operator add-on's controller and the AWS managed policy it documents.
@@ -219,6 +228,20 @@ class LoadBalancerSpec:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServingSpec:
+    """Models served on the EKS cluster (`ModelServingProps` less the cluster and the region)."""
+
+    namespace: str
+    models: Sequence[ServedModelSpec]
+    keda_version: str
+    lws_version: str
+    stream_idle_timeout_seconds: int
+    workspace: PrometheusWorkspace | None = None
+    bucket_name: str | None = None
+    bucket: s3.IBucket | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClustersProps:
     """Props of `Clusters`.
 
@@ -234,6 +257,8 @@ class ClustersProps:
       before fminfra's workloads (`fminfra.eks.constructs.extensions`). Default: none.
     karpenter: Karpenter and its pools on the EKS cluster, after the system node group and the core
       add-ons (docs/compute.md#karpenter). Default: none.
+    serving: models served on the EKS cluster (docs/serving.md), after the load balancer controller,
+      the FSx claim of their namespace and Karpenter. Default: none.
     """
 
     region: str
@@ -248,6 +273,7 @@ class ClustersProps:
     load_balancer: LoadBalancerSpec | None = None
     extensions: Sequence[EksExtension] = ()
     karpenter: KarpenterSpec | None = None
+    serving: ServingSpec | None = None
 
 
 class Clusters(Construct):
@@ -281,6 +307,7 @@ class Clusters(Construct):
         self.extensions: dict[str, IConstruct] = {}
         self.karpenter: Karpenter | None = None
         self.autoscaling: IConstruct | None = None
+        self.serving: ModelServing | None = None
         # Every resource goes in `scope`, where it has always been (its path and logical id).
         stack = scope
         on_eks = props.hyperpod_on_eks
@@ -354,8 +381,42 @@ class Clusters(Construct):
                 controller_nodes.append(inference_group.nodegroup)
         if props.karpenter is not None:
             self._karpenter(stack, props, props.karpenter)
+        if props.serving is not None:
+            self._serving(stack, props, props.serving, controller_nodes)
         if self.eks is not None:
             self._addons_and_extensions(stack, props, controller_nodes)
+
+    def _serving(self, stack: Construct, props: ClustersProps, spec: ServingSpec, controller_nodes: list[IConstruct]) -> None:
+        """The served models. Their charts' controllers (KEDA, LeaderWorkerSet) run on the system nodes or an
+        untainted inference group and wait for them and the core add-ons; the models come after Karpenter,
+        which starts their nodes (and, on delete, they go before it); the load balancer controller's chart
+        and the FSx claim come before them in `_addons_and_extensions`."""
+        if self.eks is None:
+            raise ValidationError("Clusters: serving needs eks")
+        self.serving = ModelServing(
+            stack,
+            "Serving",
+            ModelServingProps(
+                cluster=self.eks.cluster,
+                namespace=spec.namespace,
+                region=props.region,
+                models=spec.models,
+                keda_version=spec.keda_version,
+                lws_version=spec.lws_version,
+                stream_idle_timeout_seconds=spec.stream_idle_timeout_seconds,
+                workspace=spec.workspace,
+                bucket_name=spec.bucket_name,
+                bucket=spec.bucket,
+            ),
+        )
+        system = [self.eks.system_nodegroup] if self.eks.system_nodegroup is not None else []
+        for chart in self.serving.charts.values():
+            for before in [*system, *controller_nodes, *(self.eks.addons[name] for name in REQUIRED_ADDONS)]:
+                chart.node.add_dependency(before)
+        self.serving.namespace.node.add_dependency(self.eks.addons["vpc-cni"])
+        if self.karpenter is not None:
+            for manifest in self.serving.models.values():
+                manifest.node.add_dependency(self.karpenter)
 
     def _karpenter(self, stack: Construct, props: ClustersProps, spec: KarpenterSpec) -> None:
         """Karpenter's chart waits for the system node group (its controller's nodes) and the core add-ons."""
@@ -385,6 +446,8 @@ class Clusters(Construct):
         assert self.eks is not None and props.eks is not None
         addons = self.eks.addons
         workloads: list[IConstruct] = [*self.eks.charts.values(), *([self.kueue.chart] if self.kueue is not None else [])]
+        if self.serving is not None:
+            workloads += [*self.serving.charts.values(), *self.serving.models.values()]
         anchors: dict[str, list[IConstruct]] = {"vpc-cni": [addons["vpc-cni"]], "core-addons": [addons[a] for a in REQUIRED_ADDONS]}
         if props.fsx_volume is not None:
             spec = props.fsx_volume
@@ -412,6 +475,10 @@ class Clusters(Construct):
                 )
             for creator in self._namespace_creators():
                 self.fsx_volume.manifest.node.add_dependency(creator)
+            if self.serving is not None:
+                # the claim in the serving namespace, before the servers that mount it
+                for manifest in self.serving.models.values():
+                    manifest.node.add_dependency(self.fsx_volume.manifest)
             workloads.append(self.fsx_volume.manifest)
         if FSX_CSI_ADDON in addons:
             anchors[FSX_CSI_ADDON] = [addons[FSX_CSI_ADDON]]
@@ -445,6 +512,11 @@ class Clusters(Construct):
             *([(KUEUE_RELEASE, KUEUE_NAMESPACE)] if self.kueue is not None else []),
             *([(DEPENDENCIES_RELEASE, DEPENDENCIES_NAMESPACE)] if self.dependencies is not None else []),
             *([(KARPENTER_RELEASE, KARPENTER_NAMESPACE)] if self.karpenter is not None else []),
+            *(
+                (r, n)
+                for r, n in ((KEDA_RELEASE, KEDA_NAMESPACE), (LWS_RELEASE, LWS_NAMESPACE))
+                if self.serving and r in self.serving.charts
+            ),
         ]
         self.extensions = install_extensions(stack, self.eks, props.extensions, anchors, workloads, releases)
         if self.load_balancer is not None:
@@ -460,6 +532,7 @@ class Clusters(Construct):
             *([self.task_governance] if self.task_governance is not None else []),
             *([self.kueue.queues] if self.kueue is not None else []),
             *(self.accept_access.manifests[:1] if self.accept_access is not None else []),
+            *([self.serving.namespace] if self.serving is not None else []),
         ]
 
     def _installs_after_load_balancer(self, workloads: Sequence[IConstruct]) -> list[IConstruct]:

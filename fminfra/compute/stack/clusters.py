@@ -34,6 +34,7 @@ from fminfra.compute.constructs.clusters import (
     KueueSpec,
     LoadBalancerSpec,
     ScraperSpec,
+    ServingSpec,
     TaskGovernanceSpec,
 )
 from fminfra.compute.constructs.launch_template import (
@@ -64,9 +65,11 @@ from fminfra.hyperpod.constructs.task_governance import ADDON_VERSION_KEY as TAS
 from fminfra.hyperpod.constructs.task_governance import TeamQuota
 from fminfra.hyperpod.rules import plan_drained
 from fminfra.network.stack import NetworkStack, removal_policy
-from fminfra.observability.constructs.amp_scraper import scrape_jobs
+from fminfra.observability.constructs.amp_scraper import PodScrapeJob, scrape_jobs
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace
 from fminfra.promotion.rules import accept_role_name
+from fminfra.serving.rules import ROLE_LABEL, ROLE_SERVER, SCRAPE_JOB, SERVER_PORT, SERVER_PORT_NAME
+from fminfra.serving.stack import serves_from_fsx, serving_models
 from fminfra.storage.rules import FSX_MOUNT
 
 # EKS add-on name -> the name part of its manifest keys, EKS_ADDON_<NAME>_<major>_<minor>_VERSION
@@ -444,7 +447,8 @@ def add_clusters(
             or fsx_volume is not None
             or load_balancer is not None
             or bool(all_extensions)
-            or compute.karpenter,
+            or compute.karpenter
+            or cfg.serving is not None,
             removal_policy=removal_policy(cfg),
             system_node_count=compute.system_node_count(),
             system_node_instance_type=compute.eks.system_nodes.instance_type,
@@ -457,7 +461,7 @@ def add_clusters(
                 subnets=network.private_subnets[:5],
                 scrape_interval_seconds=cfg.observability.scrape_interval_seconds,
                 alias=cfg.physical_name("scraper"),
-                jobs=scrape_jobs(karpenter=compute.karpenter),
+                jobs=cluster_scrape_jobs(cfg),
             )
     hyperpod = on_eks = None
     if compute.hyperpod:
@@ -504,13 +508,50 @@ def add_clusters(
             fsx_volume=fsx_volume,
             load_balancer=load_balancer,
             extensions=all_extensions,
+            serving=serving_spec(stack, cfg, prometheus, data_bucket) if eks_props is not None else None,
         ),
     )
 
 
+def serving_spec(
+    stack: cdk.Stack, cfg: EnvironmentConfig, prometheus: PrometheusWorkspace | None, data_bucket: s3.IBucket | None
+) -> ServingSpec | None:
+    """The served models of `cfg.serving` (docs/serving.md), or None."""
+    if cfg.serving is None:
+        return None
+    s3_weights = any(m.weights.source == "s3" for m in cfg.serving.models)
+    return ServingSpec(
+        namespace=cfg.serving.namespace,
+        models=serving_models(cfg, stack),
+        keda_version=version("CHART_KEDA_VERSION"),
+        lws_version=version("CHART_LWS_VERSION"),
+        stream_idle_timeout_seconds=cfg.serving.stream_idle_timeout_seconds,
+        workspace=prometheus,
+        bucket_name=cfg.storage.bucket_name(cfg) if s3_weights and cfg.storage is not None else None,
+        bucket=data_bucket if s3_weights else None,
+    )
+
+
+def cluster_scrape_jobs(cfg: EnvironmentConfig) -> dict[str, int | PodScrapeJob]:
+    """The scraper's jobs: the exporters, Karpenter's controller, and the model servers' /metrics (their
+    serving pods in the serving namespace, on the server's named port)."""
+    jobs = scrape_jobs(karpenter=cfg.compute.karpenter)
+    if cfg.serving is not None:
+        jobs[SCRAPE_JOB] = PodScrapeJob(
+            port=SERVER_PORT, port_name=SERVER_PORT_NAME, namespace=cfg.serving.namespace, pod_labels={ROLE_LABEL: ROLE_SERVER}
+        )
+    return jobs
+
+
 def fsx_namespaces(cfg: EnvironmentConfig) -> list[str]:
     """The namespaces whose pods mount the file system through the claim: every team's (HyperPod
-    task governance or fminfra's Kueue), else `default`."""
+    task governance or fminfra's Kueue), else `default`; and the serving namespace where a model's
+    weights are on the file system."""
+    serving = [cfg.serving.namespace] if cfg.serving is not None and serves_from_fsx(cfg) else []
+    return [*training_fsx_namespaces(cfg), *serving]
+
+
+def training_fsx_namespaces(cfg: EnvironmentConfig) -> list[str]:
     compute = cfg.compute
     if compute.orchestrator == "eks" and compute.team_quotas():
         return [team_queue("hyperpod-eks", team).namespace for team in compute.team_quotas()]

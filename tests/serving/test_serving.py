@@ -1,0 +1,377 @@
+"""Serving (docs/serving.md): the `serving:` section's rules, each with the broken input it refuses; the
+objects of a served model; and the example environment (examples/serving.yaml) as synthesized."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from fminfra.config import parse_config
+from fminfra.core.errors import ConfigError
+from fminfra.serving.constructs.serving import (
+    TRIGGER_AUTHENTICATION,
+    ServedModelSpec,
+    model_objects,
+    namespace_objects,
+    server_args,
+)
+from fminfra.serving.rules import (
+    HEALTH_PATH,
+    MODEL_LABEL,
+    QUEUE_METRIC,
+    ROLE_LABEL,
+    ROLE_SERVER,
+    ROLE_WORKER,
+    SERVER_PORT,
+    Shape,
+    keda_query,
+    parallelism_problems,
+    replica_shape,
+)
+from tests.app.test_readme_eks import manifest_text
+from tests.conftest import ROOT
+
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "serving.yaml").read_text())
+ENV = EXAMPLE["name"]
+
+
+def _with(change: dict[str, Any] | None = None, **model: Any) -> dict[str, Any]:
+    """The example with the first model's fields replaced (`...` deletes one), and `change` applied
+    to the top level (dotted keys)."""
+    data = copy.deepcopy(EXAMPLE)
+    first = data["serving"]["models"][0]
+    for key, value in model.items():
+        if value is ...:
+            first.pop(key, None)
+        else:
+            first[key] = value
+    for dotted, value in (change or {}).items():
+        node = data
+        *parents, last = dotted.split(".")
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        if value is ...:
+            del node[last]
+        else:
+            node[last] = value
+    return data
+
+
+def _problems(data: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, "s.yaml")
+    return info.value.problems
+
+
+def test_the_example_is_valid() -> None:
+    cfg = parse_config(copy.deepcopy(EXAMPLE), "s.yaml")
+    assert cfg.serving is not None and [m.name for m in cfg.serving.models] == ["chat-8b", "chat-405b"]
+    assert not [w for w in cfg.warnings() if w.path.startswith("serving")]
+
+
+BAD = [
+    # (model fields, top-level change, the expected message's part)
+    (
+        {"tensor_parallel": 3},
+        None,
+        "s.yaml: serving.models[0].tensor_parallel: must divide the model's attention heads (32), as vLLM requires; got 3; "
+        "allowed on g6e.12xlarge: 1, 2, 4",
+    ),
+    ({"pipeline_parallel": 2, "hidden_layers": ...}, None, "serving.models[0].hidden_layers: must be stated with pipeline_parallel 2"),
+    ({"pipeline_parallel": 8, "tensor_parallel": 1, "hidden_layers": 4}, None, "must be at most the model's hidden layers (4), got 8"),
+    ({"tensor_parallel": 8, "attention_heads": 64}, None, "must be at most the GPUs of one g6e.12xlarge node (4), got 8"),
+    (
+        {"tensor_parallel": 2, "pipeline_parallel": 3, "hidden_layers": 32},
+        None,
+        "tensor_parallel x pipeline_parallel (6) must be at most 4 (one g6e.12xlarge node) or a multiple of it",
+    ),
+    (
+        {"replicas": {"min": 0, "max": 2}},
+        None,
+        "serving.models[0].replicas.min: must be at least 1, got 0: a replica at 0 would never wake",
+    ),
+    ({"replicas": {"min": 3, "max": 2}}, None, "serving.models[0].replicas.max: must be at least min (3), got 2"),
+    ({"replicas": {"min": 4, "max": 4}}, None, None),  # single-node: any count (several per node); no error
+    ({"node_group": "nope"}, None, "serving.models[0].node_group: must name an inference node group, got 'nope'; allowed: big, chat"),
+    ({"name": "Chat"}, None, "serving.models[0].name: must be 1-40 lowercase letters"),
+    ({"served_name": "bad name"}, None, "serving.models[0].served_name: must be 1-128 letters"),
+    ({"weights": {"source": "s3", "path": "/models/x/"}}, None, "serving.models[0].weights.path: must be a key prefix"),
+    ({"weights": {"source": "fsx", "path": "/fsx/elsewhere/x"}}, None, "must lie under a data repository association's folder"),
+    ({"weights": {"source": "fsx", "path": "/data/x"}}, None, "serving.models[0].weights.path: must be a folder under /fsx"),
+    ({}, {"storage": ...}, "serving.models[0].weights.source: s3 reads the environment's data bucket: add a storage section"),
+    ({}, {"compute.eks.load_balancer_controller": False}, "compute.eks.load_balancer_controller: must be true with serving"),
+    ({}, {"observability.prometheus": False}, "serving.models[0].replicas.max: scaling (max above min) queries the servers' queue in AMP"),
+    ({}, {"serving.image": "docker.io/vllm/vllm-openai:v0.31.0"}, "serving.image: must be an image pinned by digest"),
+    ({}, {"serving.namespace": "kube-system"}, "serving.namespace: must not be a namespace fminfra or Kubernetes runs in"),
+    ({"name": "chat-405b"}, None, "serving.models[1].name: 'chat-405b' is also models[0]'s name"),
+    ({}, {"serving.stream_idle_timeout_seconds": 30}, "serving.stream_idle_timeout_seconds: Input should be greater than or equal to 60"),
+]
+
+
+@pytest.mark.parametrize(("model", "change", "expected"), BAD, ids=[str(i) for i in range(len(BAD))])
+def test_each_rule_refuses_its_broken_input(model: dict[str, Any], change: dict[str, Any] | None, expected: str | None) -> None:
+    data = _with(change, **model)
+    if expected is None:
+        parse_config(data, "s.yaml")
+        return
+    problems = _problems(data)
+    assert any(expected in p for p in problems), problems
+    assert all(p.startswith("s.yaml: ") for p in problems)
+
+
+def test_a_multi_node_minimum_must_fit_the_group() -> None:
+    data = _with()
+    data["serving"]["models"][1]["replicas"] = {"min": 2, "max": 2}
+    assert any("2 replica(s) of 2 p5.48xlarge node(s) need 4 nodes; node group 'big' has 2 (max_size)" in p for p in _problems(data))
+
+
+def test_warnings_name_tcp_only_replicas_and_fixed_groups() -> None:
+    data = _with(tensor_parallel=4, pipeline_parallel=2, hidden_layers=32)
+    data["compute"]["inference_node_groups"][0]["max_size"] = 4
+    cfg = parse_config(data, "s.yaml")
+    assert any("which get no EFA interfaces: its stages talk over TCP" in w.message for w in cfg.warnings())
+    data = _with({"compute.eks.karpenter": {"enabled": False}})
+    for group in data["compute"]["inference_node_groups"]:
+        group.update(desired_size=2, max_size=2)
+    cfg = parse_config(data, "s.yaml")
+    assert any(w.path == "serving.models[0].replicas.max" and "replicas beyond its nodes stay pending" in w.message for w in cfg.warnings())
+
+
+def test_parallelism_rules_directly() -> None:
+    assert (
+        parallelism_problems(
+            tensor_parallel=8, pipeline_parallel=2, attention_heads=128, hidden_layers=126, gpus_per_node=8, instance_type="p5.48xlarge"
+        )
+        == []
+    )
+    assert replica_shape(8, 2, 8) == Shape(nodes=2, gpus_per_pod=8)
+    assert replica_shape(4, 1, 4) == Shape(nodes=1, gpus_per_pod=4)
+    assert replica_shape(2, 2, 8) == Shape(nodes=1, gpus_per_pod=4)
+
+
+def _spec(**overrides: Any) -> ServedModelSpec:
+    base: dict[str, Any] = {
+        "name": "m",
+        "served_name": "org/m",
+        "image": "docker.io/vllm/vllm-openai:v0@sha256:" + "0" * 64,
+        "model": "s3://bucket/models/m/",
+        "s3_prefix": "models/m/",
+        "shape": Shape(nodes=1, gpus_per_pod=4),
+        "tensor_parallel": 4,
+        "pipeline_parallel": 1,
+        "node_selector": {"node.kubernetes.io/instance-type": "g6e.12xlarge"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}],
+        "replicas_min": 1,
+        "replicas_max": 3,
+    }
+    return ServedModelSpec(**{**base, **overrides})
+
+
+def _objects(spec: ServedModelSpec) -> dict[str, dict[str, Any]]:
+    objects = model_objects(
+        spec, namespace="serving", region="us-west-2", server_address="https://aps.example/workspaces/ws-1", idle_timeout=600
+    )
+    return {o["kind"]: o for o in objects}
+
+
+def test_a_single_node_model_is_a_deployment_scaled_by_keda() -> None:
+    objects = _objects(_spec())
+    assert set(objects) == {"ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ScaledObject"}
+    deployment = objects["Deployment"]
+    assert "replicas" not in deployment["spec"]  # KEDA owns the count
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["args"][:5] == ["s3://bucket/models/m/", "--served-model-name", "org/m", "--port", str(SERVER_PORT)]
+    assert "--load-format" in container["args"] and container["args"][container["args"].index("--load-format") + 1] == "runai_streamer"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 4}
+    assert container["readinessProbe"]["httpGet"]["path"] == HEALTH_PATH
+    assert pod["serviceAccountName"] == "m-server" and pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    trigger = objects["ScaledObject"]["spec"]["triggers"][0]
+    assert trigger["metadata"]["query"] == keda_query("org/m", "serving") and trigger["authenticationRef"]["name"] == TRIGGER_AUTHENTICATION
+    assert objects["ScaledObject"]["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m"}
+
+
+def test_a_fixed_model_has_its_count_and_no_scaler() -> None:
+    objects = _objects(_spec(replicas_min=2, replicas_max=2))
+    assert "ScaledObject" not in objects and objects["Deployment"]["spec"]["replicas"] == 2
+
+
+def test_a_multi_node_model_is_a_leader_worker_set_whose_leader_alone_serves() -> None:
+    spec = _spec(
+        shape=Shape(nodes=2, gpus_per_pod=8),
+        tensor_parallel=8,
+        pipeline_parallel=2,
+        efa_interfaces=32,
+        model="/fsx/models/m",
+        s3_prefix=None,
+    )
+    objects = _objects(spec)
+    lws = objects["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    assert lws["size"] == 2 and lws["restartPolicy"] == "RecreateGroupOnPodRestart"
+    leader, worker = lws["leaderTemplate"], lws["workerTemplate"]
+    assert leader["metadata"]["labels"][ROLE_LABEL] == ROLE_SERVER and worker["metadata"]["labels"][ROLE_LABEL] == ROLE_WORKER
+    leader_args, worker_args = leader["spec"]["containers"][0]["args"], worker["spec"]["containers"][0]["args"]
+    assert "--headless" in worker_args and "--headless" not in leader_args
+    for args in (leader_args, worker_args):
+        assert args[args.index("--nnodes") + 1] == "$(LWS_GROUP_SIZE)" and args[args.index("--master-addr") + 1] == "$(LWS_LEADER_ADDRESS)"
+    assert "ports" not in worker["spec"]["containers"][0] and "readinessProbe" not in worker["spec"]["containers"][0]
+    assert leader["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}
+    assert {"name": "fsx", "persistentVolumeClaim": {"claimName": "fminfra-fsx", "readOnly": True}} in leader["spec"]["volumes"]
+    # the Service selects the leaders only; the budget covers the whole group
+    assert objects["Service"]["spec"]["selector"] == {MODEL_LABEL: "m", ROLE_LABEL: ROLE_SERVER}
+    assert objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"] == {MODEL_LABEL: "m"}
+    assert objects["ScaledObject"]["spec"]["scaleTargetRef"]["kind"] == "LeaderWorkerSet"
+
+
+def test_the_service_is_an_internal_nlb_health_checked_on_the_server() -> None:
+    annotations = _objects(_spec())["Service"]["metadata"]["annotations"]
+    prefix = "service.beta.kubernetes.io/aws-load-balancer-"
+    assert annotations[f"{prefix}scheme"] == "internal" and annotations[f"{prefix}type"] == "external"
+    assert annotations[f"{prefix}nlb-target-type"] == "ip" and annotations[f"{prefix}healthcheck-path"] == HEALTH_PATH
+    assert annotations[f"{prefix}listener-attributes.TCP-80"] == "tcp.idle_timeout.seconds=600"
+
+
+def test_worker_args_differ_from_the_leaders_by_headless_only() -> None:
+    spec = _spec(shape=Shape(nodes=2, gpus_per_pod=8))
+    assert server_args(spec, worker=True) == [*server_args(spec), "--headless"]
+
+
+def test_the_namespace_carries_the_trigger_authentication_only_where_a_model_scales() -> None:
+    assert [o["kind"] for o in namespace_objects("serving", scaling=True)] == ["Namespace", "TriggerAuthentication"]
+    assert namespace_objects("serving", scaling=True)[1]["spec"] == {"podIdentity": {"provider": "aws"}}
+    assert [o["kind"] for o in namespace_objects("serving", scaling=False)] == ["Namespace"]
+
+
+def test_the_queue_metric_is_the_recorded_servers() -> None:
+    assert QUEUE_METRIC == "vllm:num_requests_waiting"
+
+
+# --- the example environment, synthesized --------------------------------------------------------
+
+
+def _manifests(synth: Any) -> list[dict[str, Any]]:
+    out = []
+    for resource in synth.resources(ENV, "Compute", "Custom::AWSCDK-EKS-KubernetesResource").values():
+        out += json.loads(manifest_text(resource["Properties"]["Manifest"]))
+    return out
+
+
+def _charts(synth: Any) -> dict[str, dict[str, Any]]:
+    return {r["Properties"]["Release"]: r for r in synth.resources(ENV, "Compute", "Custom::AWSCDK-EKS-HelmChart").values()}
+
+
+def test_the_example_installs_keda_and_lws_after_the_load_balancer_controller(synth: Any) -> None:
+    charts = _charts(synth)
+    lbc = next(
+        lid
+        for lid, r in synth.resources(ENV, "Compute", "Custom::AWSCDK-EKS-HelmChart").items()
+        if r["Properties"]["Release"] == "aws-load-balancer-controller"
+    )
+    for release, namespace in (("keda", "keda"), ("lws", "lws-system")):
+        assert charts[release]["Properties"]["Namespace"] == namespace
+        assert lbc in charts[release]["DependsOn"]
+
+
+def test_the_example_serves_one_model_on_one_node_and_one_across_two(synth: Any) -> None:
+    kinds = {(o["kind"], o["metadata"].get("name")) for o in _manifests(synth)}
+    assert {("Deployment", "chat-8b"), ("LeaderWorkerSet", "chat-405b"), ("Service", "chat-8b"), ("Service", "chat-405b")} <= kinds
+    assert ("ScaledObject", "chat-8b") in kinds and ("ScaledObject", "chat-405b") not in kinds
+
+
+def test_pod_identity_gives_keda_the_query_and_the_8b_server_its_prefix(synth: Any) -> None:
+    associations = synth.resources(ENV, "Compute", "AWS::EKS::PodIdentityAssociation")
+    pairs = {(a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]) for a in associations.values()}
+    assert {("keda", "keda-operator"), ("serving", "chat-8b-server")} <= pairs
+    assert ("serving", "chat-405b-server") not in pairs  # FSx weights: no S3 role
+    policies = synth.resources(ENV, "Compute", "AWS::IAM::Policy")
+    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    query = [s for s in statements if "aps:QueryMetrics" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])]
+    assert query and all(s["Resource"] != "*" for s in query)
+
+
+def test_the_scraper_keeps_the_servers(synth: Any) -> None:
+    import base64
+
+    scraper = next(iter(synth.resources(ENV, "Compute", "AWS::APS::Scraper").values()))
+    blob = scraper["Properties"]["ScrapeConfiguration"]["ConfigurationBlob"]
+    config = yaml.safe_load(base64.b64decode(blob))
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "vllm")
+    kept = {tuple(r["source_labels"]): r["regex"] for r in job["relabel_configs"] if r.get("action") == "keep"}
+    assert kept[("__meta_kubernetes_pod_container_port_number",)] == str(SERVER_PORT)
+    assert kept[("__meta_kubernetes_namespace",)] == "serving"
+    assert kept[("__meta_kubernetes_pod_label_fminfra_serving_role",)] == ROLE_SERVER
+
+
+# --- against the recorded schemas (tests/data/crds: Kubernetes v1.34.0, KEDA 2.20.2, LWS v0.10.0) ----------
+
+
+def _all_objects() -> list[dict[str, Any]]:
+    single = _spec()
+    multi = _spec(
+        name="n",
+        shape=Shape(nodes=2, gpus_per_pod=8),
+        tensor_parallel=8,
+        pipeline_parallel=2,
+        efa_interfaces=32,
+        model="/fsx/m",
+        s3_prefix=None,
+    )
+    fixed = _spec(name="f", replicas_min=2, replicas_max=2)
+    out = namespace_objects("serving", scaling=True)
+    for spec in (single, multi, fixed):
+        out += model_objects(
+            spec, namespace="serving", region="us-west-2", server_address="https://aps.example/workspaces/ws-1", idle_timeout=600
+        )
+    return out
+
+
+def test_every_object_validates_against_the_recorded_schemas() -> None:
+    from tests.fakes.k8s_schemas import validate
+
+    objects = _all_objects()
+    assert {o["kind"] for o in objects} >= {
+        "Namespace",
+        "TriggerAuthentication",
+        "ServiceAccount",
+        "Deployment",
+        "LeaderWorkerSet",
+        "Service",
+        "PodDisruptionBudget",
+        "ScaledObject",
+    }
+    assert {o["kind"]: validate(o) for o in objects} == {o["kind"]: [] for o in objects}
+
+
+@pytest.mark.parametrize(
+    ("kind", "breaks"),
+    [
+        ("LeaderWorkerSet", lambda o: o["spec"]["leaderWorkerTemplate"].update(size="two")),
+        ("ScaledObject", lambda o: o["spec"]["triggers"][0].pop("type")),
+        ("Service", lambda o: o["spec"]["ports"][0].update(port="eighty")),
+        ("Deployment", lambda o: o["spec"]["template"]["spec"]["containers"][0].update(readinessProbes={})),
+    ],
+)
+def test_the_schema_check_fails_on_a_broken_object(kind: str, breaks: Any) -> None:
+    from tests.fakes.k8s_schemas import validate
+
+    obj = copy.deepcopy(next(o for o in _all_objects() if o["kind"] == kind))
+    breaks(obj)
+    assert validate(obj)
+
+
+def test_the_synthesized_manifests_validate(synth: Any) -> None:
+    from tests.fakes.k8s_schemas import validate
+
+    serving = [
+        o
+        for o in _manifests(synth)
+        if MODEL_LABEL in (o["metadata"].get("labels") or {}) or o["kind"] == "TriggerAuthentication" or o["metadata"]["name"] == "serving"
+    ]
+    assert len(serving) >= 10
+    assert {f"{o['kind']}/{o['metadata']['name']}": validate(o) for o in serving} == {
+        f"{o['kind']}/{o['metadata']['name']}": [] for o in serving
+    }
