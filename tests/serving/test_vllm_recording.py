@@ -63,7 +63,7 @@ def _labels(text: str, where: str) -> tuple[dict[str, str], str]:
             return labels, text[i + 1 :]
         eq = text.find("=", i)
         if eq < 0 or not text.startswith('"', eq + 1):
-            raise ValueError(f"{where}: a label must be name=\"value\", got {text[i:]!r}")
+            raise ValueError(f'{where}: a label must be name="value", got {text[i:]!r}')
         name, i, value = text[i:eq].strip(), eq + 2, []
         while i < len(text) and text[i] != '"':
             if text[i] == "\\" and i + 1 < len(text):
