@@ -375,3 +375,80 @@ def test_the_synthesized_manifests_validate(synth: Any) -> None:
     assert {f"{o['kind']}/{o['metadata']['name']}": validate(o) for o in serving} == {
         f"{o['kind']}/{o['metadata']['name']}": [] for o in serving
     }
+
+
+# --- the scaler's query, with promtool, on the series recorded from the pinned server (tests/data/vllm) ------
+
+
+def _series_name(name: str, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{inner}}}"
+
+
+def _queue_test(query: str) -> dict[str, Any]:
+    """A promtool test: the recorded gauges as AMP holds them (the scraper adds `exporter_namespace`),
+    with a second model's and another namespace's copies of the queue, and the query's expected value:
+    the recorded queue of the model alone."""
+    from tests.serving.test_vllm_recording import parse_exposition, recording
+
+    families = parse_exposition(recording().read_text(encoding="utf-8"), recording().name)
+    series = []
+    for family in families.values():
+        if family.type != "gauge":
+            continue
+        for name, labels, value in family.samples:
+            series.append({"series": _series_name(name, {**labels, "exporter_namespace": "serving"}), "values": f"{value:g}x3"})
+    (name, labels, waiting), *_ = families[QUEUE_METRIC].samples
+    model = labels["model_name"]
+    series.append({"series": _series_name(name, {**labels, "model_name": "other", "exporter_namespace": "serving"}), "values": "50x3"})
+    series.append({"series": _series_name(name, {**labels, "exporter_namespace": "elsewhere"}), "values": "70x3"})
+    return {
+        "model": model,
+        "waiting": waiting,
+        "file": {
+            "rule_files": [],
+            "evaluation_interval": "1m",
+            "tests": [
+                {
+                    "interval": "1m",
+                    "input_series": series,
+                    "promql_expr_test": [{"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": waiting}]}],
+                }
+            ],
+        },
+    }
+
+
+def _promtool(tmp_path: Any, test: dict[str, Any]) -> Any:
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: `make setup` installs it (Debian package prometheus)"
+    (tmp_path / "q.test.yaml").write_text(yaml.safe_dump(test["file"], sort_keys=False))
+    return subprocess.run([promtool, "test", "rules", "q.test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False)
+
+
+def test_the_scaler_query_reads_the_recorded_queue_of_its_model_only(tmp_path: Any) -> None:
+    from tests.serving.test_vllm_recording import recorded_metrics
+
+    assert recorded_metrics()[QUEUE_METRIC][0] == "gauge"
+    probe = _queue_test("")
+    test = _queue_test(keda_query(probe["model"], "serving"))
+    assert test["waiting"] > 0, "the recording's queue should not be empty"
+    result = _promtool(tmp_path, test)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        'sum(vllm:num_requests_waiting{model_name="MODEL",namespace="serving"})',  # the scraper's label is exporter_namespace
+        'sum(vllm:gpu_cache_usage_perc{model_name="MODEL",exporter_namespace="serving"})',  # a removed name
+        "sum(vllm:num_requests_waiting)",  # every model's queue
+    ],
+)
+def test_the_promtool_check_fails_on_a_broken_query(tmp_path: Any, broken: str) -> None:
+    probe = _queue_test("")
+    result = _promtool(tmp_path, _queue_test(broken.replace("MODEL", probe["model"])))
+    assert result.returncode != 0
