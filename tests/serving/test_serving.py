@@ -452,3 +452,14 @@ def test_the_promtool_check_fails_on_a_broken_query(tmp_path: Any, broken: str) 
     probe = _queue_test("")
     result = _promtool(tmp_path, _queue_test(broken.replace("MODEL", probe["model"])))
     assert result.returncode != 0
+
+
+def test_fsx_weights_are_read_eagerly_and_s3_weights_streamed() -> None:
+    fsx = server_args(_spec(model="/fsx/models/m", s3_prefix=None))
+    assert fsx[fsx.index("--safetensors-load-strategy") + 1] == "eager" and "--load-format" not in fsx
+    assert "--safetensors-load-strategy" not in server_args(_spec())
+
+
+def test_the_lws_controller_fits_beside_karpenter(synth: Any) -> None:
+    values = json.loads(_charts(synth)["lws"]["Properties"]["Values"])
+    assert values["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}

@@ -63,6 +63,10 @@ LWS_REPOSITORY = "oci://registry.k8s.io/lws/charts/lws"
 LWS_NAMESPACE = "lws-system"
 LWS_RELEASE = "lws"
 CHART_TIMEOUT_MINUTES = 15
+# The LWS controller's requests: the chart asks 1 CPU and 1Gi by default, which does not fit a system node
+# beside Karpenter's controller (1 CPU each); 100m and 256Mi, which its templates read from `resources`
+# (docs/facts/serving.md#chart-lws-values).
+LWS_VALUES = {"resources": {"requests": {"cpu": "100m", "memory": "256Mi"}}}
 # The TriggerAuthentication every ScaledObject of the namespace names.
 TRIGGER_AUTHENTICATION = "fminfra-amp"
 LWS_API = "leaderworkerset.x-k8s.io/v1"
@@ -155,6 +159,9 @@ def server_args(spec: ServedModelSpec, *, worker: bool = False) -> list[str]:
     args += ["--tensor-parallel-size", str(spec.tensor_parallel), "--pipeline-parallel-size", str(spec.pipeline_parallel)]
     if spec.s3_prefix is not None:
         args += ["--load-format", "runai_streamer"]
+    elif spec.model.startswith(FSX_MOUNT):
+        # read each file whole, as vLLM recommends on Lustre (docs/facts/vllm.md#vllm-runai-streamer)
+        args += ["--safetensors-load-strategy", "eager"]
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
     if spec.shape.multi_node:
@@ -371,6 +378,7 @@ class ModelServing(Construct):
                 version=props.lws_version,
                 namespace=LWS_NAMESPACE,
                 release=LWS_RELEASE,
+                values=LWS_VALUES,
                 create_namespace=True,
                 wait=True,  # its webhook must answer before a LeaderWorkerSet is applied
                 timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
