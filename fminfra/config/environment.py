@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import date
 from typing import Any, Literal
 
@@ -29,13 +30,13 @@ from fminfra.core.regional import (
 )
 from fminfra.core.regions import az_id_problem
 from fminfra.core.rules import ENVIRONMENT_NAME, TAG_CHARS_RULE, TAG_COUNT_MAX, TAG_KEY_MAX, TAG_VALUE_MAX
-from fminfra.eks.rules import CORE_ADDONS, NODEGROUP_NAME_MAX, addon_taken_problem, installed_addons
+from fminfra.eks.rules import CORE_ADDONS, NODEGROUP_NAME_MAX, addon_taken_problem, installed_addons, team_queue
 from fminfra.hyperpod.rules import HEALTH_MONITORING_AGENT_REGIONS
 from fminfra.network.config import NetworkConfig
 from fminfra.observability.config import ObservabilityConfig
 from fminfra.observability.rules.inputs import SNS_TOPIC_ARN_RULE, empty_stack_problem
 from fminfra.serving.config import ServingConfig
-from fminfra.serving.rules import parallelism_problems, replica_shape
+from fminfra.serving.rules import parallelism_problems, replica_shape, replicas_per_node
 from fminfra.storage.config import StorageConfig
 from fminfra.storage.rules import FSX_MOUNT
 from fminfra.topology.rules import topology_in_region
@@ -177,6 +178,15 @@ class EnvironmentConfig(Model):
                 )
             )
         groups = {g.name: g for g in compute.inference_node_groups}
+        teams = {
+            team_queue("hyperpod-eks" if compute.orchestrator == "eks" else "eks", t).namespace
+            for t in compute.team_quotas() or compute.kueue_quotas()
+        }
+        if serving.namespace in teams:
+            problems.append(
+                error("serving.namespace", f"{serving.namespace!r} is a team's namespace, which its queues create; choose another")
+            )
+        needed_nodes: dict[str, float] = {}
         for i, model in enumerate(serving.models):
             path = f"serving.models[{i}]"
             group = groups.get(model.node_group)
@@ -199,13 +209,14 @@ class EnvironmentConfig(Model):
             if not fit:
                 shape = replica_shape(model.tensor_parallel, model.pipeline_parallel, spec.gpus)
                 nodes = group.max_size if compute.karpenter else group.desired_size
-                needed = shape.nodes * model.replicas.min if shape.multi_node else 1
+                needed_nodes[group.name] = needed_nodes.get(group.name, 0) + model.replicas.min / replicas_per_node(shape, spec.gpus)
+                needed = math.ceil(needed_nodes[group.name] - 1e-9)
                 if needed > nodes:
                     problems.append(
                         error(
                             f"{path}.replicas.min",
-                            f"{model.replicas.min} replica(s) of {shape.nodes} {spec.name} node(s) need {needed} nodes; node group "
-                            f"{group.name!r} has {nodes} ({'max_size' if compute.karpenter else 'desired_size'})",
+                            f"the minimum replicas on node group {group.name!r} ({spec.gpus} GPUs per {spec.name} node) need {needed} "
+                            f"nodes; the group has {nodes} ({'max_size' if compute.karpenter else 'desired_size'})",
                         )
                     )
             if model.weights.source == "s3" and self.storage is None:

@@ -12,6 +12,7 @@ from fminfra.core.config_base import Model, Problems, _raise_problems
 from fminfra.core.findings import error
 from fminfra.eks.rules import DNS_LABEL, RESERVED_NAMESPACES
 from fminfra.serving.rules import (
+    CHART_NAMESPACES,
     DEFAULT_NAMESPACE,
     DEFAULT_POLLING_INTERVAL,
     DEFAULT_STREAM_IDLE_TIMEOUT,
@@ -136,8 +137,9 @@ class ServingConfig(Model):
     def _namespace(cls, value: str) -> str:
         if problem := DNS_LABEL.problem(value):
             raise ValueError(problem)
-        if value in RESERVED_NAMESPACES:
-            raise ValueError(f"must not be a namespace fminfra or Kubernetes runs in ({', '.join(RESERVED_NAMESPACES)}), got {value!r}")
+        taken = (*RESERVED_NAMESPACES, *CHART_NAMESPACES)
+        if value in taken:
+            raise ValueError(f"must not be a namespace fminfra, its charts or Kubernetes run in ({', '.join(taken)}), got {value!r}")
         return value
 
     @field_validator("image")

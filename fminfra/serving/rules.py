@@ -30,8 +30,19 @@ ROLE_WORKER = "worker"
 SHM_MOUNT = "/dev/shm"  # noqa: S108 # a memory-backed volume of the pod, not a temporary file
 # The AMP scraper's job of the servers' /metrics.
 SCRAPE_JOB = "vllm"
-# The serving namespace by default, and the ones it may not be.
+# The serving namespace by default; the charts' own namespaces (created by their charts), which it may not be.
 DEFAULT_NAMESPACE = "serving"
+KEDA_NAMESPACE = "keda"
+LWS_NAMESPACE = "lws-system"
+CHART_NAMESPACES = (KEDA_NAMESPACE, LWS_NAMESPACE)
+# A model's endpoint Service: `<model>-api`, never `<model>`, which LeaderWorkerSet takes for its headless
+# Service (the pods' subdomain, LWS_LEADER_ADDRESS: docs/facts/serving.md#lws-pod-labels-env).
+SERVICE_SUFFIX = "-api"
+# Karpenter's (and EKS's) label of a node's zone ID: a replica across nodes stays in the compute AZ
+# (EFA does not cross zones: docs/facts/serving.md#efa-single-az).
+ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
+# How long the HPA waits before it removes a replica (a GPU replica takes minutes to come back).
+SCALE_DOWN_STABILIZATION_SECONDS = 600
 # An NLB listener's TCP idle timeout: 60-6000 s, AWS's default 350 s (docs/facts/serving.md#elb-idle-timeout-limits).
 # A streamed answer is silent while a long prompt is prefilled: fminfra's default is 600 s.
 NLB_IDLE_TIMEOUT_MIN = 60
@@ -136,6 +147,15 @@ def keda_query(served_name: str, namespace: str) -> str:
     whose series the scraper labels with their namespace as `exporter_namespace`
     (fminfra/observability/constructs/amp_scraper.py)."""
     return f'sum({QUEUE_METRIC}{{model_name="{served_name}",exporter_namespace="{namespace}"}})'
+
+
+def service_name(model: str) -> str:
+    return f"{model}{SERVICE_SUFFIX}"
+
+
+def replicas_per_node(shape: Shape, gpus_per_node: int) -> float:
+    """How many replicas of `shape` one node holds (a fraction: a replica across nodes)."""
+    return gpus_per_node // shape.gpus_per_pod if not shape.multi_node else 1 / shape.nodes
 
 
 def leader_selector(model: str) -> dict[str, str]:

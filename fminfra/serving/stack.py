@@ -101,6 +101,9 @@ def serving_models(cfg: EnvironmentConfig, scope: Construct) -> list[ServedModel
                 node_selector={INSTANCE_TYPE_LABEL: group.instance_type, **group.labels},
                 tolerations=[{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect} for t in group.taints],
                 efa_interfaces=spec.max_efa_interfaces if over_efa else 0,
+                # Karpenter's pools span the private zones; a replica's nodes talk over EFA (or NCCL) and read FSx in
+                # the compute AZ (docs/facts/serving.md#efa-single-az). Managed node groups are in it already.
+                zone_id=cfg.network.compute_az_id if shape.multi_node and cfg.compute.karpenter else None,
                 max_model_len=model.max_model_len,
                 replicas_min=model.replicas.min,
                 replicas_max=model.replicas.max,

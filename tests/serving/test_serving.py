@@ -95,7 +95,15 @@ BAD = [
         "serving.models[0].replicas.min: must be at least 1, got 0: a replica at 0 would never wake",
     ),
     ({"replicas": {"min": 3, "max": 2}}, None, "serving.models[0].replicas.max: must be at least min (3), got 2"),
-    ({"replicas": {"min": 4, "max": 4}}, None, None),  # single-node: any count (several per node); no error
+    # chat-8b takes all 4 GPUs of a g6e.12xlarge: 4 replicas need 4 nodes, the group has at most 3
+    (
+        {"replicas": {"min": 4, "max": 4}},
+        None,
+        "the minimum replicas on node group 'chat' (4 GPUs per g6e.12xlarge node) need 4 nodes; the group has 3 (max_size)",
+    ),
+    ({"replicas": {"min": 3, "max": 3}}, None, None),
+    ({"tensor_parallel": 2, "replicas": {"min": 6, "max": 6}}, None, None),  # two replicas per node: 3 nodes
+    ({}, {"serving.namespace": "keda"}, "serving.namespace: must not be a namespace fminfra, its charts or Kubernetes run in"),
     ({"node_group": "nope"}, None, "serving.models[0].node_group: must name an inference node group, got 'nope'; allowed: big, chat"),
     ({"name": "Chat"}, None, "serving.models[0].name: must be 1-40 lowercase letters"),
     ({"served_name": "bad name"}, None, "serving.models[0].served_name: must be 1-128 letters"),
@@ -106,7 +114,7 @@ BAD = [
     ({}, {"compute.eks.load_balancer_controller": False}, "compute.eks.load_balancer_controller: must be true with serving"),
     ({}, {"observability.prometheus": False}, "serving.models[0].replicas.max: scaling (max above min) queries the servers' queue in AMP"),
     ({}, {"serving.image": "docker.io/vllm/vllm-openai:v0.31.0"}, "serving.image: must be an image pinned by digest"),
-    ({}, {"serving.namespace": "kube-system"}, "serving.namespace: must not be a namespace fminfra or Kubernetes runs in"),
+    ({}, {"serving.namespace": "kube-system"}, "serving.namespace: must not be a namespace fminfra, its charts or Kubernetes run in"),
     ({"name": "chat-405b"}, None, "serving.models[1].name: 'chat-405b' is also models[0]'s name"),
     ({}, {"serving.stream_idle_timeout_seconds": 30}, "serving.stream_idle_timeout_seconds: Input should be greater than or equal to 60"),
 ]
@@ -126,7 +134,25 @@ def test_each_rule_refuses_its_broken_input(model: dict[str, Any], change: dict[
 def test_a_multi_node_minimum_must_fit_the_group() -> None:
     data = _with()
     data["serving"]["models"][1]["replicas"] = {"min": 2, "max": 2}
-    assert any("2 replica(s) of 2 p5.48xlarge node(s) need 4 nodes; node group 'big' has 2 (max_size)" in p for p in _problems(data))
+    assert any("node group 'big' (8 GPUs per p5.48xlarge node) need 4 nodes; the group has 2 (max_size)" in p for p in _problems(data))
+
+
+def test_models_sharing_a_group_are_counted_together() -> None:
+    data = _with(replicas={"min": 2, "max": 3})
+    second = copy.deepcopy(data["serving"]["models"][0])
+    second.update(name="chat-8b-b", served_name="b", replicas={"min": 2, "max": 2})
+    data["serving"]["models"].append(second)
+    assert any("node group 'chat' (4 GPUs per g6e.12xlarge node) need 4 nodes; the group has 3" in p for p in _problems(data))
+
+
+def test_a_team_namespace_is_refused() -> None:
+    # fminfra's Kueue without teams: the default team `training`, whose namespace is `training`
+    data = _with({"serving.namespace": "training", "compute.eks.scheduling": {"kueue": True}, "compute.eks.karpenter": {"enabled": False}})
+    for group in data["compute"]["inference_node_groups"]:
+        group.update(desired_size=2, max_size=2)
+    assert any("serving.namespace: 'training' is a team's namespace, which its queues create" in p for p in _problems(data))
+    data["serving"]["namespace"] = "serving"
+    parse_config(data, "s.yaml")
 
 
 def test_warnings_name_tcp_only_replicas_and_fixed_groups() -> None:
@@ -244,6 +270,12 @@ def test_the_namespace_carries_the_trigger_authentication_only_where_a_model_sca
     assert [o["kind"] for o in namespace_objects("serving", scaling=True)] == ["Namespace", "TriggerAuthentication"]
     assert namespace_objects("serving", scaling=True)[1]["spec"] == {"podIdentity": {"provider": "aws"}}
     assert [o["kind"] for o in namespace_objects("serving", scaling=False)] == ["Namespace"]
+    assert namespace_objects("serving", scaling=False)[0]["metadata"]["labels"] == {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}
+
+
+def test_the_service_comes_before_the_server_it_gates() -> None:
+    kinds = [o["kind"] for o in model_objects(_spec(), namespace="s", region="r", server_address="https://a", idle_timeout=600)]
+    assert kinds.index("Service") < kinds.index("Deployment")
 
 
 def test_the_queue_metric_is_the_recorded_servers() -> None:
@@ -278,7 +310,9 @@ def test_the_example_installs_keda_and_lws_after_the_load_balancer_controller(sy
 
 def test_the_example_serves_one_model_on_one_node_and_one_across_two(synth: Any) -> None:
     kinds = {(o["kind"], o["metadata"].get("name")) for o in _manifests(synth)}
-    assert {("Deployment", "chat-8b"), ("LeaderWorkerSet", "chat-405b"), ("Service", "chat-8b"), ("Service", "chat-405b")} <= kinds
+    assert {("Deployment", "chat-8b"), ("LeaderWorkerSet", "chat-405b"), ("Service", "chat-8b-api"), ("Service", "chat-405b-api")} <= kinds
+    # LeaderWorkerSet names its headless Service (the pods' subdomain) after itself: no Service of fminfra's may take it
+    assert not {name for kind, name in kinds if kind == "Service"} & {name for kind, name in kinds if kind == "LeaderWorkerSet"}
     assert ("ScaledObject", "chat-8b") in kinds and ("ScaledObject", "chat-405b") not in kinds
 
 
@@ -463,3 +497,19 @@ def test_fsx_weights_are_read_eagerly_and_s3_weights_streamed() -> None:
 def test_the_lws_controller_fits_beside_karpenter(synth: Any) -> None:
     values = json.loads(_charts(synth)["lws"]["Properties"]["Values"])
     assert values["resources"]["requests"] == {"cpu": "100m", "memory": "256Mi"}
+
+
+def test_a_replica_across_karpenter_nodes_stays_in_the_compute_az(synth: Any) -> None:
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in _manifests(synth)}
+    lws = objects[("LeaderWorkerSet", "chat-405b")]["spec"]["leaderWorkerTemplate"]
+    for template in (lws["leaderTemplate"], lws["workerTemplate"]):
+        assert template["spec"]["nodeSelector"]["topology.k8s.aws/zone-id"] == EXAMPLE["network"]["compute_az_id"]
+    single = objects[("Deployment", "chat-8b")]["spec"]["template"]["spec"]
+    assert "topology.k8s.aws/zone-id" not in single["nodeSelector"]  # one node: any zone of the pool
+    assert single["enableServiceLinks"] is False
+
+
+def test_scale_down_is_the_hpas_after_its_window() -> None:
+    spec = _objects(_spec())["ScaledObject"]["spec"]
+    assert "cooldownPeriod" not in spec  # KEDA's applies only to scaling to zero
+    assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600

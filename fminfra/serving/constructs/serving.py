@@ -39,28 +39,31 @@ from fminfra.observability.constructs.prometheus_workspace import PrometheusWork
 from fminfra.policy.constructs.acknowledge import acknowledge, literal
 from fminfra.serving.rules import (
     HEALTH_PATH,
+    KEDA_NAMESPACE,
+    LWS_NAMESPACE,
     MASTER_PORT,
     MODEL_LABEL,
     ROLE_LABEL,
     ROLE_SERVER,
     ROLE_WORKER,
+    SCALE_DOWN_STABILIZATION_SECONDS,
     SERVER_PORT,
     SERVER_PORT_NAME,
     SHM_MOUNT,
+    ZONE_ID_LABEL,
     Shape,
     keda_query,
     leader_selector,
+    service_name,
 )
 from fminfra.storage.rules import FSX_MOUNT
 
 KEDA_CHART = "keda"
 KEDA_REPOSITORY = "https://kedacore.github.io/charts"
-KEDA_NAMESPACE = "keda"
 KEDA_RELEASE = "keda"
 KEDA_SERVICE_ACCOUNT = "keda-operator"
 LWS_CHART = "lws"
 LWS_REPOSITORY = "oci://registry.k8s.io/lws/charts/lws"
-LWS_NAMESPACE = "lws-system"
 LWS_RELEASE = "lws"
 CHART_TIMEOUT_MINUTES = 15
 # The LWS controller's requests: the chart asks 1 CPU and 1Gi by default, which does not fit a system node
@@ -77,9 +80,8 @@ SERVICE_PORT = 80
 # 405B model read from S3 or a lazily loaded FSx file can take that long on a first start).
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURES = 360
-# KEDA's default cooldown before scaling down (docs/facts/serving.md#keda-polling-cooldown-defaults).
-COOLDOWN_SECONDS = 300
 LB = "service.beta.kubernetes.io/aws-load-balancer-"
+READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +94,7 @@ class ServedModelSpec:
     s3_prefix: the bucket prefix its service account may read (s3 weights), else None.
     shape: nodes per replica and GPUs per pod; efa_interfaces: EFA devices each pod asks for (0: none).
     node_selector, tolerations: the node group's nodes and taints.
+    zone_id: the zone ID every pod of a replica runs in (a replica across Karpenter's nodes); None: any.
     replicas_min, replicas_max: KEDA scales between them (equal: a fixed count, no ScaledObject).
     """
 
@@ -106,6 +109,7 @@ class ServedModelSpec:
     node_selector: Mapping[str, str]
     tolerations: Sequence[Mapping[str, str]] = ()
     efa_interfaces: int = 0
+    zone_id: str | None = None
     max_model_len: int | None = None
     replicas_min: int = 1
     replicas_max: int = 1
@@ -201,9 +205,14 @@ def _pod_spec(spec: ServedModelSpec, namespace: str, region: str, *, role: str) 
     if spec.model.startswith(FSX_MOUNT):
         container["volumeMounts"].append({"name": "fsx", "mountPath": FSX_MOUNT, "readOnly": True})
         volumes.append({"name": "fsx", "persistentVolumeClaim": {"claimName": FSX_CLAIM_NAME, "readOnly": True}})
+    selector = dict(spec.node_selector)
+    if spec.zone_id is not None:
+        selector[ZONE_ID_LABEL] = spec.zone_id
     pod: dict[str, Any] = {
         "serviceAccountName": service_account_name(spec.name),
-        "nodeSelector": dict(spec.node_selector),
+        # no `<SERVICE>_PORT` variables: a Service named like one of vLLM's settings (VLLM_PORT) would break it
+        "enableServiceLinks": False,
+        "nodeSelector": selector,
         "containers": [container],
         "volumes": volumes,
     }
@@ -265,7 +274,7 @@ def service(spec: ServedModelSpec, namespace: str, idle_timeout_seconds: int) ->
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(spec.name, namespace, spec.name, annotations=annotations),
+        "metadata": _meta(service_name(spec.name), namespace, spec.name, annotations=annotations),
         "spec": {
             "type": "LoadBalancer",
             "selector": leader_selector(spec.name),
@@ -301,7 +310,13 @@ def scaled_object(spec: ServedModelSpec, namespace: str, server_address: str, re
             "minReplicaCount": spec.replicas_min,
             "maxReplicaCount": spec.replicas_max,
             "pollingInterval": spec.polling_interval_seconds,
-            "cooldownPeriod": COOLDOWN_SECONDS,
+            # KEDA's cooldownPeriod applies only to scaling to 0 (never here: min >= 1); from N down the HPA
+            # decides, after this window (docs/facts/serving.md#keda-polling-cooldown-defaults)
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION_SECONDS}}
+                }
+            },
             "triggers": [
                 {
                     "type": "prometheus",
@@ -322,10 +337,12 @@ def model_objects(
     spec: ServedModelSpec, *, namespace: str, region: str, server_address: str | None, idle_timeout: int
 ) -> list[dict[str, Any]]:
     """Every object of one model: its service account, server, Service, budget and (scaling) ScaledObject."""
+    # The Service before the server: the load balancer controller injects its readiness gate only into pods
+    # created once a Service selects them (docs/facts/serving.md#lbc-pod-readiness-gate).
     objects = [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(service_account_name(spec.name), namespace, spec.name)},
-        workload(spec, namespace, region),
         service(spec, namespace, idle_timeout),
+        workload(spec, namespace, region),
         disruption_budget(spec, namespace),
     ]
     if spec.scales:
@@ -336,10 +353,13 @@ def model_objects(
 
 
 def namespace_objects(namespace: str, *, scaling: bool) -> list[dict[str, Any]]:
-    """The namespace and, where a model scales, the TriggerAuthentication its ScaledObjects name: provider
+    """The namespace (labelled for the readiness gate) and, where a model scales, the TriggerAuthentication its ScaledObjects name: provider
     `aws` without a role, so KEDA's operator signs AMP queries with its own Pod Identity
     (docs/facts/serving.md#keda-aws-pod-identity)."""
-    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
+    # Labelled for the load balancer controller's pod readiness gate: a rolling update keeps the old server
+    # until the new one is healthy in the NLB's target group (docs/facts/serving.md#lbc-pod-readiness-gate).
+    labels = {READINESS_GATE_LABEL: "enabled"}
+    objects: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}]
     if scaling:
         objects.append(
             {
