@@ -203,7 +203,7 @@ def sync(cfg: EnvironmentConfig, *, client: ClientFactory, grafana_url: str | No
     try:
         api = GrafanaApi(grafana_url or f"https://{endpoint}", token["key"])
         sync_data_sources(api, desired_data_sources(cfg.region, prometheus_url), report)
-        sync_dashboards(api, load_dashboards(), report)
+        sync_dashboards(api, load_dashboards(serving=cfg.serving is not None), report)
         sync_admins(grafana, workspace_id, cfg.observability.grafana.admin_group_ids, report)
     finally:
         grafana.delete_workspace_service_account_token(workspaceId=workspace_id, serviceAccountId=account_id, tokenId=token["id"])
