@@ -2,8 +2,9 @@
 
 With a short-lived service-account token from boto3 (deleted when done) it creates or updates,
 through the Grafana HTTP API, the AMP data source (SigV4 with the workspace role) and a
-CloudWatch data source, uploads the repo's dashboards (same uid: update; the Serving dashboard only with a `serving:` section), and grants the
-config's `admin_group_ids` the ADMIN role through the AMG `UpdatePermissions` API. Idempotent:
+CloudWatch data source, uploads the repo's dashboards (same uid: update; the Serving dashboard only
+with a `serving:` section), and grants the config's `admin_group_ids` the ADMIN role through the AMG
+`UpdatePermissions` API. Idempotent:
 a second run only reads. Exit codes: 0 done, 1 an AWS or Grafana call failed, 2 bad input.
 """
 
