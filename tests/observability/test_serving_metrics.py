@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from fminfra.observability.rules import (
 )
 from fminfra.serving.rules import SCRAPE_JOB
 from tests.conftest import ROOT
+from tests.promtool_unit import promtool_test_with
 from tests.serving.test_vllm_recording import parse_exposition, recording
 
 PROMTOOL_TEST = ROOT / "tests" / "promtool" / "serving.test.yaml"
@@ -187,14 +187,7 @@ def test_the_series_check_refuses_a_name_or_label_the_server_does_not_give(old: 
 
 
 def _promtool_with(tmp_path: Path, rule_text: str) -> subprocess.CompletedProcess[str]:
-    rules = tmp_path / "serving.yaml"
-    rules.write_text(rule_text)
-    test = yaml.safe_load(PROMTOOL_TEST.read_text(encoding="utf-8"))
-    test["rule_files"] = [str(rules)]
-    (tmp_path / "s.test.yaml").write_text(yaml.safe_dump(test, width=1000))
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: `make setup` installs it (Debian package prometheus)"
-    return subprocess.run([promtool, "test", "rules", "s.test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    return promtool_test_with(tmp_path, PROMTOOL_TEST, rule_text, "serving.yaml")
 
 
 @pytest.mark.parametrize(
