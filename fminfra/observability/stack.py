@@ -17,7 +17,7 @@ from fminfra.observability.constructs.alerting import (
 )
 from fminfra.observability.constructs.grafana_workspace import GrafanaWorkspace, GrafanaWorkspaceProps
 from fminfra.observability.constructs.prometheus_workspace import PrometheusWorkspace, PrometheusWorkspaceProps
-from fminfra.observability.rules import expected_node_count, rules_document
+from fminfra.observability.rules import environment_rules_document
 
 
 class ObservabilityStack(cdk.Stack):
@@ -57,7 +57,7 @@ class ObservabilityStack(cdk.Stack):
                 PrometheusAlertingProps(
                     workspace=self.prometheus,
                     topic=self.alert_topic,
-                    rules=rules_document(expected_nodes=expected_node_count(cfg)),
+                    rules=environment_rules_document(cfg),
                     namespace_name=cfg.physical_name("rules"),
                 ),
             )

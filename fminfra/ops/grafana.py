@@ -2,8 +2,9 @@
 
 With a short-lived service-account token from boto3 (deleted when done) it creates or updates,
 through the Grafana HTTP API, the AMP data source (SigV4 with the workspace role) and a
-CloudWatch data source, uploads the repo's dashboards (same uid: update), and grants the
-config's `admin_group_ids` the ADMIN role through the AMG `UpdatePermissions` API. Idempotent:
+CloudWatch data source, uploads the repo's dashboards (same uid: update; the Serving dashboard only
+with a `serving:` section), and grants the config's `admin_group_ids` the ADMIN role through the AMG
+`UpdatePermissions` API. Idempotent:
 a second run only reads. Exit codes: 0 done, 1 an AWS or Grafana call failed, 2 bad input.
 """
 
@@ -203,7 +204,7 @@ def sync(cfg: EnvironmentConfig, *, client: ClientFactory, grafana_url: str | No
     try:
         api = GrafanaApi(grafana_url or f"https://{endpoint}", token["key"])
         sync_data_sources(api, desired_data_sources(cfg.region, prometheus_url), report)
-        sync_dashboards(api, load_dashboards(), report)
+        sync_dashboards(api, load_dashboards(serving=cfg.serving is not None), report)
         sync_admins(grafana, workspace_id, cfg.observability.grafana.admin_group_ids, report)
     finally:
         grafana.delete_workspace_service_account_token(workspaceId=workspace_id, serviceAccountId=account_id, tokenId=token["id"])

@@ -6,7 +6,6 @@ metrics reference; the alert's promtool test catches the two ways the rule could
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from fminfra.observability.constructs.amp_scraper import (
 )
 from fminfra.observability.rules import RULES_DIR, exporter_metrics, load_dashboards, load_rule_groups, promql_metric_names
 from tests.conftest import ROOT
+from tests.promtool_unit import promtool_test_with
 
 DATA = ROOT / "tests" / "data" / "karpenter"
 VERSION = "1.14.1"
@@ -236,14 +236,7 @@ PROMTOOL_TEST = ROOT / "tests" / "promtool" / "karpenter.test.yaml"
 
 
 def _promtool_with(tmp_path: Path, rule_text: str) -> subprocess.CompletedProcess[str]:
-    rules = tmp_path / "karpenter.yaml"
-    rules.write_text(rule_text)
-    test = yaml.safe_load(PROMTOOL_TEST.read_text())
-    test["rule_files"] = [str(rules)]
-    (tmp_path / "k.test.yaml").write_text(yaml.safe_dump(test, width=1000))
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: `make setup` installs it (Debian package prometheus)"
-    return subprocess.run([promtool, "test", "rules", "k.test.yaml"], cwd=tmp_path, capture_output=True, text=True, check=False)
+    return promtool_test_with(tmp_path, PROMTOOL_TEST, rule_text, "karpenter.yaml")
 
 
 @pytest.mark.parametrize(

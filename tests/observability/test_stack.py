@@ -61,12 +61,14 @@ def test_amp_workspace_has_its_own_key_and_logging(synth: Synth) -> None:
 
 
 def test_rule_groups_namespace_holds_exactly_the_repo_rules(synth: Synth) -> None:
-    """The repo's rule files, and the environment's expected node count."""
+    """The repo's rule files (the serving rules only with a serving: section), and the environment's
+    expected node count."""
     for env in SHIPPED_NAMES:
         namespace = _only(synth.resources(env, "Observability", "AWS::APS::RuleGroupsNamespace"))["Properties"]
         assert namespace["Name"] == f"fminfra-{env}-rules"
         count = expected_node_count(synth.configs[env])
-        assert yaml.safe_load(namespace["Data"]) == {"groups": [*load_rule_groups(), expected_nodes_group(count)]}
+        groups = load_rule_groups(serving=synth.configs[env].serving is not None)
+        assert yaml.safe_load(namespace["Data"]) == {"groups": [*groups, expected_nodes_group(count)]}
 
 
 def test_alert_manager_routes_to_the_topic_with_sigv4(synth: Synth) -> None:

@@ -202,7 +202,9 @@ def test_first_run_creates_everything_and_second_run_changes_nothing(grafana_ser
     first = StubbedAws(granted=False, account_exists=False)
     report = sync(cfg, client=first.client, grafana_url=url)
     first.assert_all_called()
-    dashboards = load_dashboards()
+    # without a serving: section, no Serving dashboard
+    dashboards = load_dashboards(serving=False)
+    assert cfg.serving is None and "fminfra-serving" not in {d["uid"] for d in dashboards}
     assert fake.writes() == [
         ("POST", "/api/datasources"),
         ("POST", "/api/datasources"),
@@ -228,6 +230,14 @@ def test_first_run_creates_everything_and_second_run_changes_nothing(grafana_ser
     assert fake.writes() == []
     assert report.changes == 0
     assert all(line.startswith("unchanged: ") for line in report.lines)
+
+
+def test_an_environment_that_serves_models_gets_the_serving_dashboard(grafana_server: tuple[FakeGrafana, str]) -> None:
+    fake, url = grafana_server
+    serving = load_config(ROOT / "examples" / "serving.yaml").serving
+    cfg = load_config(CONFIG).model_copy(update={"serving": serving})
+    sync(cfg, client=StubbedAws(granted=False, account_exists=False).client, grafana_url=url)
+    assert set(fake.dashboards) == {d["uid"] for d in load_dashboards()} and "fminfra-serving" in fake.dashboards
 
 
 def test_a_changed_dashboard_and_data_source_are_updated_by_uid(grafana_server: tuple[FakeGrafana, str]) -> None:

@@ -60,15 +60,21 @@ def partition_dns_suffix(region: str) -> str:
     raise ValueError(f"region {region!r} is in no AWS partition botocore knows")
 
 
-def rule_files() -> list[Path]:
-    """The rule files, in name order."""
-    return sorted(RULES_DIR.glob("*.yaml"))
+# The rule file and dashboard of the model servers: only environments with a `serving:` section get
+# them (its VllmNoServerTargets fires on the absence of any server, the normal state elsewhere).
+SERVING_RULE_FILE = "serving.yaml"
+SERVING_DASHBOARD = "serving.json"
 
 
-def load_rule_groups() -> list[dict[str, Any]]:
-    """Every rule group of every rule file, in file order."""
+def rule_files(*, serving: bool = True) -> list[Path]:
+    """The rule files, in name order; with `serving=False`, without the serving rules."""
+    return [p for p in sorted(RULES_DIR.glob("*.yaml")) if serving or p.name != SERVING_RULE_FILE]
+
+
+def load_rule_groups(*, serving: bool = True) -> list[dict[str, Any]]:
+    """Every rule group of every rule file (`rule_files(serving=...)`), in file order."""
     groups: list[dict[str, Any]] = []
-    for path in rule_files():
+    for path in rule_files(serving=serving):
         groups.extend(yaml.safe_load(path.read_text(encoding="utf-8"))["groups"])
     return groups
 
@@ -105,10 +111,11 @@ def expected_node_count(cfg: EnvironmentConfig) -> int:
     return count
 
 
-def rules_document(expected_nodes: int | None = None) -> str:
+def rules_document(expected_nodes: int | None = None, *, serving: bool = True) -> str:
     """All rule groups as one Prometheus rule file: the AMP rule groups namespace's data; with
-    `expected_nodes`, also the group recording that count (`expected_nodes_group`)."""
-    groups = load_rule_groups()
+    `expected_nodes`, also the group recording that count (`expected_nodes_group`); with
+    `serving=False`, without the serving rules."""
+    groups = load_rule_groups(serving=serving)
     if expected_nodes is not None:
         groups.append(expected_nodes_group(expected_nodes))
     return yaml.safe_dump({"groups": groups}, sort_keys=False, width=1000)
@@ -158,12 +165,19 @@ def cloudwatch_metrics() -> dict[str, tuple[str, ...]]:
     return {ns: tuple(names) for ns, names in data["cloudwatch"].items()}
 
 
-def dashboard_files() -> list[Path]:
-    return sorted(DASHBOARDS_DIR.glob("*.json"))
+def dashboard_files(*, serving: bool = True) -> list[Path]:
+    """The dashboards, in name order; with `serving=False`, without the serving dashboard."""
+    return [p for p in sorted(DASHBOARDS_DIR.glob("*.json")) if serving or p.name != SERVING_DASHBOARD]
 
 
-def load_dashboards() -> list[dict[str, Any]]:
-    return [json.loads(p.read_text(encoding="utf-8")) for p in dashboard_files()]
+def load_dashboards(*, serving: bool = True) -> list[dict[str, Any]]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in dashboard_files(serving=serving)]
+
+
+def environment_rules_document(cfg: EnvironmentConfig) -> str:
+    """The rule groups namespace's data of one environment: the rule files (the serving rules only
+    with a `serving:` section) and its expected-node count."""
+    return rules_document(expected_nodes=expected_node_count(cfg), serving=cfg.serving is not None)
 
 
 _PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "and", "or", "unless", "inf", "nan"}

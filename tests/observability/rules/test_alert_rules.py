@@ -45,6 +45,10 @@ REQUIRED_ALERTS = {
     "SlurmNodesDrained",
     "SlurmNodesDown",
     "KarpenterPodsUnschedulable",
+    "VllmQueueBacklog",
+    "VllmTimeToFirstTokenHigh",
+    "VllmInterTokenLatencyHigh",
+    "VllmRequestErrors",
 }
 
 
@@ -138,6 +142,7 @@ RULE_FILE_PATHS = {
     "nodes.yaml": ("slurm", "ec2", "eks", "eks-karpenter"),
     "slurm.yaml": ("slurm",),
     "karpenter.yaml": ("eks-karpenter",),
+    "serving.yaml": ("eks-serving",),
 }
 
 
@@ -151,7 +156,7 @@ def _emitted_on(path: str) -> set[str]:
 
     jobs = path_jobs()[path]
     emitted = {m for job in jobs if job != "dcgm" for m in exporter_metrics()[job]}
-    if path in ("eks", "eks-karpenter"):
+    if path.startswith("eks"):
         charts = {c.chart: c for c in exporter_charts(["ml.p5.48xlarge"])}
         text = str(charts["dcgm-exporter"].values["customMetrics"])
         rows = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
@@ -163,7 +168,7 @@ def _emitted_on(path: str) -> set[str]:
     return emitted
 
 
-@pytest.mark.parametrize("path", ["slurm", "ec2", "eks", "eks-karpenter"])
+@pytest.mark.parametrize("path", ["slurm", "ec2", "eks", "eks-karpenter", "eks-serving"])
 def test_every_metric_a_rule_uses_is_emitted_on_every_path(path: str) -> None:
     emitted = _emitted_on(path) | set(recording_names())
     for rule_file in rule_files():

@@ -27,9 +27,17 @@ def _panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
     return dashboard["panels"]
 
 
-def test_the_five_dashboards_exist() -> None:
+def test_the_six_dashboards_exist() -> None:
     titles = {d["title"] for d in load_dashboards()}
-    assert titles == {"fminfra / GPU health", "fminfra / EFA", "fminfra / FSx for Lustre", "fminfra / Slurm", "fminfra / Karpenter"}
+    assert titles == {
+        "fminfra / GPU health",
+        "fminfra / EFA",
+        "fminfra / FSx for Lustre",
+        "fminfra / Slurm",
+        "fminfra / Karpenter",
+        "fminfra / Serving",
+    }
+    assert {d["title"] for d in load_dashboards(serving=False)} == titles - {"fminfra / Serving"}
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
