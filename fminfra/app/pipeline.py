@@ -32,6 +32,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
 from aws_cdk import aws_codepipeline as codepipeline
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_secretsmanager as secretsmanager
 from aws_cdk import pipelines
 from constructs import Construct
 
@@ -146,6 +147,16 @@ class PipelineStack(cdk.Stack):
             cross_account_keys=True,
             enable_key_rotation=True,
             code_build_defaults=pipelines.CodeBuildOptions(build_environment=build_environment, partial_build_spec=runtimes),
+            # Docker Hub refuses anonymous pulls beyond its limit, and CodeBuild pulls from shared addresses: the
+            # container assets (the serving EFA image's vLLM base) build logged in where a secret is given
+            # (docs/facts/pipeline.md#cdk-pipelines-docker-credentials, docs/facts/serving-image.md#docker-hub-pull-limit).
+            docker_credentials=[
+                pipelines.DockerCredential.docker_hub(
+                    secretsmanager.Secret.from_secret_complete_arn(self, "DockerHubSecret", pc.docker_hub_secret_arn)
+                )
+            ]
+            if pc.docker_hub_secret_arn
+            else None,
         )
         self.stages: dict[str, EnvironmentStage] = {}
         self.waves: dict[str, pipelines.Wave] = {}

@@ -12,7 +12,7 @@ from fminfra.config.environment import EnvironmentConfig
 from fminfra.config.loader import load_config, read_yaml
 from fminfra.core.config_base import check_account, check_region
 from fminfra.core.errors import ConfigError
-from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE, accept_folder_problem
+from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE, DOCKER_HUB_SECRET_ARN_RULE, accept_folder_problem
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
 
@@ -105,8 +105,24 @@ class PipelineConfig(_Model):
     region: str = Field(description="Region of the pipeline.")
     source: SourceConfig
     environments: list[PipelineEnvironment] = Field(min_length=1, description="Deployed in this order.")
+    docker_hub_secret_arn: str | None = Field(
+        default=None,
+        description="Complete ARN of a Secrets Manager secret {username, secret} in the pipeline's account and region: "
+        "CodeBuild logs in to Docker Hub with it before it builds container assets (the serving EFA image's base is there).",
+    )
 
     _account = field_validator("account", mode="before")(check_account)
+
+    @field_validator("docker_hub_secret_arn")
+    @classmethod
+    def _docker_hub_secret(cls, value: str | None) -> str | None:
+        if value is not None and not DOCKER_HUB_SECRET_ARN_RULE.match(value):
+            raise ValueError(
+                "must be a Secrets Manager secret's complete ARN, arn:aws:secretsmanager:REGION:ACCOUNT:secret:NAME-XXXXXX "
+                f"(aws secretsmanager describe-secret --secret-id NAME --query ARN), got {value!r}"
+            )
+        return value
+
     _region = field_validator("region")(check_region)
 
     @model_validator(mode="after")
@@ -117,6 +133,12 @@ class PipelineConfig(_Model):
             raise ValueError(
                 f"source.connection_arn is in {arn['account']}, {arn['region']}; the pipeline runs in "
                 f"{self.account}, {self.region}: create the connection there (connections are regional resources of one account)"
+            )
+        secret = DOCKER_HUB_SECRET_ARN_RULE.match(self.docker_hub_secret_arn or "")
+        if secret and (secret["account"], secret["region"]) != (self.account, self.region):
+            raise ValueError(
+                f"docker_hub_secret_arn is in {secret['account']}, {secret['region']}; the pipeline's CodeBuild projects read it in "
+                f"{self.account}, {self.region}: create the secret there"
             )
         return self
 

@@ -18,6 +18,12 @@ CONNECTION_ARN_RULE = re.compile(
     r"^arn:aws[a-z-]*:(codeconnections|codestar-connections):(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):connection/[0-9a-f-]{36}$"
 )
 CONNECTION_REPOSITORY_RULE = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+# pipeline.yaml's Docker Hub credential: a Secrets Manager secret's complete ARN (its name and the 6
+# characters Secrets Manager appends), holding JSON {"username": ..., "secret": ...}
+# (docs/facts/pipeline.md#cdk-pipelines-docker-credentials).
+DOCKER_HUB_SECRET_ARN_RULE = re.compile(
+    r"^arn:aws[a-z-]*:secretsmanager:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):secret:[A-Za-z0-9/_+=.@-]+-[A-Za-z0-9]{6}$"
+)
 
 # The repository as the `sub` claim of its tokens names it, trusted exactly as given: the prefix
 # GitHub gives for the repository (`gh api repos/OWNER/REPO/actions/oidc/customization/sub --jq

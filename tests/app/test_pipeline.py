@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
@@ -484,3 +485,34 @@ def test_app_with_a_bad_pipeline_file_exits_2_without_traceback(tmp_path: Path) 
     assert result.returncode == 2
     assert result.stderr.startswith(f"{path}: region: unknown region 'us-west-9'")
     assert "Traceback" not in result.stderr
+
+
+def test_a_docker_hub_secret_logs_every_build_in(tmp_path: Path) -> None:
+    """Serving read 1, B2: the EFA image's base comes from Docker Hub, whose anonymous pulls CodeBuild's shared
+    addresses exhaust; with docker_hub_secret_arn the pipeline's builds read that secret (CDK Pipelines'
+    docker_credentials). A secret elsewhere, or a partial ARN, is one clear line."""
+    from fminfra.app.pipeline import build_pipeline_app
+
+    arn = "arn:aws:secretsmanager:us-west-2:444444444444:secret:dockerhub-AbCdEf"
+    path = _pipeline_file(tmp_path, docker_hub_secret_arn=arn, environments=[{"config": str(ROOT / "config" / "dev.yaml")}])
+    loaded, _ = load_pipeline(path)
+    assert loaded.docker_hub_secret_arn == arn
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]
+    app = cdk.App(outdir=str(tmp_path / "out"), context=context)
+    stack = build_pipeline_app(app, path)
+    app.synth()
+    template = json.loads((tmp_path / "out" / f"{stack.artifact_id}.template.json").read_text())
+    reads = [
+        s
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::IAM::Policy"
+        for s in r["Properties"]["PolicyDocument"]["Statement"]
+        if "secretsmanager:GetSecretValue" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+    ]
+    assert reads and all(s["Resource"] == arn for s in reads)
+    for bad, message in (
+        ("arn:aws:secretsmanager:us-west-2:444444444444:secret:dockerhub", "must be a Secrets Manager secret's complete ARN"),
+        ("arn:aws:secretsmanager:us-east-1:444444444444:secret:dockerhub-AbCdEf", "docker_hub_secret_arn is in 444444444444, us-east-1"),
+    ):
+        problems = _load_problems(_pipeline_file(tmp_path, docker_hub_secret_arn=bad))
+        assert len(problems) == 1 and message in problems[0], problems
