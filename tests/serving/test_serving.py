@@ -488,10 +488,12 @@ def test_the_promtool_check_fails_on_a_broken_query(tmp_path: Any, broken: str) 
     assert result.returncode != 0
 
 
-def test_fsx_weights_are_read_eagerly_and_s3_weights_streamed() -> None:
+def test_fsx_weights_take_vllms_lustre_default_and_s3_weights_are_streamed() -> None:
     fsx = server_args(_spec(model="/fsx/models/m", s3_prefix=None))
-    assert fsx[fsx.index("--safetensors-load-strategy") + 1] == "eager" and "--load-format" not in fsx
-    assert "--safetensors-load-strategy" not in server_args(_spec())
+    # not "eager": every rank would read every file whole (16 x the checkpoint for 405B at 8 x 2)
+    assert "--safetensors-load-strategy" not in fsx and "--load-format" not in fsx
+    s3 = server_args(_spec())
+    assert s3[s3.index("--load-format") + 1] == "runai_streamer"
 
 
 def test_the_lws_controller_fits_beside_karpenter(synth: Any) -> None:

@@ -163,9 +163,9 @@ def server_args(spec: ServedModelSpec, *, worker: bool = False) -> list[str]:
     args += ["--tensor-parallel-size", str(spec.tensor_parallel), "--pipeline-parallel-size", str(spec.pipeline_parallel)]
     if spec.s3_prefix is not None:
         args += ["--load-format", "runai_streamer"]
-    elif spec.model.startswith(FSX_MOUNT):
-        # read each file whole, as vLLM recommends on Lustre (docs/facts/vllm.md#vllm-runai-streamer)
-        args += ["--safetensors-load-strategy", "eager"]
+    # FSx weights: vLLM's default strategy, which detects Lustre and prefetches each rank's share of the files
+    # into the page cache when the checkpoint fits the node's RAM; "eager" would read every file whole on
+    # every rank (docs/facts/vllm.md#vllm-safetensors-load-strategy)
     if spec.max_model_len is not None:
         args += ["--max-model-len", str(spec.max_model_len)]
     if spec.shape.multi_node:
