@@ -102,7 +102,9 @@ def _handler(fake: FakeVllm, rec: dict[str, Any]) -> type[BaseHTTPRequestHandler
             if body.get("stream") is not True or body.get("stream_options", {}).get("include_usage") is not True:
                 fake.problems.append(f"not streamed with usage: {body.get('stream')}, {body.get('stream_options')}")
             if len(body.get("prompt", [])) != rec["prompt_tokens"] or body.get("max_tokens") != rec["completion_tokens"]:
-                fake.problems.append(f"lengths {len(body.get('prompt', []))}/{body.get('max_tokens')}, recorded {rec['prompt_tokens']}/{rec['completion_tokens']}")
+                fake.problems.append(
+                    f"lengths {len(body.get('prompt', []))}/{body.get('max_tokens')}, recorded {rec['prompt_tokens']}/{rec['completion_tokens']}"
+                )
             failure = fake.behaviour.failure if fake.next_fails() else None
             if failure == "http500":
                 return self._json(rec["completions_internal_error"])

@@ -73,7 +73,9 @@ def token_frames(request_id: str, created: int, texts: list[str]) -> list[str]:
 
 def usage_frame(request_id: str, created: int, completion_tokens: int) -> str:
     usage = UsageInfo(prompt_tokens=PROMPT_TOKENS, completion_tokens=completion_tokens, total_tokens=PROMPT_TOKENS + completion_tokens)
-    chunk = CompletionStreamResponse(id=request_id, created=created, model=MODEL, choices=[], usage=usage, system_fingerprint=None, metrics=None)
+    chunk = CompletionStreamResponse(
+        id=request_id, created=created, model=MODEL, choices=[], usage=usage, system_fingerprint=None, metrics=None
+    )
     return f"data: {chunk.model_dump_json(exclude_unset=False, exclude_none=True)}\n\n"
 
 
