@@ -6,7 +6,7 @@ and (in a GitHub job) the same table as Markdown in the job summary.
 
 The endpoint of a model: `--endpoint MODEL=URL` where given; else its Service's load balancer
 (fminfra's internal NLB on port 80, docs/serving.md), whose host kubectl reads:
-`kubectl -n NAMESPACE get service MODEL -o jsonpath={.status.loadBalancer.ingress[0].hostname}`.
+`kubectl get service MODEL -n NAMESPACE -o jsonpath={.status.loadBalancer.ingress[0].hostname}`.
 Before its load a model must answer `GET /health` (200) and list its API name on `GET /v1/models`.
 
 Thresholds (docs/serving.md, "The serving gate"): p99 TTFT and p99 TPOT from the entry, or from the
@@ -147,7 +147,7 @@ def parse_endpoints(values: list[str], models: list[str]) -> dict[str, str]:
 
 def service_url(kubectl: Callable[..., str], namespace: str, model: str) -> str:
     """http://HOST of the model's Service's load balancer (port 80)."""
-    host = kubectl("-n", namespace, "get", "service", model, "-o", SERVICE_HOST).strip()
+    host = kubectl("get", "service", model, "-n", namespace, "-o", SERVICE_HOST).strip()
     if not host:
         raise UsageError(
             f"accept: service {model} in {namespace} has no load balancer host yet (status.loadBalancer.ingress): "
