@@ -86,6 +86,7 @@ def percentile(values: list[float], p: float) -> float | None:
 
 
 def completion_request(model: str, input_tokens: int, output_tokens: int) -> dict[str, object]:
+    """The body: a prompt of token ids and ignore_eos (docs/facts/vllm.md#vllm-completions-token-prompt)."""
     return {
         "model": model,
         "prompt": [PROMPT_TOKEN_ID] * input_tokens,
