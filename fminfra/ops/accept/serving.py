@@ -38,7 +38,7 @@ from fminfra.ops.pricing import PriceBook
 from fminfra.serving.config import ServedModelConfig
 from fminfra.serving.rules import MLPERF_SERVER_P99_MS, replica_shape
 
-# Where a GitHub job's step summary goes (GitHub's GITHUB_STEP_SUMMARY file, appended to).
+# Where a GitHub job's step summary goes, appended to (docs/facts/pipeline.md#github-step-summary-file).
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
 SERVICE_HOST = "jsonpath={.status.loadBalancer.ingress[0].hostname}"
 
@@ -230,6 +230,12 @@ def markdown(checks: list[Check], about: Mapping[str, Any]) -> str:
     return f"### serving gate: {about['environment']}\n\n| | check | figure | detail |\n|---|---|---|---|\n{rows}\n"
 
 
+def _shown_limit(key: str, limit: Limit) -> str:
+    if limit.value is not None:
+        return f"{limit.value:g} ({limit.source})"
+    return "not set: reported only" if key not in REQUIRED else "MISSING: no threshold"
+
+
 def print_plan(cfg: EnvironmentConfig, plan: ServingPlan, endpoints: Mapping[str, str]) -> None:
     assert cfg.serving is not None
     print(f"# fminfra accept {cfg.name} --serving (dry run): streamed /v1/completions to each model, namespace {cfg.serving.namespace}")
@@ -237,7 +243,7 @@ def print_plan(cfg: EnvironmentConfig, plan: ServingPlan, endpoints: Mapping[str
         where = endpoints.get(model.name) or f"the load balancer of service {model.name} (kubectl -n {cfg.serving.namespace} get service)"
         print(f"# {model.name} ({model.api_name}, {instance_type_of(cfg, model)}): {where}")
     for p in plan.points:
-        limits = ", ".join(f"{k} {'MISSING' if v.value is None else f'{v.value:g}'} ({v.source})" for k, v in p.limits.items())
+        limits = ", ".join(f"{k} {_shown_limit(k, v)}" for k, v in p.limits.items())
         print(
             f"# {p.label}: {p.requests} requests of {p.input_tokens} prompt tokens, {p.output_tokens} output tokens, {p.concurrency} at a time: {limits}"
         )
