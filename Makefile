@@ -28,7 +28,7 @@ ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
 .PHONY: instance-table pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
-	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate gate-figures
+	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate serving-gate gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-d2.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -137,6 +137,13 @@ stack-status: deps
 accept-gate: deps
 	$(need_env)
 	$(PY) -m fminfra accept-remote $(CONFIG_DIR)/$(ENV).yaml --pipeline $(PIPELINE_FILE) --if-gated
+
+# The serving gate after a deploy (docs/serving.md, "The serving gate"): `fminfra accept --serving`,
+# streamed completions to each served model through its internal load balancer, so from a machine in
+# the environment's VPC; exit 0 without a request when pipeline.yaml turns it off for ENV (or ENV serves nothing).
+serving-gate: deps
+	$(need_env)
+	$(PY) -m fminfra accept $(CONFIG_DIR)/$(ENV).yaml --serving --pipeline $(PIPELINE_FILE) --if-gated
 
 # FMINFRA_REQUIRE_CHECKOV: tests/ops/test_checkov.py fails (instead of skipping) without checkov.
 # Workers: one pytest-xdist worker per core, as far as the memory holds them (each synthesizes the

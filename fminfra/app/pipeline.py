@@ -38,7 +38,7 @@ from constructs import Construct
 
 from fminfra.app.stage import EnvironmentStage
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline, needs_private_endpoint
+from fminfra.config.pipeline import PipelineConfig, gate_enabled, load_pipeline, needs_private_endpoint, serving_gate_enabled
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
 from fminfra.promotion.rules import BOOTSTRAP_QUALIFIER, accept_role_name, accept_step_role_name
@@ -98,6 +98,22 @@ def private_endpoint_gate(cfg: EnvironmentConfig) -> pipelines.ManualApprovalSte
             f"Acceptance gate of {cfg.name} ({cfg.account}, {cfg.region}): its EKS API endpoint is private, so this pipeline cannot "
             f"run the gate. From a machine in {cfg.name}'s VPC (443 allowed to the cluster security group), with kubectl 1.33-1.35 "
             f"and the role {accept_role_name(cfg.name)}, run `fminfra accept {cfg.name}` (config/{cfg.name}.yaml). "
+            "Approve only if it exits 0; reject on exit 1 (a figure failed) or 2 (it could not run)."
+        ),
+    )
+
+
+def serving_gate_approval(cfg: EnvironmentConfig) -> pipelines.ManualApprovalStep:
+    """The serving gate of an environment with served models: they answer on internal load balancers,
+    which the pipeline's CodeBuild (tooling account, no VPC) cannot reach, so an operator runs
+    `fminfra accept ENV --serving` from inside the VPC and approves only on exit 0 (docs/serving.md,
+    "The serving gate")."""
+    return pipelines.ManualApprovalStep(
+        f"ServingGate-{cfg.name}",
+        comment=(
+            f"Serving gate of {cfg.name} ({cfg.account}, {cfg.region}): its models answer on internal load balancers, so this pipeline "
+            f"cannot measure them. From a machine in {cfg.name}'s VPC, with kubectl 1.33-1.35 and the role {accept_role_name(cfg.name)}, "
+            f"run `fminfra accept config/{cfg.name}.yaml --serving` (thresholds: pipeline.yaml accept.serving). "
             "Approve only if it exits 0; reject on exit 1 (a figure failed) or 2 (it could not run)."
         ),
     )
@@ -164,6 +180,7 @@ class PipelineStack(cdk.Stack):
         self.approval_steps: dict[str, pipelines.ManualApprovalStep] = {}
         self.accept_steps: dict[str, pipelines.CodeBuildStep] = {}
         self.accept_approvals: dict[str, pipelines.ManualApprovalStep] = {}
+        self.serving_approvals: dict[str, pipelines.ManualApprovalStep] = {}
         for env, cfg in zip(pc.environments, environments, strict=True):
             check = pipelines.CodeBuildStep(
                 f"Check-{cfg.name}",
@@ -205,6 +222,12 @@ class PipelineStack(cdk.Stack):
             elif gate_enabled(env, cfg):
                 self.accept_steps[cfg.name] = self._accept_step(pc, cfg, env.config, source)
                 wave.add_post(self.accept_steps[cfg.name])
+            if serving_gate_enabled(env, cfg) and cfg.serving is not None:
+                serving = self.serving_approvals[cfg.name] = serving_gate_approval(cfg)
+                for before in (self.accept_steps.get(cfg.name), self.accept_approvals.get(cfg.name)):
+                    if before is not None:
+                        serving.add_step_dependency(before)
+                wave.add_post(serving)
             self.waves[cfg.name] = wave
             self.stages[cfg.name] = stage
             self.check_steps[cfg.name] = check

@@ -4,6 +4,7 @@ since it names several of them). Read by `load_pipeline`; the stack is `fminfra.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -13,6 +14,7 @@ from fminfra.config.loader import load_config, read_yaml
 from fminfra.core.config_base import check_account, check_region
 from fminfra.core.errors import ConfigError
 from fminfra.promotion.rules import CONNECTION_ARN_RULE, CONNECTION_REPOSITORY_RULE, DOCKER_HUB_SECRET_ARN_RULE, accept_folder_problem
+from fminfra.serving.rules import MLPERF_SERVER_P99_MS
 
 DEFAULT_PIPELINE_FILE = Path("pipeline.yaml")
 
@@ -43,6 +45,49 @@ class SourceConfig(_Model):
         return value
 
 
+class ServingThresholds(_Model):
+    """`fminfra accept ENV --serving`: one load point of one served model (its lengths and
+    concurrency) and what it must meet there. Latency figures are the 99th percentile over the
+    point's requests, as vLLM's benchmark computes them (docs/facts/vllm.md#vllm-bench-metric-definitions).
+    A figure left unset fails the gate, named, unless `mlperf:` supplies it (TTFT and TPOT only) or it
+    is optional (itl_p99_ms). See docs/serving.md, "The serving gate"."""
+
+    model: str = Field(description="serving.models[].name of the environment's config.")
+    instance_type: str | None = Field(
+        default=None, description="The GPU type these figures are for; must be the model's node group type. Default: whatever it runs on."
+    )
+    input_tokens: int = Field(ge=1, le=1_000_000, description="Prompt length in tokens (sent as token ids).")
+    output_tokens: int = Field(ge=1, le=100_000, description="Tokens asked per request (max_tokens, with ignore_eos).")
+    concurrency: int = Field(ge=1, le=4096, description="Requests in flight at once.")
+    requests: int = Field(ge=1, le=100_000, description="Requests sent in all; at least concurrency.")
+    mlperf: Literal[tuple(MLPERF_SERVER_P99_MS)] | None = Field(  # type: ignore[valid-type]
+        default=None,
+        description="An MLPerf Inference LLM benchmark whose Server-scenario p99 TTFT and TPOT constraints stand in for "
+        "ttft_p99_ms and tpot_p99_ms when unset (docs/facts/serving.md#mlperf-llm-server-latency).",
+    )
+    ttft_p99_ms: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="p99 time to first token above which it fails (ms)."
+    )
+    tpot_p99_ms: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="p99 time per output token above which it fails (ms)."
+    )
+    itl_p99_ms: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="p99 inter-token latency above which it fails (ms); unset: reported only."
+    )
+    min_output_tokens_per_s: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Output tokens per second over the point below which it fails."
+    )
+    max_error_rate: float = Field(
+        default=0.0, ge=0, le=1, allow_inf_nan=False, description="Failed requests / requests above which it fails."
+    )
+
+    @model_validator(mode="after")
+    def _enough_requests(self) -> ServingThresholds:
+        if self.requests < self.concurrency:
+            raise ValueError(f"requests ({self.requests}) must be at least concurrency ({self.concurrency})")
+        return self
+
+
 class AcceptThresholds(_Model):
     """`fminfra accept` for one environment: thresholds that replace (or stand in for) the per-type
     ones of scripts/node/instance_types.tsv. A type without a sourced threshold fails the gate
@@ -59,6 +104,13 @@ class AcceptThresholds(_Model):
     )
     nccl_warn_gbps: float | None = Field(
         default=None, gt=0, allow_inf_nan=False, description="busbw below which accept warns (GB/s); default: nccl_fail_gbps."
+    )
+    serving_gate: bool | None = Field(
+        default=None,
+        description="Run `fminfra accept --serving` after this environment deploys, before the next is promoted; default: on with a serving: section.",
+    )
+    serving: list[ServingThresholds] = Field(
+        default_factory=list, description="The serving gate's load points and thresholds, by served model (docs/serving.md)."
     )
     runs_on: list[str] | None = Field(
         default=None,
@@ -168,6 +220,35 @@ def gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
     return has_training_gpus(cfg) and cfg.compute.orchestrator in ACCEPTED_ORCHESTRATORS
 
 
+def serving_gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
+    """The serving gate of one environment: `accept.serving_gate` if set, else on with a serving: section."""
+    if env.accept.serving_gate is not None:
+        return env.accept.serving_gate
+    return cfg.serving is not None
+
+
+def serving_problems(where: str, env: PipelineEnvironment, cfg: EnvironmentConfig) -> list[str]:
+    """accept.serving_gate and accept.serving against the environment's served models and their GPU types."""
+    if cfg.serving is None:
+        out = [f"{where}.serving_gate: true, but {env.config} has no serving: section"] if env.accept.serving_gate else []
+        if env.accept.serving:
+            out.append(f"{where}.serving: thresholds given, but {env.config} has no serving: section (no served models)")
+        return out
+    models = {m.name: m for m in cfg.serving.models}
+    types = {g.name: g.instance_type for g in cfg.compute.inference_node_groups}
+    out = []
+    for i, point in enumerate(env.accept.serving):
+        served = models.get(point.model)
+        if served is None:
+            out.append(f"{where}.serving[{i}].model: {point.model!r} is not served by {env.config} (allowed: {', '.join(models)})")
+        elif point.instance_type is not None and point.instance_type != types.get(served.node_group):
+            out.append(
+                f"{where}.serving[{i}].instance_type: {point.instance_type!r}, but {point.model} runs on node group {served.node_group}"
+                f" ({types.get(served.node_group)}); allowed: {types.get(served.node_group)} or leave it out"
+            )
+    return out
+
+
 def needs_private_endpoint(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
     """A gate that talks to a private-only EKS API server: HyperPod EKS without public_access_cidrs.
     Such an endpoint answers only from the cluster's VPC or a connected network, and only where the
@@ -242,7 +323,14 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                     " (compute.eks.public_access_cidrs: []), which GitHub-hosted runners cannot reach; give the labels of a runner in its VPC,"
                     " e.g. [self-hosted, fminfra-" + cfg.name + "], or accept: {gate: false}"
                 )
-            if env.accept.runs_on is not None and not gate_enabled(env, cfg):
+            problems.extend(serving_problems(f"{file}: environments[{i}].accept", env, cfg))
+            if serving_gate_enabled(env, cfg) and cfg.serving is not None and env.accept.runs_on is None:
+                problems.append(
+                    f"{file}: environments[{i}].accept.runs_on: required: the serving gate is on and {env.config}'s models answer on"
+                    " internal load balancers, which GitHub-hosted runners cannot reach; give the labels of a runner in its VPC,"
+                    " e.g. [self-hosted, fminfra-" + cfg.name + "], or accept: {serving_gate: false}"
+                )
+            if env.accept.runs_on is not None and not gate_enabled(env, cfg) and not serving_gate_enabled(env, cfg):
                 problems.append(
                     f"{file}: environments[{i}].accept.runs_on: set, but the gate is off for {env.config}: remove it or turn the gate on"
                 )

@@ -162,3 +162,17 @@ def leader_selector(model: str) -> dict[str, str]:
     """The pod labels of a model's serving pods only: a Deployment's pods and a LeaderWorkerSet's leaders
     (workers run headless: no HTTP server)."""
     return {MODEL_LABEL: model, ROLE_LABEL: ROLE_SERVER}
+
+
+# MLPerf Inference's Server-scenario latency constraints for the LLM benchmarks, at the 99th
+# percentile (`*.Server.target_latency_percentile = 99`), in milliseconds: (time to first token, time
+# per output token). The serving gate's default p99 TTFT and TPOT where a pipeline.yaml entry names
+# one of these benchmarks (`mlperf:`): docs/facts/serving.md#mlperf-llm-server-latency.
+MLPERF_SERVER_P99_MS: dict[str, tuple[float, float]] = {
+    "llama3_1-8b": (2000, 100),
+    "llama3_1-8b-interactive": (500, 30),
+    "llama2-70b": (2000, 200),
+    "llama2-70b-interactive": (450, 40),
+    "llama3_1-405b": (6000, 175),
+    "llama3_1-405b-interactive": (4500, 80),
+}

@@ -516,3 +516,52 @@ def test_a_docker_hub_secret_logs_every_build_in(tmp_path: Path) -> None:
     ):
         problems = _load_problems(_pipeline_file(tmp_path, docker_hub_secret_arn=bad))
         assert len(problems) == 1 and message in problems[0], problems
+
+
+def serving_gate_problems(stack: PipelineStack, env: str) -> list[str]:
+    """The serving gate of an environment with models: a manual approval (CodeBuild cannot reach the
+    internal load balancers) that names the command and approves only on exit 0, after the deploy."""
+    approval = stack.serving_approvals.get(env)
+    if approval is None:
+        return [f"{env}: no serving gate"]
+    problems = []
+    comment = approval.comment or ""
+    if f"fminfra accept config/{env}.yaml --serving" not in comment:
+        problems.append(f"{env}: the approval does not name `fminfra accept config/{env}.yaml --serving`")
+    if "Approve only if it exits 0" not in comment:
+        problems.append(f"{env}: the approval does not say 'Approve only if it exits 0'")
+    if approval not in stack.waves[env].post:
+        problems.append(f"{env}: the serving gate is not after the deploy")
+    return problems
+
+
+def test_an_environment_with_models_gets_a_serving_gate(tmp_path: Path) -> None:
+    import aws_cdk as cdk
+
+    source = {
+        "connection_arn": "arn:aws:codeconnections:us-west-2:777777777777:connection/0f0f0f0f-0f0f-0f0f-0f0f-0f0f0f0f0f0f",
+        "repository": "a/b",
+    }
+    serving = {"config": str(ROOT / "examples" / "serving.yaml"), "accept": {"runs_on": ["self-hosted"]}}
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({"account": "777777777777", "region": "us-west-2", "source": source, "environments": [serving]}))
+    pipeline_config, configs = load_pipeline(path)
+    app = cdk.App(context=json.loads((ROOT / "cdk.json").read_text())["context"])
+    stack = PipelineStack(app, "P", pipeline_config=pipeline_config, environments=configs)
+    assert serving_gate_problems(stack, "serve") == []
+    assert stack.accept_steps == {} and stack.accept_approvals == {}  # no training GPUs: no acceptance gate
+    # the test of the test: an approval without the command, and a pipeline whose environments serve nothing
+    from aws_cdk import pipelines
+
+    stack.serving_approvals["serve"] = pipelines.ManualApprovalStep("ServingGate-serve", comment="Approve?")
+    assert serving_gate_problems(stack, "serve") == [
+        "serve: the approval does not name `fminfra accept config/serve.yaml --serving`",
+        "serve: the approval does not say 'Approve only if it exits 0'",
+        "serve: the serving gate is not after the deploy",
+    ]
+
+
+def test_environments_without_models_get_no_serving_gate(pipeline: tuple[PipelineStack, Path, dict[str, Any]]) -> None:
+    stack, _, _ = pipeline
+    assert stack.serving_approvals == {}
+    assert serving_gate_problems(stack, "dev") == ["dev: no serving gate"]

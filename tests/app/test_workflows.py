@@ -339,6 +339,11 @@ def test_reviewers_see_the_checks_before_they_approve_the_deploy() -> None:
         "default": "",
     }
     assert accept_job_problems(wf["jobs"]["accept"]) == []
+    # the test of the test: an accept job without the serving gate
+    no_serving = copy.deepcopy(wf["jobs"]["accept"])
+    no_serving["steps"] = [s for s in no_serving["steps"] if s.get("run") != 'make serving-gate ENV="$ENVIRONMENT"']
+    assert accept_job_problems(no_serving) == ["does not run make serving-gate after the acceptance gate with the acceptance role"]
+    assert 'make serving-gate ENV="$ENVIRONMENT"' not in _runs(deploy)  # a hosted runner cannot reach an internal NLB
 
 
 def accept_job_problems(job: dict[str, Any]) -> list[str]:
@@ -364,6 +369,10 @@ def accept_job_problems(job: dict[str, Any]) -> list[str]:
     creds = [w for i, w in _creds(steps) if i < gate]
     if not creds or not creds[-1].get("role-to-assume", "").endswith(":role/fminfra-${{ inputs.environment }}-accept"):
         problems.append("the gate does not run with the acceptance role")
+    # the serving gate: only here (the models' load balancers are internal), after the acceptance gate, same role
+    serving = next((i for i, r in enumerate(runs) if r == 'make serving-gate ENV="$ENVIRONMENT"'), None)
+    if serving is None or serving < gate or [i for i, _ in _creds(steps) if gate < i < serving]:
+        problems.append("does not run make serving-gate after the acceptance gate with the acceptance role")
     return problems
 
 
@@ -975,6 +984,8 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         assert not ENVIRONMENT_FAILURES.search(output), (run, output[-3000:])
         if run in ("make synth", "make deps") or run.startswith("make github-target"):
             assert result.returncode == 0, (run, output[-3000:])
+        elif run.startswith("make serving-gate"):  # dev serves no model: the gate is off, nothing runs
+            assert result.returncode == 0 and "the serving gate is off" in output, (run, output[-3000:])
         elif run.startswith("make pr-summary"):  # offline: cost and picture from cdk.out
             assert result.returncode == 0, (run, output[-3000:])
             assert "#### Cost of dev (us-west-2)" in output and "```mermaid\nflowchart LR" in output, output[-3000:]
@@ -992,6 +1003,7 @@ def test_every_workflow_command_runs_in_the_projects_environment(ci: CiSandbox) 
         "make deploy",
         "make stack-status",
         "make accept-gate",
+        "make serving-gate",
     }
     assert (ci.root / "cdk.out" / "manifest.json").is_file()
     assert Path(ci.env["GITHUB_OUTPUT"]).read_text() == "account=111111111111\nregion=us-west-2\n"

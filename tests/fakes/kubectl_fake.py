@@ -59,6 +59,10 @@ What it models, and from where:
 - `logs POD -n NS` prints the scenario's log for that pod's job kind (recorded nccl-tests output,
   the DDP result line, fio JSON), the way each job's script writes it (accept_manifests).
 - `delete RESOURCE NAME ...` removes the object.
+- `get service NAME -n NS -o jsonpath={.status.loadBalancer.ingress[0].hostname}` prints the state's
+  `services` entry `NS/NAME` (the Service's load balancer host, as the AWS Load Balancer Controller
+  writes it into the Service's status; "" while it is pending), without a newline as kubectl's
+  jsonpath output; a Service not there is `Error from server (NotFound)`, exit 1.
 - `unreachable` in the state: every call that needs the server fails as kubectl fails when the
   endpoint does not answer (`Unable to connect to the server: <error>`, exit 1; kubernetes/kubectl
   `pkg/cmd/util/helpers.go` `StandardErrorMessage`: docs/facts/eks.md#kubectl-unable-to-connect).
@@ -170,6 +174,15 @@ def main(argv: list[str]) -> None:
                 'resource "resourceflavors" in API group "kueue.x-k8s.io" at the cluster scope'
             )
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": state.get("flavors", [])}))
+    elif args[:2] == ["get", "service"]:
+        # the serving gate's read of a model's load balancer: `get service NAME -n NS -o jsonpath=...`
+        namespace, name = args[args.index("-n") + 1], args[2]
+        if args[-1] != "jsonpath={.status.loadBalancer.ingress[0].hostname}":
+            fail(f"error: the fake answers only the load balancer host's jsonpath, got {args[-1]}")
+        services = state.get("services", {})
+        if f"{namespace}/{name}" not in services:
+            fail(f'Error from server (NotFound): services "{name}" not found')
+        print(services[f"{namespace}/{name}"], end="")  # jsonpath output has no newline; "" while the NLB is pending
     elif args[:2] == ["get", "pods"]:
         selector = dict(kv.split("=", 1) for kv in args[args.index("-l") + 1].split(","))
         items = [p for p in pods(state) if all(p["metadata"]["labels"].get(k) == v for k, v in selector.items())]

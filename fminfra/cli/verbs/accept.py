@@ -8,7 +8,7 @@ from pathlib import Path
 from fminfra.cli.help import ENV_HELP
 from fminfra.ops import accept
 
-HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment; --dry-run prints them"
+HELP = "run the acceptance jobs (NCCL, DDP, FSx) on a deployed environment, or --serving the serving gate; --dry-run prints them"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +20,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-id", help="name of the run folder under /fsx/fminfra-accept (default: ENV-<UTC time>)")
     p.add_argument("--timeout-minutes", type=float, default=60.0, help="give up waiting after this long (default 60)")
     p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sacct polls (default 30)")
-    p.add_argument("--report", type=Path, help="JSON report path (default: RUN/accept.json)")
+    p.add_argument("--report", type=Path, help="JSON report path (default: RUN/accept.json; --serving: accept-serving-ENV.json)")
+    p.add_argument(
+        "--serving", action="store_true", help="the serving gate: streamed completions to each served model, checked against accept.serving"
+    )
+    p.add_argument(
+        "--endpoint",
+        action="append",
+        metavar="MODEL=URL",
+        help="--serving: the model's base URL (default: its Service's load balancer, read with kubectl); repeatable",
+    )
+    p.add_argument(
+        "--if-gated", action="store_true", help="--serving: exit 0 without a request where pipeline.yaml turns the serving gate off"
+    )
 
 
 def main(ns: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """`fminfra accept ENV`: the acceptance jobs on a deployed environment, by orchestrator: `slurm`
 (HyperPod Slurm, on the login node) or `eks` (HyperPod EKS, through kubectl); `checks` is what
-both share, `manifests` the Kubernetes objects, `results` the parsers, `remote` the CI path."""
+both share, `manifests` the Kubernetes objects, `results` the parsers, `remote` the CI path;
+`--serving`: the serving gate (`serving`, its load `streaming`) on the served models' endpoints."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS
-from fminfra.ops.accept import checks, eks, slurm
-from fminfra.ops.common import EXIT_BAD_INPUT, UsageError, load_configs
+from fminfra.config import EnvironmentConfig
+from fminfra.config.pipeline import ACCEPTED_ORCHESTRATORS, DEFAULT_PIPELINE_FILE, load_pipeline, serving_gate_enabled
+from fminfra.ops.accept import checks, eks, serving, slurm
+from fminfra.ops.common import EXIT_BAD_INPUT, EXIT_OK, UsageError, load_configs
 
 
 def command(ns: argparse.Namespace) -> int:
     [(config_file, cfg)] = load_configs([ns.config])
     if ns.timeout_minutes <= 0 or ns.poll_seconds <= 0:
         raise UsageError("accept: --timeout-minutes and --poll-seconds must be greater than 0")
+    if getattr(ns, "serving", False):
+        return serving_command(ns, cfg)
     orchestrator = cfg.compute.orchestrator
     if orchestrator not in (*ACCEPTED_ORCHESTRATORS, "none"):  # none: inference-only EKS, nothing to accept
         print(
@@ -38,3 +42,20 @@ def command(ns: argparse.Namespace) -> int:
         slurm.print_plan(plan)
         return checks.end_dry_run("accept", cfg.name, plan.missing)
     return slurm.run_on_login_node(plan, ns.timeout_minutes * 60, ns.poll_seconds, ns.report)
+
+
+def serving_command(ns: argparse.Namespace, cfg: EnvironmentConfig) -> int:
+    """--serving: the serving gate (`serving`), with pipeline.yaml's accept.serving of the environment;
+    with --if-gated, exit 0 without a request where pipeline.yaml turns the serving gate off."""
+    if ns.if_gated:
+        path = ns.pipeline or DEFAULT_PIPELINE_FILE
+        loaded, configs = load_pipeline(path) if path.exists() else (None, [])
+        entry = next((e for e, c in zip(loaded.environments, configs, strict=True) if c.name == cfg.name), None) if loaded else None
+        if entry is None or not serving_gate_enabled(entry, cfg):
+            print(
+                f"accept {cfg.name} --serving: the serving gate is off (pipeline.yaml accept.serving_gate, or no serving: section): nothing to run"
+            )
+            return EXIT_OK
+    overrides = checks._overrides(ns.pipeline, cfg.name)
+    entries = overrides.serving if overrides is not None else []
+    return serving.main(cfg, entries, ns.endpoint or [], ns.dry_run, ns.report, lambda: eks.connect(cfg))

@@ -24,7 +24,8 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,22 @@ class Kubectl:
             return json.loads(out)
         except json.JSONDecodeError:
             raise UsageError(f"kubectl {' '.join(args[:3])}: not JSON: {out[:200]!r}") from None
+
+
+@contextmanager
+def connect(cfg: EnvironmentConfig, client: Any | None = None) -> Iterator[tuple[dict[str, Any], Kubectl]]:
+    """The environment's cluster and a kubectl for it: kubectl's version checked, the cluster
+    described, a kubeconfig in a temporary folder (removed at the end)."""
+    if shutil.which("kubectl") is None:
+        raise UsageError("accept: kubectl not found on PATH (1.33-1.35 for a 1.34 cluster); or use --dry-run")
+    check_kubectl_version(cfg)
+    cluster = describe_cluster(cfg, client)
+    with tempfile.TemporaryDirectory(prefix="fminfra-accept-") as tmp:
+        config_file = Path(tmp) / "kubeconfig"
+        config_file.write_text(yaml.safe_dump(kubeconfig(cluster, cfg.region)), encoding="utf-8")
+        os.chmod(config_file, 0o600)
+        private = not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess", True)
+        yield cluster, Kubectl(config_file, private_endpoint=private)
 
 
 def print_manifests(plan: EksPlan, out: Callable[[str], None] = print) -> None:
@@ -435,17 +452,8 @@ def run(
     client: Any | None = None,
 ) -> int:
     cfg = plan.cfg
-    if shutil.which("kubectl") is None:
-        raise UsageError("accept: kubectl not found on PATH (1.33-1.35 for a 1.34 cluster); or use --dry-run")
-    check_kubectl_version(cfg)
-    cluster = describe_cluster(cfg, client)
-    results.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fminfra-accept-") as tmp:
-        config_file = Path(tmp) / "kubeconfig"
-        config_file.write_text(yaml.safe_dump(kubeconfig(cluster, cfg.region)), encoding="utf-8")
-        os.chmod(config_file, 0o600)
-        private = not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess", True)
-        kubectl = Kubectl(config_file, private_endpoint=private)
+    with connect(cfg, client) as (cluster, kubectl):
+        results.mkdir(parents=True, exist_ok=True)
         check_queue(kubectl, plan, cluster["name"])
         # Ask Kueue for a topology only where the type's flavor has one (the dry run asks wherever EC2 has one).
         asking = {j.instance_type for j in plan.jobs if topology_annotations(j.instance_type, j.region)}

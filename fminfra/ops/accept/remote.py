@@ -373,6 +373,9 @@ def _as_accept_namespace(ns: argparse.Namespace) -> argparse.Namespace:
         timeout_minutes=float(f"{ns.timeout_minutes:g}"),
         poll_seconds=float(f"{ns.poll_seconds:g}"),
         report=None,
+        serving=False,
+        endpoint=None,
+        if_gated=False,
     )
 
 
