@@ -24,6 +24,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
+from fminfra.config.pipeline import serving_gate_access
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
 from fminfra.promotion.rules import (
@@ -144,7 +145,8 @@ class GithubOidcStack(cdk.Stack):
     def _accept_role(self, env: EnvironmentConfig, repository: str, pipeline_account: str | None, pipeline_name: str) -> iam.Role:
         """Reach the environment's cluster and nothing else: on HyperPod Slurm, find the login node
         (DescribeCluster, ListClusterNodes) and open a non-interactive SSM session on it; on EKS,
-        describe the EKS cluster (the EKS path of `fminfra accept` builds its token from that)."""
+        describe the EKS cluster (the EKS path of `fminfra accept` builds its token from that), and so with
+        `serving.gate_access` on any cluster that serves (the serving gate reads its Services)."""
         principals: list[iam.IPrincipal] = [self._github_principal(repository, github_subject(repository, f"environment:{env.name}"))]
         if pipeline_account:
             step_role = f"arn:aws:iam::{pipeline_account}:role/{accept_step_role_name(pipeline_name, env.name)}"
@@ -227,7 +229,8 @@ class GithubOidcStack(cdk.Stack):
                 "ssm:TerminateSession on this account's and region's sessions whose AWS-applied aws:ssmmessages:session-id tag is this "
                 "role session's own ${aws:userid}: the sessions it started only",
             )
-        elif orchestrator == "eks":
+        if orchestrator == "eks" or serving_gate_access(env):
+            # the EKS path of accept, and the serving gate's kubectl (docs/serving.md#the-serving-gate)
             role.add_to_policy(
                 iam.PolicyStatement(
                     sid="DescribeTheEksCluster",

@@ -131,6 +131,11 @@ class ServingConfig(Model):
         description="The load balancer's idle timeout: how long a streamed answer may be silent.",
     )
     models: list[ServedModelConfig] = Field(min_length=1, description="At least one model.")
+    gate_access: bool = Field(
+        default=False,
+        description="true: the acceptance role fminfra-ENV-accept (the GitHub OIDC stack's; deploy that first) may read the "
+        "namespace's Services, so `accept --serving` finds the endpoints (docs/serving.md#the-serving-gate).",
+    )
 
     @field_validator("namespace")
     @classmethod

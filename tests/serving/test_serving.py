@@ -515,3 +515,29 @@ def test_scale_down_is_the_hpas_after_its_window() -> None:
     spec = _objects(_spec())["ScaledObject"]["spec"]
     assert "cooldownPeriod" not in spec  # KEDA's applies only to scaling to zero
     assert spec["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 600
+
+
+def test_the_serving_gate_reads_the_services_and_nothing_else(synth: Any) -> None:
+    """The acceptance role's access to the example's cluster (serving.gate_access): one access entry with the group
+    fminfra-accept (no HyperPod acceptance access here), and a Role in the serving namespace that gets Services."""
+    entries = synth.resources(ENV, "Compute", "AWS::EKS::AccessEntry")
+    gate = [e["Properties"] for e in entries.values() if e["Properties"].get("KubernetesGroups") == ["fminfra-accept"]]
+    assert len(gate) == 1 and "fminfra-serve-accept" in json.dumps(gate[0]["PrincipalArn"])
+    roles = [o for o in _manifests(synth) if o["kind"] == "Role" and o["metadata"]["name"] == "fminfra-accept-serving"]
+    assert [r["rules"] for r in roles] == [[{"apiGroups": [""], "resources": ["services"], "verbs": ["get"]}]]
+    assert roles[0]["metadata"]["namespace"] == "serving"
+
+
+def test_a_serving_gate_without_access_is_refused(tmp_path: Any) -> None:
+    from fminfra.config.pipeline import load_pipeline
+
+    data = _with({"serving.gate_access": False})
+    config = tmp_path / "serve.yaml"
+    config.write_text(yaml.safe_dump(data))
+    pipeline = yaml.safe_load((ROOT / "pipeline.yaml").read_text())
+    pipeline["environments"] = [{"config": str(config), "accept": {"runs_on": ["self-hosted"], "serving": []}}]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(pipeline))
+    with pytest.raises(ConfigError) as info:
+        load_pipeline(path)
+    assert any("accept.serving_gate: on, but" in p and "set serving.gate_access: true there" in p for p in info.value.problems)

@@ -24,6 +24,7 @@ from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -31,7 +32,7 @@ from constructs import Construct, IConstruct
 
 from fminfra.compute.constructs.launch_template import EfaLaunchTemplate, EfaLaunchTemplateProps
 from fminfra.core.errors import ValidationError
-from fminfra.eks.constructs.accept_access import AcceptAccess, add_accept_access
+from fminfra.eks.constructs.accept_access import ACCEPT_GROUP, AcceptAccess, add_accept_access
 from fminfra.eks.constructs.cluster import REQUIRED_ADDONS, EksCluster, EksClusterProps
 from fminfra.eks.constructs.extensions import EksExtension, install_extensions
 from fminfra.eks.constructs.fsx_volume import FsxStaticVolume, FsxStaticVolumeProps
@@ -70,6 +71,7 @@ from fminfra.serving.constructs.serving import (
     ModelServing,
     ModelServingProps,
     ServedModelSpec,
+    gate_rbac,
 )
 from fminfra.storage.constructs.lustre import admit_lustre_clients
 
@@ -229,7 +231,12 @@ class LoadBalancerSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class ServingSpec:
-    """Models served on the EKS cluster (`ModelServingProps` less the cluster and the region)."""
+    """Models served on the EKS cluster (`ModelServingProps` less the cluster and the region).
+
+    gate_role_name: the acceptance role (of this account) that may read the namespace's Services for the serving
+      gate: the HyperPod acceptance access's entry where there is one, else an access entry of its own, with the
+      group `ACCEPT_GROUP`. Default: none.
+    """
 
     namespace: str
     models: Sequence[ServedModelSpec]
@@ -239,6 +246,7 @@ class ServingSpec:
     workspace: PrometheusWorkspace | None = None
     bucket_name: str | None = None
     bucket: s3.IBucket | None = None
+    gate_role_name: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -417,6 +425,22 @@ class Clusters(Construct):
         if self.karpenter is not None:
             for manifest in self.serving.models.values():
                 manifest.node.add_dependency(self.karpenter)
+        if spec.gate_role_name is not None:
+            entry: IConstruct
+            if self.accept_access is not None:
+                entry = self.accept_access.entry  # one access entry per principal and cluster
+            else:
+                principal = cdk.Stack.of(stack).format_arn(service="iam", region="", resource="role", resource_name=spec.gate_role_name)
+                entry = eks_l1.CfnAccessEntry(
+                    stack,
+                    "ServingGateAccessEntry",
+                    cluster_name=self.eks.cluster_name,
+                    principal_arn=principal,
+                    type="STANDARD",
+                    kubernetes_groups=[ACCEPT_GROUP],
+                )
+            rbac = self.eks.cluster.add_manifest("ServingGateRbac", *gate_rbac(spec.namespace, ACCEPT_GROUP))
+            rbac.node.add_dependency(entry, self.serving.namespace)
 
     def _karpenter(self, stack: Construct, props: ClustersProps, spec: KarpenterSpec) -> None:
         """Karpenter's chart waits for the system node group (its controller's nodes) and the core add-ons."""

@@ -6,7 +6,7 @@ and (in a GitHub job) the same table as Markdown in the job summary.
 
 The endpoint of a model: `--endpoint MODEL=URL` where given; else its Service's load balancer
 (fminfra's internal NLB on port 80, docs/serving.md), whose host kubectl reads:
-`kubectl get service MODEL -n NAMESPACE -o jsonpath={.status.loadBalancer.ingress[0].hostname}`.
+`kubectl get service MODEL-api -n NAMESPACE -o jsonpath={.status.loadBalancer.ingress[0].hostname}`.
 Before its load a model must answer `GET /health` (200) and list its API name on `GET /v1/models`.
 
 Thresholds (docs/serving.md, "The serving gate"): p99 TTFT and p99 TPOT from the entry, or from the
@@ -36,7 +36,7 @@ from fminfra.ops.accept.streaming import Measurement, run_load
 from fminfra.ops.common import UsageError
 from fminfra.ops.pricing import PriceBook
 from fminfra.serving.config import ServedModelConfig
-from fminfra.serving.rules import MLPERF_SERVER_P99_MS, replica_shape
+from fminfra.serving.rules import MLPERF_SERVER_P99_MS, replica_shape, service_name
 
 # Where a GitHub job's step summary goes, appended to (docs/facts/pipeline.md#github-step-summary-file).
 SUMMARY_ENV = "GITHUB_STEP_SUMMARY"
@@ -147,10 +147,10 @@ def parse_endpoints(values: list[str], models: list[str]) -> dict[str, str]:
 
 def service_url(kubectl: Callable[..., str], namespace: str, model: str) -> str:
     """http://HOST of the model's Service's load balancer (port 80)."""
-    host = kubectl("get", "service", model, "-n", namespace, "-o", SERVICE_HOST).strip()
+    host = kubectl("get", "service", service_name(model), "-n", namespace, "-o", SERVICE_HOST).strip()
     if not host:
         raise UsageError(
-            f"accept: service {model} in {namespace} has no load balancer host yet (status.loadBalancer.ingress): "
+            f"accept: service {service_name(model)} in {namespace} has no load balancer host yet (status.loadBalancer.ingress): "
             "wait for the AWS Load Balancer Controller, or pass --endpoint MODEL=URL"
         )
     return f"http://{host}"
@@ -240,7 +240,10 @@ def print_plan(cfg: EnvironmentConfig, plan: ServingPlan, endpoints: Mapping[str
     assert cfg.serving is not None
     print(f"# fminfra accept {cfg.name} --serving (dry run): streamed /v1/completions to each model, namespace {cfg.serving.namespace}")
     for model in cfg.serving.models:
-        where = endpoints.get(model.name) or f"the load balancer of service {model.name} (kubectl -n {cfg.serving.namespace} get service)"
+        where = (
+            endpoints.get(model.name)
+            or f"the load balancer of service {service_name(model.name)} (kubectl -n {cfg.serving.namespace} get service)"
+        )
         print(f"# {model.name} ({model.api_name}, {instance_type_of(cfg, model)}): {where}")
     for p in plan.points:
         limits = ", ".join(f"{k} {_shown_limit(k, v)}" for k, v in p.limits.items())

@@ -372,6 +372,32 @@ def namespace_objects(namespace: str, *, scaling: bool) -> list[dict[str, Any]]:
     return objects
 
 
+# The serving gate's reads (`fminfra accept --serving`: `kubectl get service <model>-api -n <namespace>`), as a Role
+# of the namespace for the acceptance role's Kubernetes group (fminfra/eks/constructs/accept_access.py).
+GATE_ROLE = "fminfra-accept-serving"
+GATE_RULES = ({"apiGroups": [""], "resources": ["services"], "verbs": ["get"]},)
+
+
+def gate_rbac(namespace: str, group: str) -> list[dict[str, Any]]:
+    """The Role of GATE_RULES in the serving namespace and its RoleBinding to `group`."""
+    rbac = "rbac.authorization.k8s.io"
+    return [
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "Role",
+            "metadata": {"name": GATE_ROLE, "namespace": namespace},
+            "rules": [dict(r) for r in GATE_RULES],
+        },
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": GATE_ROLE, "namespace": namespace},
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": rbac}],
+            "roleRef": {"kind": "Role", "name": GATE_ROLE, "apiGroup": rbac},
+        },
+    ]
+
+
 class ModelServing(Construct):
     """The charts (KEDA where a model scales, LeaderWorkerSet where a replica spans nodes), the namespace,
     and per model its objects and, for S3 weights, its reader role. Attributes: `charts` (release -> chart),

@@ -220,17 +220,17 @@ def test_the_endpoint_comes_from_the_services_load_balancer(env: Path, monkeypat
     with serve() as fake:
         # the fake's host and port stand in for the NLB's DNS name (port 80 in a cluster)
         state.write_text(
-            json.dumps({"endpoint": cluster["endpoint"], "cluster": cluster["name"], "services": {"serving/chat-8b": fake.url[7:]}})
+            json.dumps({"endpoint": cluster["endpoint"], "cluster": cluster["name"], "services": {"serving/chat-8b-api": fake.url[7:]}})
         )
         report = env / "serving.json"
         assert cli_main(["accept", "config/serve.yaml", "--serving", "--report", str(report)]) == 0
     assert json.loads(report.read_text())["points"][0]["endpoint"] == fake.url
     calls = json.loads(state.read_text())["calls"]
-    assert calls == [["get", "service", "chat-8b", "-n", "serving", "-o", "jsonpath={.status.loadBalancer.ingress[0].hostname}"]]
+    assert calls == [["get", "service", "chat-8b-api", "-n", "serving", "-o", "jsonpath={.status.loadBalancer.ingress[0].hostname}"]]
 
 
 def test_a_pending_load_balancer_is_one_line(env: Path) -> None:
-    with pytest.raises(serving.UsageError, match="service chat-8b in serving has no load balancer host yet"):
+    with pytest.raises(serving.UsageError, match="service chat-8b-api in serving has no load balancer host yet"):
         serving.service_url(lambda *args: "", "serving", "chat-8b")
 
 
