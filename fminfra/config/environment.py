@@ -249,6 +249,24 @@ class EnvironmentConfig(Model):
             )
         ]
 
+    def serving_surges(self, model_name: str) -> bool:
+        """Whether a rolling update of the model can start a new replica beside the old ones: its node group holds
+        every model's `replicas.max` and one replica more (nodes: Karpenter's max_size, a managed group's
+        desired_size). If not, fminfra's Deployment replaces one replica at a time, in place."""
+        assert self.serving is not None
+        models = {m.name: m for m in self.serving.models}
+        groups = {g.name: g for g in self.compute.inference_node_groups}
+        model = models[model_name]
+        group = groups[model.node_group]
+        gpus = group.spec.gpus
+        nodes = group.max_size if self.compute.karpenter else group.desired_size
+        used = 0.0
+        for m in self.serving.models:
+            if m.node_group == group.name:
+                used += m.replicas.max / replicas_per_node(replica_shape(m.tensor_parallel, m.pipeline_parallel, gpus), gpus)
+        one_more = 1 / replicas_per_node(replica_shape(model.tensor_parallel, model.pipeline_parallel, gpus), gpus)
+        return used + one_more <= nodes + 1e-9
+
     def _serving_warnings(self) -> list[Finding]:
         """A multi-node replica without EFA (a type with no EFA, or a G type fminfra attaches none to) talks over
         TCP; a maximum the node group cannot hold stays pending; a managed node group does not grow for it."""
@@ -276,6 +294,14 @@ class EnvironmentConfig(Model):
                         "serving.image",
                         f"{model.name} spans {shape.nodes} nodes over EFA: the image must carry libfabric and aws-ofi-nccl "
                         "(fminfra's default builds them in: docs/serving.md#images)",
+                    )
+                )
+            if not shape.multi_node and not self.serving_surges(model.name):
+                out.append(
+                    warning(
+                        f"{path}.replicas.max",
+                        f"node group {group.name!r} has no room for one more replica at replicas.max: a rolling update replaces "
+                        "one replica at a time in place, and that replica serves nothing meanwhile (with one replica: an outage)",
                     )
                 )
             if model.replicas.max > model.replicas.min and not self.compute.karpenter:

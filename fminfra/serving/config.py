@@ -15,8 +15,8 @@ from fminfra.serving.rules import (
     CHART_NAMESPACES,
     DEFAULT_NAMESPACE,
     DEFAULT_POLLING_INTERVAL,
+    DEFAULT_REQUESTS_PER_REPLICA,
     DEFAULT_STREAM_IDLE_TIMEOUT,
-    DEFAULT_WAITING_PER_REPLICA,
     FSX_PATH,
     IMAGE_BY_DIGEST,
     MODEL_NAME,
@@ -48,7 +48,7 @@ class ReplicasConfig(Model):
     min: int = Field(
         default=1, ge=1, le=1000, description="At least 1: scaling from zero waits for AMP's scrape and poll and a GPU node's start."
     )
-    max: int = Field(default=1, ge=1, le=1000, description="More than min: KEDA scales between them on the waiting requests.")
+    max: int = Field(default=1, ge=1, le=1000, description="More than min: KEDA scales between them on the requests in flight.")
 
     @field_validator("min", mode="before")
     @classmethod
@@ -68,13 +68,13 @@ class ReplicasConfig(Model):
 
 
 class ScalingConfig(Model):
-    """KEDA's Prometheus trigger on the servers' waiting requests (docs/serving.md#scaling)."""
+    """KEDA's Prometheus trigger on the servers' requests in flight (docs/serving.md#scaling)."""
 
-    waiting_per_replica: int = Field(
-        default=DEFAULT_WAITING_PER_REPLICA,
+    requests_per_replica: int = Field(
+        default=DEFAULT_REQUESTS_PER_REPLICA,
         ge=1,
-        le=10000,
-        description="Waiting requests per replica KEDA aims at (the trigger's threshold).",
+        le=100000,
+        description="Requests in flight (running and waiting) per replica KEDA aims at: the concurrency one replica serves well.",
     )
     polling_interval_seconds: int = Field(default=DEFAULT_POLLING_INTERVAL, ge=5, le=3600, description="How often KEDA queries AMP.")
 

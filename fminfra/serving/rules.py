@@ -15,8 +15,12 @@ from fminfra.core.rules import Pattern
 SERVER_PORT = 8000
 SERVER_PORT_NAME = "http"
 HEALTH_PATH = "/health"
-# The queue KEDA scales on: requests waiting for a batch slot (docs/facts/vllm.md#vllm-metric-names).
+# The load KEDA scales on: the requests a server holds, in its batch and waiting for a slot
+# (docs/facts/vllm.md#vllm-metric-names). Waiting alone reads 0 whenever the replicas keep up, and would
+# remove the replicas that keep it there.
 QUEUE_METRIC = "vllm:num_requests_waiting"
+RUNNING_METRIC = "vllm:num_requests_running"
+IN_FLIGHT_METRICS = (RUNNING_METRIC, QUEUE_METRIC)
 # vLLM's torch.distributed rendezvous port between the nodes of one replica; any free port: the
 # multi-node recipe's (docs/facts/vllm.md#vllm-multinode-mp-recipe).
 MASTER_PORT = 29500
@@ -50,7 +54,9 @@ NLB_IDLE_TIMEOUT_MAX = 6000
 DEFAULT_STREAM_IDLE_TIMEOUT = 600
 # KEDA's polling interval default (docs/facts/serving.md#keda-polling-cooldown-defaults).
 DEFAULT_POLLING_INTERVAL = 30
-DEFAULT_WAITING_PER_REPLICA = 4
+# fminfra's default target of requests in flight per replica (no public source gives one: size it to the
+# concurrency a replica serves within your latency targets, which `accept --serving` measures).
+DEFAULT_REQUESTS_PER_REPLICA = 32
 # LeaderWorkerSet's labels on its pods: the set's name and the pod's index in its group, "0" the leader
 # (docs/facts/serving.md#lws-pod-labels-env).
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
@@ -143,10 +149,11 @@ def parallelism_problems(
 
 
 def keda_query(served_name: str, namespace: str) -> str:
-    """The PromQL KEDA's Prometheus scaler asks AMP for: the requests waiting across the model's servers,
-    whose series the scraper labels with their namespace as `exporter_namespace`
+    """The PromQL KEDA's Prometheus scaler asks AMP for: the requests in flight (running and waiting) across
+    the model's servers, whose series the scraper labels with their namespace as `exporter_namespace`
     (fminfra/observability/constructs/amp_scraper.py)."""
-    return f'sum({QUEUE_METRIC}{{model_name="{served_name}",exporter_namespace="{namespace}"}})'
+    names = "|".join(IN_FLIGHT_METRICS)
+    return f'sum({{__name__=~"{names}",model_name="{served_name}",exporter_namespace="{namespace}"}})'
 
 
 def service_name(model: str) -> str:

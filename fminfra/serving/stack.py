@@ -104,10 +104,11 @@ def serving_models(cfg: EnvironmentConfig, scope: Construct) -> list[ServedModel
                 # Karpenter's pools span the private zones; a replica's nodes talk over EFA (or NCCL) and read FSx in
                 # the compute AZ (docs/facts/serving.md#efa-single-az). Managed node groups are in it already.
                 zone_id=cfg.network.compute_az_id if shape.multi_node and cfg.compute.karpenter else None,
+                surge=cfg.serving_surges(model.name),
                 max_model_len=model.max_model_len,
                 replicas_min=model.replicas.min,
                 replicas_max=model.replicas.max,
-                waiting_per_replica=model.scaling.waiting_per_replica,
+                requests_per_replica=model.scaling.requests_per_replica,
                 polling_interval_seconds=model.scaling.polling_interval_seconds,
             )
         )

@@ -21,6 +21,7 @@ from fminfra.serving.constructs.serving import (
 )
 from fminfra.serving.rules import (
     HEALTH_PATH,
+    IN_FLIGHT_METRICS,
     MODEL_LABEL,
     QUEUE_METRIC,
     ROLE_LABEL,
@@ -421,8 +422,8 @@ def _series_name(name: str, labels: dict[str, str]) -> str:
 
 def _queue_test(query: str) -> dict[str, Any]:
     """A promtool test: the recorded gauges as AMP holds them (the scraper adds `exporter_namespace`),
-    with a second model's and another namespace's copies of the queue, and the query's expected value:
-    the recorded queue of the model alone."""
+    with a second model's and another namespace's copies of the in-flight gauges, and the query's expected
+    value: the recorded running plus waiting requests of the model alone."""
     from tests.serving.test_vllm_recording import parse_exposition, recording
 
     families = parse_exposition(recording().read_text(encoding="utf-8"), recording().name)
@@ -432,13 +433,17 @@ def _queue_test(query: str) -> dict[str, Any]:
             continue
         for name, labels, value in family.samples:
             series.append({"series": _series_name(name, {**labels, "exporter_namespace": "serving"}), "values": f"{value:g}x3"})
-    (name, labels, waiting), *_ = families[QUEUE_METRIC].samples
-    model = labels["model_name"]
-    series.append({"series": _series_name(name, {**labels, "model_name": "other", "exporter_namespace": "serving"}), "values": "50x3"})
-    series.append({"series": _series_name(name, {**labels, "exporter_namespace": "elsewhere"}), "values": "70x3"})
+    in_flight = 0.0
+    for metric in IN_FLIGHT_METRICS:
+        (name, labels, value), *_ = families[metric].samples
+        in_flight += value
+        series.append({"series": _series_name(name, {**labels, "model_name": "other", "exporter_namespace": "serving"}), "values": "50x3"})
+        series.append({"series": _series_name(name, {**labels, "exporter_namespace": "elsewhere"}), "values": "70x3"})
+    model = families[QUEUE_METRIC].samples[0][1]["model_name"]
     return {
         "model": model,
-        "waiting": waiting,
+        "in_flight": in_flight,
+        "waiting": families[QUEUE_METRIC].samples[0][2],
         "file": {
             "rule_files": [],
             "evaluation_interval": "1m",
@@ -446,7 +451,7 @@ def _queue_test(query: str) -> dict[str, Any]:
                 {
                     "interval": "1m",
                     "input_series": series,
-                    "promql_expr_test": [{"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": waiting}]}],
+                    "promql_expr_test": [{"expr": query, "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": in_flight}]}],
                 }
             ],
         },
@@ -469,7 +474,7 @@ def test_the_scaler_query_reads_the_recorded_queue_of_its_model_only(tmp_path: A
     assert recorded_metrics()[QUEUE_METRIC][0] == "gauge"
     probe = _queue_test("")
     test = _queue_test(keda_query(probe["model"], "serving"))
-    assert test["waiting"] > 0, "the recording's queue should not be empty"
+    assert test["in_flight"] > test["waiting"] > 0, "the recording should have running and waiting requests"
     result = _promtool(tmp_path, test)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -480,6 +485,8 @@ def test_the_scaler_query_reads_the_recorded_queue_of_its_model_only(tmp_path: A
         'sum(vllm:num_requests_waiting{model_name="MODEL",namespace="serving"})',  # the scraper's label is exporter_namespace
         'sum(vllm:gpu_cache_usage_perc{model_name="MODEL",exporter_namespace="serving"})',  # a removed name
         "sum(vllm:num_requests_waiting)",  # every model's queue
+        # the queue alone (serving read 2, B1: 0 whenever the replicas keep up, so the busy replicas would be removed)
+        'sum(vllm:num_requests_waiting{model_name="MODEL",exporter_namespace="serving"})',
     ],
 )
 def test_the_promtool_check_fails_on_a_broken_query(tmp_path: Any, broken: str) -> None:
@@ -541,3 +548,32 @@ def test_a_serving_gate_without_access_is_refused(tmp_path: Any) -> None:
     with pytest.raises(ConfigError) as info:
         load_pipeline(path)
     assert any("accept.serving_gate: on, but" in p and "set serving.gate_access: true there" in p for p in info.value.problems)
+
+
+def test_every_probe_waits_longer_than_kubernetes_default() -> None:
+    """Serving read 2, B3: Kubernetes' 1 s probe timeout pulls a busy server from the load balancer and restarts it."""
+    container = _objects(_spec())["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["timeoutSeconds"] >= 5, probe
+    assert {"name": "VLLM_NO_USAGE_STATS", "value": "1"} in container["env"]
+
+
+def test_the_nlb_balances_across_zones() -> None:
+    annotations = _objects(_spec())["Service"]["metadata"]["annotations"]
+    assert annotations["service.beta.kubernetes.io/aws-load-balancer-attributes"] == "load_balancing.cross_zone.enabled=true"
+
+
+def test_a_full_group_replaces_replicas_in_place() -> None:
+    """Serving read 2, B2: with no room for one more replica, the default surge would start a pod that never schedules
+    and the rollout would never finish; fminfra then replaces one replica at a time (and validate says so)."""
+    data = _with(replicas={"min": 1, "max": 3})  # chat-8b takes a whole g6e.12xlarge; the group has at most 3
+    cfg = parse_config(data, "s.yaml")
+    assert cfg.serving_surges("chat-8b") is False
+    assert any("has no room for one more replica at replicas.max" in w.message for w in cfg.warnings())
+    data = _with(replicas={"min": 1, "max": 2})
+    cfg = parse_config(data, "s.yaml")
+    assert cfg.serving_surges("chat-8b") is True
+    assert not any("has no room for one more replica" in w.message for w in cfg.warnings())
+    in_place = _objects(_spec(surge=False))["Deployment"]["spec"]["strategy"]
+    assert in_place == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    assert "strategy" not in _objects(_spec())["Deployment"]["spec"]

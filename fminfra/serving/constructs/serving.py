@@ -80,6 +80,7 @@ SERVICE_PORT = 80
 # 405B model read from S3 or a lazily loaded FSx file can take that long on a first start).
 STARTUP_PERIOD_SECONDS = 10
 STARTUP_FAILURES = 360
+PROBE_TIMEOUT_SECONDS = 10
 LB = "service.beta.kubernetes.io/aws-load-balancer-"
 READINESS_GATE_LABEL = "elbv2.k8s.aws/pod-readiness-gate-inject"
 
@@ -95,6 +96,8 @@ class ServedModelSpec:
     shape: nodes per replica and GPUs per pod; efa_interfaces: EFA devices each pod asks for (0: none).
     node_selector, tolerations: the node group's nodes and taints.
     zone_id: the zone ID every pod of a replica runs in (a replica across Karpenter's nodes); None: any.
+    surge: a rolling update starts the new replica before it stops an old one (the node group has room for
+      it); false: one replica at a time is replaced in place (maxSurge 0), never a new pod that cannot schedule.
     replicas_min, replicas_max: KEDA scales between them (equal: a fixed count, no ScaledObject).
     """
 
@@ -110,10 +113,11 @@ class ServedModelSpec:
     tolerations: Sequence[Mapping[str, str]] = ()
     efa_interfaces: int = 0
     zone_id: str | None = None
+    surge: bool = True
     max_model_len: int | None = None
     replicas_min: int = 1
     replicas_max: int = 1
-    waiting_per_replica: int = 4
+    requests_per_replica: int = 32
     polling_interval_seconds: int = 30
 
     @property
@@ -191,12 +195,23 @@ def _pod_spec(spec: ServedModelSpec, namespace: str, region: str, *, role: str) 
         "name": "server",
         "image": spec.image,
         "args": server_args(spec, worker=role == ROLE_WORKER),
-        "env": [{"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}],
+        # no usage statistics sent to vLLM's server (on by default: docs/facts/vllm.md#vllm-usage-stats)
+        "env": [
+            {"name": "AWS_REGION", "value": region},
+            {"name": "AWS_DEFAULT_REGION", "value": region},
+            {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        ],
         "resources": _resources(spec),
         "volumeMounts": [{"name": "shm", "mountPath": SHM_MOUNT}],
     }
     if role == ROLE_SERVER:
-        probe = {"httpGet": {"path": HEALTH_PATH, "port": SERVER_PORT_NAME}, "periodSeconds": STARTUP_PERIOD_SECONDS}
+        # a busy server's event loop answers /health late: not Kubernetes' 1 s default timeout, which would pull the
+        # busiest replica from the load balancer and restart it (its weights reload)
+        probe = {
+            "httpGet": {"path": HEALTH_PATH, "port": SERVER_PORT_NAME},
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        }
         container["ports"] = [{"name": SERVER_PORT_NAME, "containerPort": SERVER_PORT, "protocol": "TCP"}]
         container["startupProbe"] = {**probe, "failureThreshold": STARTUP_FAILURES}
         container["readinessProbe"] = {**probe, "failureThreshold": 3}
@@ -239,6 +254,7 @@ def workload(spec: ServedModelSpec, namespace: str, region: str) -> dict[str, An
             "metadata": _meta(spec.name, namespace, spec.name),
             "spec": {
                 **replicas,
+                **({} if spec.surge else {"strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}}),
                 "selector": {"matchLabels": leader_selector(spec.name)},
                 "template": _template(spec, namespace, region, ROLE_SERVER),
             },
@@ -270,6 +286,8 @@ def service(spec: ServedModelSpec, namespace: str, idle_timeout_seconds: int) ->
         f"{LB}healthcheck-port": "traffic-port",
         f"{LB}healthcheck-path": HEALTH_PATH,
         f"{LB}listener-attributes.TCP-{SERVICE_PORT}": f"tcp.idle_timeout.seconds={idle_timeout_seconds}",
+        # the NLB sits in every private subnet, the servers often in one zone: each node forwards to all targets
+        f"{LB}attributes": "load_balancing.cross_zone.enabled=true",
     }
     return {
         "apiVersion": "v1",
@@ -295,7 +313,7 @@ def disruption_budget(spec: ServedModelSpec, namespace: str) -> dict[str, Any]:
 
 def scaled_object(spec: ServedModelSpec, namespace: str, server_address: str, region: str) -> dict[str, Any]:
     """KEDA's ScaledObject: replicas (LeaderWorkerSet groups, through its scale subresource:
-    docs/facts/serving.md#keda-scale-crd) from min to max, aiming at `waiting_per_replica` waiting requests each."""
+    docs/facts/serving.md#keda-scale-crd) from min to max, aiming at `requests_per_replica` requests in flight each."""
     target = (
         {"apiVersion": LWS_API, "kind": "LeaderWorkerSet", "name": spec.name}
         if spec.shape.multi_node
@@ -323,7 +341,7 @@ def scaled_object(spec: ServedModelSpec, namespace: str, server_address: str, re
                     "metadata": {
                         "serverAddress": server_address,
                         "query": keda_query(spec.served_name, namespace),
-                        "threshold": str(spec.waiting_per_replica),
+                        "threshold": str(spec.requests_per_replica),
                         "awsRegion": region,
                     },
                     "authenticationRef": {"name": TRIGGER_AUTHENTICATION},
