@@ -18,8 +18,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pipeline", type=Path, help="pipeline.yaml with per-environment accept thresholds (default: ./pipeline.yaml if present)"
     )
     p.add_argument("--run-id", help="name of the run folder under /fsx/fminfra-accept (default: ENV-<UTC time>)")
-    p.add_argument("--timeout-minutes", type=float, default=60.0, help="give up waiting after this long (default 60)")
-    p.add_argument("--poll-seconds", type=float, default=30.0, help="seconds between sacct polls (default 30)")
+    p.add_argument(
+        "--timeout-minutes",
+        type=float,
+        default=60.0,
+        help="give up waiting after this long: for the jobs, or --serving for each model to be ready after a deploy (default 60)",
+    )
+    p.add_argument(
+        "--poll-seconds",
+        type=float,
+        default=30.0,
+        help="seconds between polls: sacct, or --serving a model that is not ready yet (default 30)",
+    )
     p.add_argument("--report", type=Path, help="JSON report path (default: RUN/accept.json; --serving: accept-serving-ENV.json)")
     p.add_argument(
         "--serving", action="store_true", help="the serving gate: streamed completions to each served model, checked against accept.serving"

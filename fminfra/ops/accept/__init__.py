@@ -58,4 +58,5 @@ def serving_command(ns: argparse.Namespace, cfg: EnvironmentConfig) -> int:
             return EXIT_OK
     overrides = checks._overrides(ns.pipeline, cfg.name)
     entries = overrides.serving if overrides is not None else []
-    return serving.main(cfg, entries, ns.endpoint or [], ns.dry_run, ns.report, lambda: eks.connect(cfg))
+    wait = serving.Wait(seconds=ns.timeout_minutes * 60, poll_seconds=ns.poll_seconds)
+    return serving.main(cfg, entries, ns.endpoint or [], ns.dry_run, ns.report, lambda: eks.connect(cfg), wait)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
@@ -145,15 +146,43 @@ def parse_endpoints(values: list[str], models: list[str]) -> dict[str, str]:
     return out
 
 
-def service_url(kubectl: Callable[..., str], namespace: str, model: str) -> str:
-    """http://HOST of the model's Service's load balancer (port 80)."""
-    host = kubectl("get", "service", service_name(model), "-n", namespace, "-o", SERVICE_HOST).strip()
-    if not host:
+@dataclass(frozen=True)
+class Wait:
+    """How long the gate waits for a model after a deploy (its load balancer's host, then /health and /v1/models):
+    a new replica starts a GPU node, pulls the image and loads the weights, for up to the startup probe's hour
+    (docs/serving.md#the-serving-gate). accept's --timeout-minutes and --poll-seconds."""
+
+    seconds: float = 3600.0
+    poll_seconds: float = 30.0
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+    def until(self, problem: Callable[[], str | None]) -> str | None:
+        """Ask `problem` until it answers None or the time is up; the last problem, or None."""
+        deadline = self.clock() + self.seconds
+        while True:
+            found = problem()
+            if found is None or self.clock() + self.poll_seconds > deadline:
+                return found
+            self.sleep(self.poll_seconds)
+
+
+def service_url(kubectl: Callable[..., str], namespace: str, model: str, wait: Wait | None = None) -> str:
+    """http://HOST of the model's Service's load balancer (port 80), once the controller has written it."""
+    name = service_name(model)
+    host = [""]
+
+    def pending() -> str | None:
+        host[0] = kubectl("get", "service", name, "-n", namespace, "-o", SERVICE_HOST).strip()
+        return None if host[0] else "pending"
+
+    if (wait or Wait(seconds=0)).until(pending) is not None:
+        waited = f" after {wait.seconds / 60:g} minutes" if wait is not None and wait.seconds else " yet"
         raise UsageError(
-            f"accept: service {service_name(model)} in {namespace} has no load balancer host yet (status.loadBalancer.ingress): "
+            f"accept: service {name} in {namespace} has no load balancer host{waited} (status.loadBalancer.ingress): "
             "wait for the AWS Load Balancer Controller, or pass --endpoint MODEL=URL"
         )
-    return f"http://{host}"
+    return f"http://{host[0]}"
 
 
 def ready_problem(base_url: str, api_name: str, timeout_s: float = 30) -> str | None:
@@ -259,6 +288,7 @@ def run(
     report: Path,
     book: PriceBook,
     load: Callable[..., Measurement] = run_load,
+    wait: Wait | None = None,
 ) -> int:
     """Each load point in turn against its model's endpoint; the table, the report, the job summary."""
     assert cfg.serving is not None
@@ -269,9 +299,16 @@ def run(
     for point in plan.points:
         url = endpoints[point.model]
         if point.model not in ready:
-            ready[point.model] = ready_problem(url, point.api_name)
+            waited = wait or Wait(seconds=0)
+            url_now, name_now = url, point.api_name
+
+            def not_ready(u: str = url_now, n: str = name_now) -> str | None:
+                return ready_problem(u, n)
+
+            ready[point.model] = waited.until(not_ready)
             if ready[point.model] is not None:
-                checks.append(Check(f"serving {point.model} ready", "FAIL", "-", f"{url}: {ready[point.model]}"))
+                within = f"not ready within {waited.seconds / 60:g} minutes: " if waited.seconds else ""
+                checks.append(Check(f"serving {point.model} ready", "FAIL", "-", f"{url}: {within}{ready[point.model]}"))
         if ready[point.model] is not None:
             continue
         print(f"# {point.label}: {point.requests} requests at {url}", flush=True)
@@ -297,14 +334,14 @@ def run(
     return code
 
 
-def endpoints_for(cfg: EnvironmentConfig, given: dict[str, str], connect: Callable[[], Any]) -> dict[str, str]:
+def endpoints_for(cfg: EnvironmentConfig, given: dict[str, str], connect: Callable[[], Any], wait: Wait | None = None) -> dict[str, str]:
     """--endpoint where given, else each Service's load balancer (one kubectl session for them all)."""
     assert cfg.serving is not None
     left = [m.name for m in cfg.serving.models if m.name not in given]
     if not left:
         return given
     with connect() as (_, kubectl):
-        return {**given, **{name: service_url(kubectl, cfg.serving.namespace, name) for name in left}}
+        return {**given, **{name: service_url(kubectl, cfg.serving.namespace, name, wait) for name in left}}
 
 
 def main(
@@ -314,8 +351,9 @@ def main(
     dry_run: bool,
     report: Path | None,
     connect: Callable[[], Any],
+    wait: Wait | None = None,
 ) -> int:
-    """accept's --serving branch."""
+    """accept's --serving branch: after a deploy it waits (`wait`) for each model before it measures."""
     if cfg.serving is None:
         print(f"# fminfra accept {cfg.name} --serving: no serving: section, no served models: nothing to measure", file=sys.stderr)
         return 0
@@ -324,5 +362,6 @@ def main(
     if dry_run:
         print_plan(cfg, plan, given)
         return end_dry_run("accept --serving", cfg.name, plan.missing)
-    endpoints = endpoints_for(cfg, given, connect)
-    return run(cfg, plan, endpoints, report or Path(f"accept-serving-{cfg.name}.json"), PriceBook(cfg.region))
+    wait = wait or Wait()
+    endpoints = endpoints_for(cfg, given, connect, wait)
+    return run(cfg, plan, endpoints, report or Path(f"accept-serving-{cfg.name}.json"), PriceBook(cfg.region), wait=wait)

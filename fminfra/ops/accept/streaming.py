@@ -36,7 +36,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 DONE = "[DONE]"
-PROMPT_TOKEN_ID = 1000  # any id of the vocabulary; a repeated one gives an exact prompt length without a tokenizer
+# Prompts of token ids (an exact length without a tokenizer), each request's its own from its first token on:
+# vLLM caches prefixes by default, and a repeated prompt would be served from the cache, hiding the prefill
+# (vLLM's own benchmark draws a different sequence per request: docs/facts/vllm.md#vllm-prefix-caching-default).
+# Ids below 30000 fit every vocabulary of 32000 tokens or more; 7919 is prime to PROMPT_ID_SPAN, so the
+# first tokens of PROMPT_ID_SPAN consecutive requests all differ.
+PROMPT_ID_BASE = 100
+PROMPT_ID_SPAN = 29900
 ERRORS_KEPT = 5
 
 
@@ -85,11 +91,16 @@ def percentile(values: list[float], p: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def completion_request(model: str, input_tokens: int, output_tokens: int) -> dict[str, object]:
+def prompt_ids(index: int, input_tokens: int) -> list[int]:
+    """Request `index`'s prompt: `input_tokens` ids, its first one different from every other request's."""
+    return [PROMPT_ID_BASE + (index * 7919 + j * 104729) % PROMPT_ID_SPAN for j in range(input_tokens)]
+
+
+def completion_request(model: str, input_tokens: int, output_tokens: int, index: int = 0) -> dict[str, object]:
     """The body: a prompt of token ids and ignore_eos (docs/facts/vllm.md#vllm-completions-token-prompt)."""
     return {
         "model": model,
-        "prompt": [PROMPT_TOKEN_ID] * input_tokens,
+        "prompt": prompt_ids(index, input_tokens),
         "max_tokens": output_tokens,
         "ignore_eos": True,  # vLLM's sampling parameter: generate max_tokens whatever the model says
         "temperature": 0.0,
@@ -99,10 +110,16 @@ def completion_request(model: str, input_tokens: int, output_tokens: int) -> dic
 
 
 def stream_completion(
-    base_url: str, model: str, input_tokens: int, output_tokens: int, timeout_s: float, clock: Callable[[], float] = time.perf_counter
+    base_url: str,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    timeout_s: float,
+    clock: Callable[[], float] = time.perf_counter,
+    index: int = 0,
 ) -> RequestResult:
-    """One streamed completion, timed; never raises (a failure is the result's error)."""
-    body = json.dumps(completion_request(model, input_tokens, output_tokens)).encode()
+    """One streamed completion (the load's request `index`), timed; never raises (a failure is the result's error)."""
+    body = json.dumps(completion_request(model, input_tokens, output_tokens, index)).encode()
     request = urllib.request.Request(  # noqa: S310 # http(s) only: parse_endpoints and service_url make the URL
         base_url.rstrip("/") + "/v1/completions", data=body, headers={"Content-Type": "application/json"}, method="POST"
     )
@@ -190,7 +207,8 @@ def run_load(
                 if left[0] == 0:
                     return mine
                 left[0] -= 1
-            mine.append(stream_completion(base_url, model, input_tokens, output_tokens, timeout_s))
+                index = requests - left[0] - 1
+            mine.append(stream_completion(base_url, model, input_tokens, output_tokens, timeout_s, index=index))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:

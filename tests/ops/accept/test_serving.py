@@ -126,10 +126,41 @@ def test_an_error_rate_within_the_limit_passes(env: Path) -> None:
 
 def test_an_unhealthy_server_fails_before_any_completion(env: Path) -> None:
     with serve(Behaviour(unhealthy=True)) as fake:
-        code, report = _accept(env, fake.url)
+        code, report = _accept(env, fake.url, "--timeout-minutes", "0.002", "--poll-seconds", "0.02")
     assert code == 1 and fake.requests == []
     assert [(c["name"], c["status"]) for c in report["checks"]] == [("serving chat-8b ready", "FAIL")]
-    assert "/health: HTTP 503" in report["checks"][0]["detail"]
+    assert "not ready within 0.002 minutes" in report["checks"][0]["detail"] and "/health: HTTP 503" in report["checks"][0]["detail"]
+
+
+class _Clock:
+    """A clock the waits advance by their own sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_gate_waits_for_a_model_that_is_still_starting() -> None:
+    """Serving read 3, B1: right after a deploy the nodes, the image and the weights are still coming; the gate
+    asks again every poll until its timeout, and a model that turns ready in time is measured."""
+    clock = _Clock()
+    wait = serving.Wait(seconds=600, poll_seconds=30, sleep=clock.sleep, clock=lambda: clock.now)
+    answers = iter(["/health answered 503"] * 5 + [None])
+    assert wait.until(lambda: next(answers)) is None and clock.now == 150
+    hosts = iter(["", "", "nlb.example"])
+    assert serving.service_url(lambda *a: next(hosts), "serving", "chat-8b", wait) == "http://nlb.example"
+    clock.now = 0.0
+    assert wait.until(lambda: "/health answered 503") == "/health answered 503" and clock.now == 600  # gave up at its timeout
+
+
+def test_the_wait_check_fails_without_waiting() -> None:
+    """The test of the test: with no time to wait (the gate before read 3), the same starting model fails."""
+    answers = iter(["/health answered 503"] * 5 + [None])
+    assert serving.Wait(seconds=0).until(lambda: next(answers)) == "/health answered 503"
+    with pytest.raises(serving.UsageError, match="has no load balancer host yet"):
+        serving.service_url(lambda *a: "", "serving", "chat-8b")
 
 
 def test_missing_thresholds_are_named(env: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -334,3 +365,29 @@ def test_a_server_that_is_not_there_is_an_error() -> None:
         url = fake.url
     result = stream_completion(url, MODEL, 16, 8, 2)
     assert not result.ok and result.error.startswith(("ConnectionRefusedError", "URLError"))
+
+
+def _repeated_prompts(requests: int) -> int:
+    """How many of a load's first `requests` prompts repeat an earlier one's first token."""
+    from fminfra.ops.accept.streaming import completion_request
+
+    firsts = [completion_request(MODEL, 64, 8, index=i)["prompt"][0] for i in range(requests)]  # type: ignore[index]
+    return len(firsts) - len(set(firsts))
+
+
+def test_every_request_of_a_load_has_its_own_prompt() -> None:
+    """Serving read 3, B2: one prompt for every request is served from vLLM's prefix cache after the first wave,
+    which hides the prefill the TTFT threshold is about; each request's prompt differs from its first token."""
+    from fminfra.ops.accept.streaming import PROMPT_ID_BASE, PROMPT_ID_SPAN, completion_request
+
+    assert _repeated_prompts(PROMPT_ID_SPAN) == 0
+    prompt = completion_request(MODEL, 64, 8, index=7)["prompt"]
+    assert len(prompt) == 64 and all(PROMPT_ID_BASE <= t < PROMPT_ID_BASE + PROMPT_ID_SPAN for t in prompt)  # type: ignore[union-attr]
+    assert completion_request(MODEL, 64, 8, index=3) == completion_request(MODEL, 64, 8, index=3)  # reproducible
+
+
+def test_the_prompt_check_fails_on_a_repeated_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fminfra.ops.accept import streaming
+
+    monkeypatch.setattr(streaming, "prompt_ids", lambda index, n: [1000] * n)  # the gate's prompt before read 3
+    assert _repeated_prompts(100) == 99
