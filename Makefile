@@ -27,7 +27,7 @@ ENV ?=
 ENVIRONMENTS := $(basename $(notdir $(wildcard $(CONFIG_DIR)/*.yaml)))
 need_env = $(if $(filter $(ENV),$(ENVIRONMENTS)),,$(error ENV must be one of: $(ENVIRONMENTS) (config/NAME.yaml), got '$(ENV)'))
 
-.PHONY: instance-table pr-summary setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
+.PHONY: instance-table pr-summary docker-room setup deps promtool synth synth-pipeline test lint format bench clean deploy-local \
 	github-target github-environment-check preflight guard-deployed diff deploy stack-status accept-gate serving-gate gate-figures
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-d2.txt
@@ -123,6 +123,11 @@ diff: deps
 
 # Deploys the assembly as synthesized; on failure the next step (`stack-status`, with fresh
 # credentials) says what CloudFormation is still doing.
+# Room on the runner for the container images the deploy builds (the serving EFA image), before `make deploy`.
+docker-room: deps
+	$(need_env)
+	$(PY) .ci/docker_room.py --app cdk.out --environment $(ENV)
+
 deploy: deps
 	$(need_env)
 	$(CDK) deploy --no-notices --app cdk.out --require-approval never '$(ENV)/*'
