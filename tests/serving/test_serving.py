@@ -577,3 +577,15 @@ def test_a_full_group_replaces_replicas_in_place() -> None:
     in_place = _objects(_spec(surge=False))["Deployment"]["spec"]["strategy"]
     assert in_place == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
     assert "strategy" not in _objects(_spec())["Deployment"]["spec"]
+
+
+def test_the_weights_reader_reads_and_lists_its_prefix_only(synth: Any) -> None:
+    """Serving read 3, C1: CDK's grant_read lists the whole bucket; the reader may list and read the model's prefix only."""
+    policies = synth.resources(ENV, "Compute", "AWS::IAM::Policy")
+    reader = next(p for lid, p in policies.items() if "Readerchat8b" in lid)
+    statements = reader["Properties"]["PolicyDocument"]["Statement"]
+    listing = next(s for s in statements if s["Action"] == "s3:ListBucket")
+    assert listing["Condition"] == {"StringLike": {"s3:prefix": ["models/llama-3-1-8b-instruct/*"]}}
+    reads = next(s for s in statements if s["Action"] == "s3:GetObject")
+    assert "models/llama-3-1-8b-instruct/*" in json.dumps(reads["Resource"])
+    assert not [s for s in statements if "s3:List*" in json.dumps(s["Action"])]

@@ -516,7 +516,15 @@ class ModelServing(Construct):
         )
         key = props.bucket.encryption_key if props.bucket is not None else None
         view = s3.Bucket.from_bucket_attributes(self, f"Bucket-{spec.name}", bucket_name=props.bucket_name, encryption_key=key)
-        view.grant_read(role, f"{prefix}*")
+        # the objects under the prefix, and the listing of that prefix only (the streamer lists the model's files)
+        role.add_to_policy(iam.PolicyStatement(actions=["s3:GetObject"], resources=[view.arn_for_objects(f"{prefix}*")]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"], resources=[view.bucket_arn], conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}}
+            )
+        )
+        if key is not None:
+            key.grant_decrypt(role)
         association = eks.CfnPodIdentityAssociation(
             self,
             f"PodIdentity-{spec.name}",
@@ -526,9 +534,7 @@ class ModelServing(Construct):
             role_arn=role.role_arn,
         )
         policy = role.node.find_child("DefaultPolicy")
-        reason = f"CDK grant_read on the data bucket's prefix {prefix} only (and its key): the weights of model {spec.name}"
-        for action in ("s3:GetObject*", "s3:GetBucket*", "s3:List*"):
-            acknowledge(policy, f"IAM5[Action::{action}]", reason)
+        reason = f"s3:GetObject under the data bucket's prefix {prefix} only (and its listing): the weights of model {spec.name}"
         acknowledge(policy, f"IAM5[Resource::{literal(stack, view.arn_for_objects(f'{prefix}*'))}]", reason)
         association.node.add_dependency(policy)
         return association
