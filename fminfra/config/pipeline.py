@@ -252,6 +252,12 @@ def serving_problems(where: str, env: PipelineEnvironment, cfg: EnvironmentConfi
                 f"{where}.serving[{i}].instance_type: {point.instance_type!r}, but {point.model} runs on node group {served.node_group}"
                 f" ({types.get(served.node_group)}); allowed: {types.get(served.node_group)} or leave it out"
             )
+        if served is not None and served.max_model_len is not None and point.input_tokens + point.output_tokens > served.max_model_len:
+            # vLLM refuses a request longer than the model's context: every request of the point would be a 400
+            out.append(
+                f"{where}.serving[{i}].input_tokens: {point.input_tokens} + output_tokens {point.output_tokens} exceed {point.model}'s"
+                f" max_model_len ({served.max_model_len}) in {env.config}; allowed: at most {served.max_model_len} together"
+            )
     return out
 
 

@@ -45,7 +45,9 @@ SERVICE_SUFFIX = "-api"
 # Karpenter's (and EKS's) label of a node's zone ID: a replica across nodes stays in the compute AZ
 # (EFA does not cross zones: docs/facts/serving.md#efa-single-az).
 ZONE_ID_LABEL = "topology.k8s.aws/zone-id"
-# How long the HPA waits before it removes a replica (a GPU replica takes minutes to come back).
+# How long the HPA waits before it removes a replica: fminfra's policy, not a sourced figure (twice the HPA's
+# 300 s default scale-down window that KEDA's spec shows, docs/facts/serving.md#keda-polling-cooldown-defaults),
+# since a removed GPU replica takes minutes to come back.
 SCALE_DOWN_STABILIZATION_SECONDS = 600
 # An NLB listener's TCP idle timeout: 60-6000 s, AWS's default 350 s (docs/facts/serving.md#elb-idle-timeout-limits).
 # A streamed answer is silent while a long prompt is prefilled: fminfra's default is 600 s.

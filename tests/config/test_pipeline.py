@@ -63,6 +63,14 @@ def test_a_good_serving_section_loads_and_turns_the_gate_on(tmp_path: Path) -> N
             "environments[0].accept.serving[0].mlperf: Input should be 'llama3_1-8b', 'llama3_1-8b-interactive', 'llama2-70b',",
         ),
         ({"serving": [{**POINT, "ttft_ms": 5}], "runs_on": ["x"]}, "environments[0].accept.serving[0].ttft_ms: unknown field"),
+        (  # chat-405b's context is 32768 tokens in the example (serving read 4, C2: every request would be a 400)
+            {
+                "serving": [{**POINT, "model": "chat-405b", "mlperf": "llama3_1-405b", "input_tokens": 32000, "output_tokens": 1024}],
+                "runs_on": ["x"],
+            },
+            "environments[0].accept.serving[0].input_tokens: 32000 + output_tokens 1024 exceed chat-405b's max_model_len (32768) in {config};"
+            " allowed: at most 32768 together",
+        ),
         (
             {"serving": [{**POINT, "max_error_rate": 2}], "runs_on": ["x"]},
             "environments[0].accept.serving[0].max_error_rate: Input should be less",
