@@ -146,9 +146,12 @@ accept-gate: deps
 # The serving gate after a deploy (docs/serving.md, "The serving gate"): `fminfra accept --serving`,
 # streamed completions to each served model through its internal load balancer, so from a machine in
 # the environment's VPC; exit 0 without a request when pipeline.yaml turns it off for ENV (or ENV serves nothing).
+# The serving gate waits at most this long, for all its models together, after a deploy: after the training
+# gate (up to accept's 60 minutes) it must end within the accept job's 150 (.github/workflows/deploy-environment.yml).
+SERVING_WAIT_MINUTES ?= 30
 serving-gate: deps
 	$(need_env)
-	$(PY) -m fminfra accept $(CONFIG_DIR)/$(ENV).yaml --serving --pipeline $(PIPELINE_FILE) --if-gated
+	$(PY) -m fminfra accept $(CONFIG_DIR)/$(ENV).yaml --serving --pipeline $(PIPELINE_FILE) --if-gated --timeout-minutes $(SERVING_WAIT_MINUTES)
 
 # FMINFRA_REQUIRE_CHECKOV: tests/ops/test_checkov.py fails (instead of skipping) without checkov.
 # Workers: one pytest-xdist worker per core, as far as the memory holds them (each synthesizes the

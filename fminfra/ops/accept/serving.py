@@ -24,7 +24,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +148,8 @@ def parse_endpoints(values: list[str], models: list[str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Wait:
-    """How long the gate waits for a model after a deploy (its load balancer's host, then /health and /v1/models):
+    """How long the gate waits for its models after a deploy (their load balancers' hosts, then /health and /v1/models),
+    all together:
     a new replica starts a GPU node, pulls the image and loads the weights, for up to the startup probe's hour
     (docs/serving.md#the-serving-gate). accept's --timeout-minutes and --poll-seconds."""
 
@@ -156,10 +157,14 @@ class Wait:
     poll_seconds: float = 30.0
     sleep: Callable[[float], None] = time.sleep
     clock: Callable[[], float] = time.monotonic
+    # one deadline for every wait of a gate run (every model's host and readiness), set by the first
+    _deadline: list[float] = field(default_factory=list, repr=False, compare=False)
 
     def until(self, problem: Callable[[], str | None]) -> str | None:
-        """Ask `problem` until it answers None or the time is up; the last problem, or None."""
-        deadline = self.clock() + self.seconds
+        """Ask `problem` until it answers None or the gate's time is up; the last problem, or None."""
+        if not self._deadline:
+            self._deadline.append(self.clock() + self.seconds)
+        deadline = self._deadline[0]
         while True:
             found = problem()
             if found is None or self.clock() + self.poll_seconds > deadline:

@@ -391,3 +391,15 @@ def test_the_prompt_check_fails_on_a_repeated_prompt(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(streaming, "prompt_ids", lambda index, n: [1000] * n)  # the gate's prompt before read 3
     assert _repeated_prompts(100) == 99
+
+
+def test_every_wait_of_a_gate_run_shares_one_deadline() -> None:
+    """Serving read 4, C4: the gate's waits for several models add up to at most --timeout-minutes, so the gate ends
+    (and names what was not ready) within the accept job's own timeout."""
+    clock = _Clock()
+    wait = serving.Wait(seconds=600, poll_seconds=30, sleep=clock.sleep, clock=lambda: clock.now)
+    answers = iter(["pending"] * 10 + [None])
+    assert wait.until(lambda: next(answers)) is None and clock.now == 300
+    assert wait.until(lambda: "/health answered 503") == "/health answered 503" and clock.now == 600  # not 900
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--timeout-minutes $(SERVING_WAIT_MINUTES)" in makefile and "SERVING_WAIT_MINUTES ?= 30" in makefile
