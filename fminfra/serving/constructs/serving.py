@@ -1,6 +1,6 @@
 """Models served on an EKS cluster: KEDA and LeaderWorkerSet from their pinned charts, and per model a
 server (vLLM's OpenAI-compatible server), an internal NLB in front of its serving pods, a
-PodDisruptionBudget and, where it scales, a KEDA ScaledObject on the servers' queue in AMP
+PodDisruptionBudget and, where it scales, a KEDA ScaledObject on the servers' requests in flight in AMP
 (docs/serving.md).
 
 - A replica that fits one node is a Deployment's pod; one that spans nodes is a LeaderWorkerSet group
@@ -24,7 +24,7 @@ PodDisruptionBudget and, where it scales, a KEDA ScaledObject on the servers' qu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
@@ -149,7 +149,6 @@ class ModelServingProps:
     workspace: PrometheusWorkspace | None = None
     bucket_name: str | None = None
     bucket: s3.IBucket | None = None
-    after: Sequence[Any] = field(default_factory=tuple)
 
 
 def _meta(name: str, namespace: str, model: str, **extra: Any) -> dict[str, Any]:
@@ -419,7 +418,7 @@ def gate_rbac(namespace: str, group: str) -> list[dict[str, Any]]:
 class ModelServing(Construct):
     """The charts (KEDA where a model scales, LeaderWorkerSet where a replica spans nodes), the namespace,
     and per model its objects and, for S3 weights, its reader role. Attributes: `charts` (release -> chart),
-    `namespace` (its manifest), `models` (name -> manifest), `roles` (name -> role), `keda_role`."""
+    `namespace` (its manifest), `models` (name -> manifest), `keda_role`."""
 
     def __init__(self, scope: Construct, construct_id: str, props: ModelServingProps) -> None:
         super().__init__(scope, construct_id)
@@ -428,7 +427,6 @@ class ModelServing(Construct):
         cluster = props.cluster
         scaling = any(m.scales for m in props.models)
         self.charts: dict[str, eks.HelmChart] = {}
-        self.roles: dict[str, iam.Role] = {}
         self.keda_role: iam.Role | None = None
         if scaling:
             if props.workspace is None:
@@ -448,8 +446,6 @@ class ModelServing(Construct):
                 timeout=cdk.Duration.minutes(CHART_TIMEOUT_MINUTES),
             )
         self.namespace = cluster.add_manifest("ServingNamespace", *namespace_objects(props.namespace, scaling=scaling))
-        for before in props.after:
-            self.namespace.node.add_dependency(before)
         self.models: dict[str, eks.KubernetesManifest] = {}
         server_address = props.workspace.base_url if props.workspace is not None else None
         for spec in props.models:
