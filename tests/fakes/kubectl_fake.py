@@ -75,8 +75,12 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    import pytest
 
 RESOURCES = {
     ("v1", "ConfigMap"): "configmap",
@@ -113,6 +117,20 @@ UPDATES = {
         "hang": _JOB_QUEUED,
     },
 }
+
+
+def put_on_path(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `kubectl` in `folder`/bin that runs this fake, first on PATH (monkeypatch: pytest's), with the repository
+    importable from it."""
+    import stat
+
+    bin_dir = folder / "bin"
+    bin_dir.mkdir()
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} "$@"\n')
+    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
 
 
 def fail(message: str) -> None:

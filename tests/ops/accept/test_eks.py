@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import copy
 import json
-import stat
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from fminfra.ops.accept import eks as accept_eks
 from fminfra.ops.accept.manifests import eks_plan, split_sections
 from tests.conftest import ROOT
 from tests.fakes.k8s_schemas import validate
+from tests.fakes.kubectl_fake import put_on_path
 from tests.fakes.slurm_fakes import DATA, ddp_result_line
 
 STAGING = ROOT / "config" / "staging.yaml"
@@ -289,13 +288,7 @@ PLAIN_FLAVOR = _flavor("ml.p5en.48xlarge", "ml.p5en.48xlarge")
 @pytest.fixture
 def cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake kubectl on PATH, an EKS client whose DescribeCluster answers with the cluster above."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fakes" / "kubectl_fake.py"} "$@"\n')
-    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    put_on_path(tmp_path, monkeypatch)
     state = tmp_path / "state.json"
     queue = team_queue("hyperpod-eks")
     existing = [f"namespace/{queue.namespace}", f"localqueue.kueue.x-k8s.io/{queue.local_queue}"]

@@ -7,8 +7,6 @@ through the fake kubectl; the cost per million output tokens; and tests of the f
 from __future__ import annotations
 
 import json
-import stat
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from fminfra.ops.accept import serving
 from fminfra.ops.accept.streaming import measure, percentile, stream_completion
 from fminfra.ops.pricing import PriceBook
 from tests.conftest import ROOT
+from tests.fakes.kubectl_fake import put_on_path
 from tests.fakes.vllm_fake import Behaviour, frames, recording, serve
 
 EXAMPLE = ROOT / "examples" / "serving.yaml"
@@ -228,13 +227,7 @@ def test_a_bad_endpoint_is_one_line(env: Path, value: str, message: str, capsys:
 
 def test_the_endpoint_comes_from_the_services_load_balancer(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No --endpoint: kubectl (the fake of tests/fakes/kubectl_fake.py) reads the Service's load balancer host."""
-    bin_dir = env / "bin"
-    bin_dir.mkdir()
-    kubectl = bin_dir / "kubectl"
-    kubectl.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests" / "fakes" / "kubectl_fake.py"} "$@"\n')
-    kubectl.chmod(kubectl.stat().st_mode | stat.S_IXUSR)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    put_on_path(env, monkeypatch)
     cluster = {
         "name": "fminfra-serve-eks",
         "status": "ACTIVE",
