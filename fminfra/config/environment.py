@@ -249,6 +249,12 @@ class EnvironmentConfig(Model):
             )
         ]
 
+    @property
+    def serving_gate_access(self) -> bool:
+        """Whether the acceptance role may read the serving namespace's Services: `serving.gate_access`, or HyperPod
+        EKS's acceptance access (`compute.eks.accept_access`), whose access entry the serving Role binds to as well."""
+        return self.serving is not None and (self.serving.gate_access or bool(self.compute.eks and self.compute.eks.accept_access))
+
     def serving_surges(self, model_name: str) -> bool:
         """Whether a rolling update of the model can start a new replica beside the old ones: its node group holds
         every model's `replicas.max` and one replica more (nodes: Karpenter's max_size, a managed group's

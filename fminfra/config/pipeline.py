@@ -220,12 +220,6 @@ def gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
     return has_training_gpus(cfg) and cfg.compute.orchestrator in ACCEPTED_ORCHESTRATORS
 
 
-def serving_gate_access(cfg: EnvironmentConfig) -> bool:
-    """Whether the acceptance role may read the serving namespace's Services: `serving.gate_access`, or HyperPod
-    EKS's acceptance access (`compute.eks.accept_access`), whose access entry the serving Role binds to as well."""
-    return cfg.serving is not None and (cfg.serving.gate_access or bool(cfg.compute.eks and cfg.compute.eks.accept_access))
-
-
 def serving_gate_enabled(env: PipelineEnvironment, cfg: EnvironmentConfig) -> bool:
     """The serving gate of one environment: `accept.serving_gate` if set, else on with a serving: section."""
     if env.accept.serving_gate is not None:
@@ -342,7 +336,7 @@ def load_pipeline(path: Path) -> tuple[PipelineConfig, list[EnvironmentConfig]]:
                     " internal load balancers, which GitHub-hosted runners cannot reach; give the labels of a runner in its VPC,"
                     " e.g. [self-hosted, fminfra-" + cfg.name + "], or accept: {serving_gate: false}"
                 )
-            if serving_gate_enabled(env, cfg) and cfg.serving is not None and not serving_gate_access(cfg):
+            if serving_gate_enabled(env, cfg) and cfg.serving is not None and not cfg.serving_gate_access:
                 problems.append(
                     f"{file}: environments[{i}].accept.serving_gate: on, but {env.config} gives the acceptance role no Kubernetes access to"
                     " read its Services: set serving.gate_access: true there (after the GitHub OIDC stack, which creates the role"

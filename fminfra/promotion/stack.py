@@ -24,7 +24,6 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from fminfra.config import EnvironmentConfig
-from fminfra.config.pipeline import serving_gate_access
 from fminfra.core.errors import ValidationError
 from fminfra.policy.constructs.acknowledge import acknowledge
 from fminfra.promotion.rules import (
@@ -229,7 +228,7 @@ class GithubOidcStack(cdk.Stack):
                 "ssm:TerminateSession on this account's and region's sessions whose AWS-applied aws:ssmmessages:session-id tag is this "
                 "role session's own ${aws:userid}: the sessions it started only",
             )
-        if orchestrator == "eks" or serving_gate_access(env):
+        if orchestrator == "eks" or env.serving_gate_access:
             # the EKS path of accept, and the serving gate's kubectl (docs/serving.md#the-serving-gate)
             role.add_to_policy(
                 iam.PolicyStatement(

@@ -51,7 +51,6 @@ from fminfra.config import (
     InferenceNodeGroupConfig,
     supported_kubernetes_versions,
 )
-from fminfra.config.pipeline import serving_gate_access
 from fminfra.core.resources import scripts_root
 from fminfra.core.versions import version
 from fminfra.eks.constructs.cluster import EksClusterProps, HelmChartSpec
@@ -530,7 +529,7 @@ def serving_spec(
         workspace=prometheus,
         bucket_name=cfg.storage.bucket_name(cfg) if s3_weights and cfg.storage is not None else None,
         bucket=data_bucket if s3_weights else None,
-        gate_role_name=accept_role_name(cfg.name) if serving_gate_access(cfg) else None,
+        gate_role_name=accept_role_name(cfg.name) if cfg.serving_gate_access else None,
     )
 
 
