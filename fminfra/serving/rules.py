@@ -59,11 +59,6 @@ DEFAULT_POLLING_INTERVAL = 30
 # fminfra's default target of requests in flight per replica (no public source gives one: size it to the
 # concurrency a replica serves within your latency targets, which `accept --serving` measures).
 DEFAULT_REQUESTS_PER_REPLICA = 32
-# LeaderWorkerSet's labels on its pods: the set's name and the pod's index in its group, "0" the leader
-# (docs/facts/serving.md#lws-pod-labels-env).
-LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
-LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
-
 # A model's name is in its objects' names (`<name>-<suffix>`, suffixes up to 12 characters, within a DNS label).
 MODEL_NAME_MAX = 40
 MODEL_NAME = Pattern(
